@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine for the demo and the tests: uv (from PyPI, in a cache venv), the
+# project venv in .venv from uv.lock, and the upstream binaries (tools/build.sh, cached).
+# Idempotent: a second run does almost nothing. Prints the bin folder on its last line.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cache_root=${RLJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rljob-operator}
+uv_version=0.13.8
+
+python=${PYTHON:-python3}
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || { echo "bootstrap: Python >= 3.11 is required ($python is $("$python" --version 2>&1))" >&2; exit 1; }
+command -v go >/dev/null || { echo "bootstrap: Go >= 1.26 is required (go not on PATH)" >&2; exit 1; }
+
+uv="$cache_root/uv-$uv_version/bin/uv"
+if [ ! -x "$uv" ]; then
+  echo "bootstrap: installing uv $uv_version" >&2
+  "$python" -m venv "$cache_root/uv-$uv_version"
+  "$cache_root/uv-$uv_version/bin/pip" install -q "uv==$uv_version"
+fi
+cd "$top"
+UV_PYTHON="$python" "$uv" sync -q --frozen --extra dev --extra test >&2
+bash "$top/tools/build.sh"
