@@ -1,0 +1,51 @@
+"""The `rljob` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rljob import __version__
+
+
+def _dev(args: argparse.Namespace) -> int:
+    from rljob.dev import launcher
+
+    run_dir = Path(args.run_dir) if args.run_dir else launcher.default_run_dir()
+    if args.dev_command == "up":
+        if args.detach:
+            return launcher.up_detached(run_dir, args.profile)
+        return launcher.up(run_dir, args.profile, fresh=not args.foreground_child)
+    if args.dev_command == "down":
+        return launcher.down(run_dir)
+    print(launcher.env_lines(run_dir))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rljob", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"rljob {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    dev = commands.add_parser("dev", help="local control plane with simulated GPU nodes")
+    dev_commands = dev.add_subparsers(dest="dev_command", required=True)
+    dev_up = dev_commands.add_parser("up", help="start it (foreground; Ctrl-C stops it)")
+    dev_up.add_argument("--profile", choices=["demo", "test"], default="demo")
+    dev_up.add_argument("--detach", action="store_true", help="return once ready")
+    dev_up.add_argument("--foreground-child", action="store_true", help=argparse.SUPPRESS)
+    for name, text in (("down", "stop it"), ("env", "print the KUBECONFIG export")):
+        dev_commands.add_parser(name, help=text)
+    for sub in dev_commands.choices.values():
+        sub.add_argument("--run-dir", help="run folder (default: ~/.cache/rljob-operator/run/dev)")
+    dev.set_defaults(handler=_dev)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Child processes of the launcher: own process group, die with the launcher, stop in order."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: SIGKILL it if the launcher dies.
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class Managed:
+    """One started component: its name, process and log file."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+def spawn(name: str, argv: Sequence[str], log_dir: Path, env: dict[str, str] | None = None) -> Managed:
+    """Starts argv in its own process group, output appended to log_dir/<name>.log."""
+    log = log_dir / f"{name}.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+            env={**os.environ, **(env or {})},
+        )
+    return Managed(name, process, log)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def pid_runs(pid: int, executable_hint: str) -> bool:
+    """True when pid is alive and its command line mentions executable_hint (pids get reused)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return executable_hint.encode() in cmdline
+
+
+def terminate(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM the process group of pid, SIGKILL after grace seconds."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if done == pid:
+                    return
+            if not pid_alive(pid):
+                return
+            time.sleep(0.05)
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def free_ports(count: int) -> list[int]:
+    """count distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()

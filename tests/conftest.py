@@ -1,0 +1,1 @@
+"""Shared pytest configuration: the repository's `operator/` folder is the package root."""

@@ -1,0 +1,34 @@
+"""Deadline helpers shared by every test: wait with a clear message, never a bare sleep."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(
+    probe: Callable[[], T | None],
+    timeout: float,
+    message: str,
+    interval: float = 0.2,
+) -> T:
+    """Calls probe until it returns a truthy value and returns it; fails naming `message` and
+    the last value or error seen when `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while True:
+        try:
+            value = probe()
+            if value:
+                return value
+            last = value
+        except AssertionError:
+            raise
+        except Exception as exc:  # a probe failing is the normal not-yet case
+            last = exc
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {message}; last: {last!r}")
+        time.sleep(interval)

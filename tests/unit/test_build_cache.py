@@ -1,0 +1,66 @@
+"""tools/build.sh builds nothing on a cache hit and rebuilds when its key changes.
+
+`go` is replaced by a recording stand-in on PATH: what is under test is the script's cache
+logic, not the Go toolchain (the integration suite runs the real binaries)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+FAKE_GO = r"""#!/usr/bin/env bash
+echo "$*" >> "$FAKE_GO_LOG"
+if [ "$1" = version ]; then echo "go version go1.26.8 linux/amd64"; exit 0; fi
+out=""; prev=""; pkgs=()
+for a in "$@"; do
+  if [ "$prev" = -o ]; then out=$a; elif [[ $a == */* && $a != -* ]]; then pkgs+=("$a"); fi
+  prev=$a
+done
+if [[ $out == */ ]]; then for p in "${pkgs[@]}"; do touch "$out$(basename "$p")"; done; else touch "$out"; fi
+"""
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> dict[str, str]:
+    shutil.copytree(REPO / "tools", tmp_path / "tools")
+    fake_bin = tmp_path / "fakebin"
+    fake_bin.mkdir()
+    (fake_bin / "go").write_text(FAKE_GO)
+    (fake_bin / "go").chmod(0o755)
+    return {
+        **os.environ,
+        "PATH": f"{fake_bin}:{os.environ['PATH']}",
+        "RLJOB_CACHE_DIR": str(tmp_path / "cache"),
+        "FAKE_GO_LOG": str(tmp_path / "go.log"),
+        "TOOLS": str(tmp_path / "tools"),
+    }
+
+
+def _build(env: dict[str, str]) -> tuple[Path, list[str]]:
+    log = Path(env["FAKE_GO_LOG"])
+    log.write_text("")
+    out = subprocess.run(
+        ["bash", f"{env['TOOLS']}/build.sh"], env=env, check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip()), [line for line in log.read_text().splitlines() if line.startswith("build")]
+
+
+def test_cache_hit_builds_nothing_and_changed_key_rebuilds(sandbox: dict[str, str]) -> None:
+    first, builds = _build(sandbox)
+    assert len(builds) == 3, builds
+    assert {"kube-apiserver", "etcd", "kwok", "kubectl"} <= {p.name for p in first.iterdir()}
+
+    again, builds = _build(sandbox)
+    assert (again, builds) == (first, [])
+
+    go_sum = Path(sandbox["TOOLS"]) / "kwok" / "go.sum"
+    go_sum.write_text(go_sum.read_text() + "\n")
+    changed, builds = _build(sandbox)
+    assert changed != first
+    assert len(builds) == 3
