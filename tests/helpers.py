@@ -30,5 +30,16 @@ def wait_for(
         except Exception as exc:  # a probe failing is the normal not-yet case
             last = exc
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {message}; last: {last!r}")
+            raise AssertionError(
+                f"timed out after {timeout:.0f}s waiting for {message}; last: {last!r}"
+            )
         time.sleep(interval)
+
+
+_DECIMAL_SUFFIXES = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def count_quantity(value: str) -> int:
+    """A whole-number Kubernetes quantity such as '8' or '1k' (how the API canonicalises 1000)."""
+    digits = value.rstrip("kMGT")
+    return int(digits) * _DECIMAL_SUFFIXES[value[len(digits) :]]

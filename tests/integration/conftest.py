@@ -39,35 +39,30 @@ class Cluster:
         return f"https://127.0.0.1:{self.state.ports['apiserver']}"
 
     def log_tails(self, lines: int = 20) -> str:
-        parts = [f"--- {name} ---\n{tail(self.run.logs / f'{name}.log', lines)}" for name in COMPONENTS]
+        parts = [
+            f"--- {name} ---\n{tail(self.run.logs / f'{name}.log', lines)}" for name in COMPONENTS
+        ]
         return "\n".join(parts)
-
-
-_CLUSTER: Cluster | None = None
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """The control plane: reuses RLJOB_TEST_RUN_DIR's, or starts one for this run."""
-    global _CLUSTER
     # Tests talk only to the plane they start or are pointed at, never to a user's cluster.
     os.environ.pop("KUBECONFIG", None)
     reuse = os.environ.get("RLJOB_TEST_RUN_DIR")
     if reuse:
         run = RunDir(Path(reuse))
         state = running_plane(run.root)
-        _CLUSTER = Cluster(run, state, KubeApi(admin_credentials(run, state)))
-        yield _CLUSTER
+        yield Cluster(run, state, KubeApi(admin_credentials(run, state)))
         return
     with tempfile.TemporaryDirectory(prefix="rljob-test-") as tmp:
         plane = ControlPlane(Path(tmp), bin_dir(), "test")
         plane.start()
-        _CLUSTER = Cluster(plane.dir, plane.state, plane.api())
         try:
-            yield _CLUSTER
+            yield Cluster(plane.dir, plane.state, plane.api())
         finally:
             plane.stop()
-            _CLUSTER = None
 
 
 @pytest.fixture
@@ -92,6 +87,7 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     report = yield
-    if report.failed and _CLUSTER is not None and "cluster" in getattr(item, "fixturenames", ()):
-        report.sections.append(("control plane logs", _CLUSTER.log_tails()))
+    cluster = getattr(item, "funcargs", {}).get("cluster")
+    if report.failed and isinstance(cluster, Cluster):
+        report.sections.append(("control plane logs", cluster.log_tails()))
     return report

@@ -13,7 +13,7 @@ from rljob.dev.audit import count_writes
 from rljob.dev.controlplane import HEARTBEAT_STOP_LABEL
 from rljob.dev.kubeapi import ApiError, Credentials, KubeApi
 from rljob.dev.nodes import GPU_RESOURCE
-from tests.helpers import wait_for
+from tests.helpers import count_quantity, wait_for
 from tests.integration.conftest import Cluster
 
 pytestmark = pytest.mark.integration
@@ -61,19 +61,26 @@ def _running_pod(cluster: Cluster, ns: str, selector: str) -> dict[str, Any]:
     return wait_for(running, 60, f"a Running pod matching {selector} in {ns}")
 
 
-def test_gpu_deployment_is_scheduled_onto_a_gpu_node_and_runs(cluster: Cluster, namespace: str) -> None:
+def test_gpu_deployment_is_scheduled_onto_a_gpu_node_and_runs(
+    cluster: Cluster, namespace: str
+) -> None:
     cluster.api.create(f"/apis/apps/v1/namespaces/{namespace}/deployments", _deployment("gpu", 1))
     pod = _running_pod(cluster, namespace, "app=gpu")
     node = cluster.api.get(f"/api/v1/nodes/{pod['spec']['nodeName']}")
-    assert int(node["status"]["allocatable"][GPU_RESOURCE]) >= 1
+    assert count_quantity(node["status"]["allocatable"][GPU_RESOURCE]) >= 1
     assert pod["status"]["containerStatuses"][0]["ready"] is True
 
 
-def test_pod_asking_for_more_gpus_than_any_node_stays_pending(cluster: Cluster, namespace: str) -> None:
-    too_many = max(
-        int(n["status"]["allocatable"].get(GPU_RESOURCE, 0))
-        for n in cluster.api.get("/api/v1/nodes")["items"]
-    ) + 1
+def test_pod_asking_for_more_gpus_than_any_node_stays_pending(
+    cluster: Cluster, namespace: str
+) -> None:
+    too_many = (
+        max(
+            count_quantity(n["status"]["allocatable"].get(GPU_RESOURCE, "0"))
+            for n in cluster.api.get("/api/v1/nodes")["items"]
+        )
+        + 1
+    )
     pod = {"metadata": {"name": "greedy"}, "spec": {"containers": [_container(too_many)]}}
     cluster.api.create(f"/api/v1/namespaces/{namespace}/pods", pod)
 
@@ -127,7 +134,11 @@ def test_job_pod_fault_annotations_end_it_failed_with_exact_status(
     cluster.api.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", job)
 
     def failed_pod() -> dict[str, Any] | None:
-        pods = [p for p in _pods(cluster, namespace, "app=trainer") if p["status"].get("phase") == "Failed"]
+        pods = [
+            p
+            for p in _pods(cluster, namespace, "app=trainer")
+            if p["status"].get("phase") == "Failed"
+        ]
         return pods[0] if pods else None
 
     pod = wait_for(failed_pod, 60, "the annotated Job pod to fail")
@@ -140,7 +151,9 @@ def test_job_pod_fault_annotations_end_it_failed_with_exact_status(
 
     def job_failed() -> bool:
         status = cluster.api.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/trainer")["status"]
-        return any(c["type"] == "Failed" and c["status"] == "True" for c in status.get("conditions", []))
+        return any(
+            c["type"] == "Failed" and c["status"] == "True" for c in status.get("conditions", [])
+        )
 
     wait_for(job_failed, 60, "the Job controller to mark the Job Failed")
 
@@ -148,7 +161,9 @@ def test_job_pod_fault_annotations_end_it_failed_with_exact_status(
 def test_deployment_pod_fault_annotations_restart_the_container_like_a_kubelet(
     cluster: Cluster, namespace: str
 ) -> None:
-    cluster.api.create(f"/apis/apps/v1/namespaces/{namespace}/deployments", _deployment("engine", 1))
+    cluster.api.create(
+        f"/apis/apps/v1/namespaces/{namespace}/deployments", _deployment("engine", 1)
+    )
     pod = _running_pod(cluster, namespace, "app=engine")
     name = pod["metadata"]["name"]
     fault = {"sim.rljob.io/fail-exit-code": "137", "sim.rljob.io/fail-reason": "OOMKilled"}
@@ -172,7 +187,11 @@ def test_deployment_pod_fault_annotations_restart_the_container_like_a_kubelet(
 def test_node_whose_heartbeat_stops_goes_not_ready(cluster: Cluster) -> None:
     name = f"lost-node-{secrets.token_hex(3)}"
     node = {
-        "metadata": {"name": name, "labels": {"type": "kwok"}, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        "metadata": {
+            "name": name,
+            "labels": {"type": "kwok"},
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+        },
         "spec": {"taints": [{"key": "rljob.io/test-only", "effect": "NoSchedule"}]},
     }
     cluster.api.create("/api/v1/nodes", node)
@@ -216,13 +235,24 @@ def test_service_account_with_narrow_role_is_denied_a_verb_it_lacks(
     sa = _service_account_api(cluster, namespace, rules)
     assert sa.get(f"/api/v1/namespaces/{namespace}/pods")["items"] == []
     with pytest.raises(ApiError) as denied:
-        sa.create(f"/api/v1/namespaces/{namespace}/pods", {"metadata": {"name": "x"}, "spec": {"containers": [_container()]}})
+        sa.create(
+            f"/api/v1/namespaces/{namespace}/pods",
+            {"metadata": {"name": "x"}, "spec": {"containers": [_container()]}},
+        )
     assert denied.value.status == 403
-    assert "cannot create resource \"pods\"" in denied.value.body["message"]
+    assert 'cannot create resource "pods"' in denied.value.body["message"]
 
 
-def test_audit_helper_counts_exactly_the_writes_a_user_made(cluster: Cluster, namespace: str) -> None:
-    rules = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch", "delete"]}]
+def test_audit_helper_counts_exactly_the_writes_a_user_made(
+    cluster: Cluster, namespace: str
+) -> None:
+    rules = [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "verbs": ["get", "list", "create", "patch", "delete"],
+        }
+    ]
     sa = _service_account_api(cluster, namespace, rules)
     user = f"system:serviceaccount:{namespace}:narrow"
     since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)

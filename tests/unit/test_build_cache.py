@@ -22,7 +22,8 @@ for a in "$@"; do
   if [ "$prev" = -o ]; then out=$a; elif [[ $a == */* && $a != -* ]]; then pkgs+=("$a"); fi
   prev=$a
 done
-if [[ $out == */ ]]; then for p in "${pkgs[@]}"; do touch "$out$(basename "$p")"; done; else touch "$out"; fi
+if [[ $out != */ ]]; then touch "$out"; exit 0; fi
+for p in "${pkgs[@]}"; do touch "$out$(basename "$p")"; done
 """
 
 
@@ -48,7 +49,9 @@ def _build(env: dict[str, str]) -> tuple[Path, list[str]]:
     out = subprocess.run(
         ["bash", f"{env['TOOLS']}/build.sh"], env=env, check=True, capture_output=True, text=True
     )
-    return Path(out.stdout.strip()), [line for line in log.read_text().splitlines() if line.startswith("build")]
+    return Path(out.stdout.strip()), [
+        line for line in log.read_text().splitlines() if line.startswith("build")
+    ]
 
 
 def test_cache_hit_builds_nothing_and_changed_key_rebuilds(sandbox: dict[str, str]) -> None:

@@ -27,7 +27,10 @@ def bin_dir() -> Path:
         if root is None:
             raise RuntimeError("set RLJOB_BIN_DIR: no source checkout to build the binaries from")
         out = subprocess.run(
-            ["bash", str(root / "tools" / "build.sh")], check=True, stdout=subprocess.PIPE, text=True
+            ["bash", str(root / "tools" / "build.sh")],
+            check=True,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         path = Path(out.stdout.strip().splitlines()[-1])
     missing = [name for name in _REQUIRED if not (path / name).exists()]

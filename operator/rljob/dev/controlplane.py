@@ -3,6 +3,7 @@ kwok as processes on 127.0.0.1, with simulated GPU nodes. Backs `rljob dev up` a
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import ssl
@@ -71,6 +72,8 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: f
         try:
             if check():
                 return
+        except ControlPlaneError:
+            raise
         except Exception as exc:  # a probe failing is the normal not-ready-yet case
             last_error = f" (last error: {exc})"
         time.sleep(interval)
@@ -174,7 +177,9 @@ class ControlPlane:
         ]
         kwok = self._spawn("kwok", self._kwok_args())
         for proc, port in others:
-            self._await(proc, lambda port=port: _https_ok(f"https://127.0.0.1:{port}/healthz"), timeout)
+            self._await(
+                proc, functools.partial(_https_ok, f"https://127.0.0.1:{port}/healthz"), timeout
+            )
         self._await(kwok, lambda: _http_ok(f"http://127.0.0.1:{p['kwok']}/healthz"), timeout)
 
     def _apiserver_ready(self) -> bool:
@@ -236,6 +241,12 @@ class ControlPlane:
             f"--tls-cert-file={k.server_crt}",
             f"--tls-private-key-file={k.server_key}",
             f"--client-ca-file={k.ca_crt}",
+            # Set so delegated authentication in KCM/scheduler finds a bundle (quiet logs).
+            f"--requestheader-client-ca-file={k.ca_crt}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             "--authorization-mode=Node,RBAC",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={k.sa_pub}",
@@ -318,10 +329,15 @@ def write_kubeconfig(
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
-            {"name": "rljob-dev", "cluster": {"server": server, "certificate-authority": str(run.pki.ca_crt)}}
+            {
+                "name": "rljob-dev",
+                "cluster": {"server": server, "certificate-authority": str(run.pki.ca_crt)},
+            }
         ],
         "users": [{"name": "rljob-dev", "user": user}],
-        "contexts": [{"name": "rljob-dev", "context": {"cluster": "rljob-dev", "user": "rljob-dev"}}],
+        "contexts": [
+            {"name": "rljob-dev", "context": {"cluster": "rljob-dev", "user": "rljob-dev"}}
+        ],
         "current-context": "rljob-dev",
     }
     target = path or run.kubeconfig

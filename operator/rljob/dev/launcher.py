@@ -41,7 +41,9 @@ def _fresh(run_dir: Path) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir(parents=True)
         return
-    raise ControlPlaneError(f"a control plane is already running in {run_dir}; `rljob dev down` first")
+    raise ControlPlaneError(
+        f"a control plane is already running in {run_dir}; `rljob dev down` first"
+    )
 
 
 def up(run_dir: Path, profile: str, *, fresh: bool = True) -> int:
@@ -72,10 +74,21 @@ def up_detached(run_dir: Path, profile: str, timeout: float = 300.0) -> int:
     """Starts a supervisor in its own session and returns once the plane is ready."""
     _fresh(run_dir)
     log = (run_dir / "launcher.log").open("ab")
-    cmd = [sys.executable, "-m", "rljob.cli", "dev", "up", "--profile", profile,
-           "--run-dir", str(run_dir), "--foreground-child"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "rljob.cli",
+        "dev",
+        "up",
+        "--profile",
+        profile,
+        "--run-dir",
+        str(run_dir),
+        "--foreground-child",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
 
     def ready() -> bool:
         if proc.poll() is not None:

@@ -23,12 +23,22 @@ class NodeProfile:
 
 PROFILES: dict[str, NodeProfile] = {
     "demo": NodeProfile(
-        name="demo", count=4, gpus=8, cpu="96", memory="1Ti", pods=110,
+        name="demo",
+        count=4,
+        gpus=8,
+        cpu="96",
+        memory="1Ti",
+        pods=110,
         labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"},
     ),
     # Large fake capacity so concurrent tests and benchmarks never starve each other.
     "test": NodeProfile(
-        name="test", count=4, gpus=1000, cpu="10000", memory="100Ti", pods=5000,
+        name="test",
+        count=4,
+        gpus=1000,
+        cpu="10000",
+        memory="100Ti",
+        pods=5000,
         labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
     ),
 }

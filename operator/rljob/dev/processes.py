@@ -35,7 +35,9 @@ class Managed:
         return self.process.pid
 
 
-def spawn(name: str, argv: Sequence[str], log_dir: Path, env: dict[str, str] | None = None) -> Managed:
+def spawn(
+    name: str, argv: Sequence[str], log_dir: Path, env: dict[str, str] | None = None
+) -> Managed:
     """Starts argv in its own process group, output appended to log_dir/<name>.log."""
     log = log_dir / f"{name}.log"
     with log.open("ab") as out:
@@ -45,7 +47,7 @@ def spawn(name: str, argv: Sequence[str], log_dir: Path, env: dict[str, str] | N
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only, before exec
             env={**os.environ, **(env or {})},
         )
     return Managed(name, process, log)

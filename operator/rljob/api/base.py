@@ -1,0 +1,71 @@
+"""Base classes: camelCase on the wire, strict spec models, tolerant status models."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Self
+
+from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic.alias_generators import to_camel, to_snake
+
+from rljob.api.rules import (
+    CEL_RULES_KEY,
+    CrossFieldRule,
+    TransitionRule,
+    raise_rule_errors,
+    rule_error,
+)
+
+
+def _add_cel_rules(schema: dict[str, Any], model: type[Any]) -> None:
+    rules = [*getattr(model, "cel_rules", ()), *getattr(model, "transition_rules", ())]
+    if rules:
+        schema[CEL_RULES_KEY] = [rule.schema() for rule in rules]
+
+
+def _value_at(model: BaseModel, loc: tuple[str, ...]) -> Any:
+    value: Any = model
+    for alias in loc:
+        value = getattr(value, to_snake(alias), None)
+    return value
+
+
+class SpecModel(BaseModel):
+    """Part of the user's spec: unknown fields are rejected and types are not coerced ("4" is not
+    an integer), as the API server's structural schema does."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="forbid",
+        strict=True,
+        frozen=True,
+        json_schema_extra=_add_cel_rules,
+    )
+
+    cel_rules: ClassVar[tuple[CrossFieldRule, ...]] = ()
+    transition_rules: ClassVar[tuple[TransitionRule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_cel_rules(self) -> Self:
+        errors = [
+            rule_error(rule.loc, rule.message, _value_at(self, rule.loc))
+            for rule in type(self).cel_rules
+            if not rule.holds(self)
+        ]
+        raise_rule_errors(type(self).__name__, errors)
+        return self
+
+
+class StatusModel(BaseModel):
+    """Part of the status the operator writes: unknown fields are ignored so an older operator
+    can read what a newer one wrote."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="ignore",
+    )

@@ -1,0 +1,94 @@
+"""Durations in Go's time.ParseDuration grammar, as the API server's CEL `duration()` reads them."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+from rljob.api.rules import CelCheck
+
+# A strict subset of Go's grammar (no sign, no bare "0", no "µs", digits on both sides of a dot),
+# so every value the schema admits is one CEL's duration() parses. [0-9], never \d: RE2 and
+# Python agree on it, and \d in Python also matches non-ASCII digits.
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"
+DURATION_MAX_LENGTH = 32
+
+_NANOSECONDS_PER_UNIT = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,  # U+00B5 micro sign
+    "μs": 1_000,  # U+03BC Greek mu
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60 * 1_000_000_000,
+    "h": 3600 * 1_000_000_000,
+}
+_COMPONENT = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]+)")
+_MAX_NANOSECONDS = 2**63 - 1
+
+
+def parse_duration(text: str) -> float:
+    """Parses a Go duration ("1h30m", "500ms", "-1.5s", "0") into seconds; raises ValueError
+    on anything time.ParseDuration rejects, including values beyond its int64 nanoseconds."""
+    body, sign = _split_sign(text)
+    if body == "0":
+        return 0.0
+    if not body:
+        raise ValueError(f"invalid duration {text!r}")
+    nanoseconds = _sum_components(body, text)
+    if nanoseconds > _MAX_NANOSECONDS:
+        raise ValueError(f"invalid duration {text!r}: out of range")
+    return sign * nanoseconds / 1e9
+
+
+def _split_sign(text: str) -> tuple[str, int]:
+    if text[:1] in ("-", "+"):
+        return text[1:], -1 if text[0] == "-" else 1
+    return text, 1
+
+
+def _sum_components(body: str, text: str) -> int:
+    total = 0
+    position = 0
+    while position < len(body):
+        match = _COMPONENT.match(body, position)
+        if match is None or not (match[1] or match[2]) or match[3] not in _NANOSECONDS_PER_UNIT:
+            raise ValueError(f"invalid duration {text!r}")
+        total += _component_nanoseconds(match[1], match[2] or "", _NANOSECONDS_PER_UNIT[match[3]])
+        position = match.end()
+    return total
+
+
+def _component_nanoseconds(whole: str, fraction: str, unit: int) -> int:
+    # Go truncates the fractional part of each component to whole nanoseconds.
+    fractional = int(fraction) * unit // 10 ** len(fraction) if fraction else 0
+    return int(whole or "0") * unit + fractional
+
+
+def _is_at_least_one_second(value: str) -> bool:
+    return parse_duration(value) >= 1.0
+
+
+def _parseable(value: str) -> str:
+    parse_duration(value)  # the pattern admits values too large for Go's int64 nanoseconds
+    return value
+
+
+Duration = Annotated[
+    str,
+    Field(pattern=DURATION_PATTERN, max_length=DURATION_MAX_LENGTH),
+    AfterValidator(_parseable),
+]
+"""A duration such as "30s", "1h30m" or "500ms" (Go syntax; units ns, us, ms, s, m, h; no "d")."""
+
+DurationAtLeastOneSecond = Annotated[
+    Duration,
+    CelCheck(
+        cel="duration(self) >= duration('1s')",
+        message="must be at least 1s",
+        holds=_is_at_least_one_second,
+    ),
+]
+"""A Duration of at least one second, for intervals that would otherwise busy-loop."""

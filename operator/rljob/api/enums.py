@@ -1,0 +1,117 @@
+"""Closed vocabularies shared by spec, status and the pure layers."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Strict
+
+
+class RoleName(StrEnum):
+    """A workload role of an RLJob."""
+
+    ROLLOUT = "rollout"
+    TRAINER = "trainer"
+    REFERENCE = "reference"
+    VERIFIER = "verifier"
+
+
+class Engine(StrEnum):
+    """The inference engine a rollout role runs; it decides the metric names read."""
+
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    CUSTOM = "custom"
+
+
+class FailureReason(StrEnum):
+    """Why a workload is considered failed; what failure-policy rules match on."""
+
+    KV_CACHE_DRIFT = "KVCacheDrift"
+    ENGINE_STALLED = "EngineStalled"
+    NCCL_TIMEOUT = "NCCLTimeout"
+    TRAINER_STALLED = "TrainerStalled"
+    OOM_KILLED = "OOMKilled"
+    CRASH_LOOP = "CrashLoop"
+    # A container exited non-zero with no more specific classification (e.g. one trainer rank).
+    CONTAINER_FAILED = "ContainerFailed"
+    VERIFIER_SLOW = "VerifierSlow"
+    PREEMPTED = "Preempted"
+    # Kubelet node-pressure eviction: like Preempted, the workload itself is not at fault.
+    EVICTED = "Evicted"
+    NODE_LOST = "NodeLost"
+    IMAGE_PULL_FAILED = "ImagePullFailed"
+    CONFIG_ERROR = "ConfigError"
+    UNSCHEDULABLE = "Unschedulable"
+
+
+class FailureAction(StrEnum):
+    """What the failure policy does about a failure."""
+
+    RESTART_POD = "RestartPod"
+    RESTART_ROLE = "RestartRole"
+    RESTART_TRAINER_GANG = "RestartTrainerGang"
+    FAIL_JOB = "FailJob"
+    REPORT = "Report"
+    IGNORE = "Ignore"
+
+
+class AddressingStyle(StrEnum):
+    """S3 bucket addressing, as boto3's `addressing_style`."""
+
+    AUTO = "auto"
+    VIRTUAL = "virtual"
+    PATH = "path"
+
+
+class JobPhase(StrEnum):
+    """A one-word summary of the job for humans; logic reads conditions, never the phase."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class ActionKind(StrEnum):
+    """A multi-step side effect journaled in status.inFlight before it starts."""
+
+    RESTART_POD = "RestartPod"
+    RESTART_ROLE = "RestartRole"
+    RESTART_TRAINER_GANG = "RestartTrainerGang"
+    FAIL_JOB = "FailJob"
+    SUSPEND = "Suspend"
+    RESUME = "Resume"
+
+
+class ConditionType(StrEnum):
+    """Condition types the operator sets (status.conditions is open to others)."""
+
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    CHECKPOINT_READY = "CheckpointReady"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class ConditionStatus(StrEnum):
+    """Status of a condition."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+# Spec models are strict, and strict pydantic only takes enum instances: these aliases take the
+# plain strings that YAML and JSON carry.
+RoleNameField = Annotated[RoleName, Strict(False)]
+EngineField = Annotated[Engine, Strict(False)]
+FailureReasonField = Annotated[FailureReason, Strict(False)]
+FailureActionField = Annotated[FailureAction, Strict(False)]
+AddressingStyleField = Annotated[AddressingStyle, Strict(False)]

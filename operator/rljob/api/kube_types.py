@@ -1,0 +1,160 @@
+"""Minimal models of the Kubernetes types a role passes through to its pods. They check what is
+cheap to check early (names, quantities, list keys) and leave the rest to the pod API."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
+
+from rljob.api.base import SpecModel
+from rljob.api.rules import KubeList
+
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# The API server's resource.Quantity grammar, as controller-gen emits it.
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+
+ObjectName = Annotated[str, Field(pattern=DNS1123_SUBDOMAIN, min_length=1, max_length=253)]
+ShortText = Annotated[str, Field(max_length=253)]
+FreeForm = dict[str, Any]
+"""An object passed through unchecked (x-kubernetes-preserve-unknown-fields)."""
+
+MAX_RESOURCES = 16
+
+
+class _QuantityType:
+    """An integer or a quantity string ("500m", "16Gi"), as x-kubernetes-int-or-string."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_plain_validator_function(_validate_quantity)
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": True,
+        }
+
+
+def _validate_quantity(value: Any) -> int | str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and _QUANTITY.match(value):
+        return value
+    raise PydanticCustomError("quantity", "must be an integer or a quantity such as 500m or 16Gi")
+
+
+Quantity = Annotated[int | str, _QuantityType]
+
+
+class ResourceRequirements(SpecModel):
+    """Compute resources of the role's main container (GPUs come from `gpus`)."""
+
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict,
+        max_length=MAX_RESOURCES,
+        description="Resource limits by resource name, e.g. cpu: 4, memory: 64Gi.",
+    )
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict,
+        max_length=MAX_RESOURCES,
+        description="Resource requests by resource name; default to the limits.",
+    )
+
+
+class EnvVar(SpecModel):
+    """An environment variable of the role's main container."""
+
+    name: Annotated[str, Field(min_length=1, max_length=256)] = Field(
+        description="Variable name; unique within the role."
+    )
+    value: Annotated[str, Field(max_length=32768)] | None = Field(
+        default=None, description="Literal value."
+    )
+    value_from: FreeForm | None = Field(
+        default=None,
+        description="Source of the value (secretKeyRef, configMapKeyRef, fieldRef, ...), "
+        "as in a pod's env.",
+    )
+
+
+class Toleration(SpecModel):
+    """A toleration added to the role's pods, as in a pod spec."""
+
+    key: ShortText | None = Field(default=None, description="Taint key to tolerate.")
+    operator: Annotated[str, Field(max_length=16)] | None = Field(
+        default=None, description="Exists or Equal (default Equal)."
+    )
+    value: ShortText | None = Field(default=None, description="Taint value to match.")
+    effect: Annotated[str, Field(max_length=32)] | None = Field(
+        default=None, description="Taint effect to match; empty matches all effects."
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        description="How long a NoExecute taint is tolerated before eviction.",
+    )
+
+
+class LocalObjectReference(SpecModel):
+    """A reference to an object in the job's namespace."""
+
+    name: ObjectName = Field(description="Name of the object.")
+
+
+class SecretKeyReference(SpecModel):
+    """A key of a Secret in the job's namespace."""
+
+    name: ObjectName = Field(description="Name of the Secret.")
+    key: Annotated[str, Field(min_length=1, max_length=253)] = Field(
+        default="token", description="Key within the Secret."
+    )
+
+
+class Volume(SpecModel):
+    """A pod volume, as in a pod spec; fields other than `name` pass through unchecked."""
+
+    model_config = ConfigDict(
+        extra="allow", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+
+    name: ObjectName = Field(description="Volume name; unique within the role.")
+
+
+class VolumeMount(SpecModel):
+    """A volume mount of the role's main container; fields other than `name` and `mountPath`
+    pass through unchecked."""
+
+    model_config = ConfigDict(
+        extra="allow", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+
+    name: ObjectName = Field(description="Name of the volume to mount.")
+    mount_path: Annotated[str, Field(min_length=1, max_length=4096)] = Field(
+        description="Path in the container; unique within the role."
+    )
+
+
+EnvList = Annotated[list[EnvVar], Field(max_length=128), KubeList("map", ("name",))]
+VolumeList = Annotated[list[Volume], Field(max_length=64), KubeList("map", ("name",))]
+VolumeMountList = Annotated[
+    list[VolumeMount], Field(max_length=64), KubeList("map", ("mountPath",))
+]
+PullSecretList = Annotated[
+    list[LocalObjectReference], Field(max_length=16), KubeList("map", ("name",))
+]

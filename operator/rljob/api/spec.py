@@ -1,0 +1,545 @@
+"""The RLJob spec: what the user asks for."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field
+
+from rljob.api.base import SpecModel
+from rljob.api.durations import Duration, DurationAtLeastOneSecond, parse_duration
+from rljob.api.enums import (
+    AddressingStyle,
+    AddressingStyleField,
+    Engine,
+    EngineField,
+    FailureActionField,
+    FailureReason,
+    FailureReasonField,
+    RoleName,
+    RoleNameField,
+)
+from rljob.api.kube_types import (
+    EnvList,
+    FreeForm,
+    ObjectName,
+    PullSecretList,
+    ResourceRequirements,
+    SecretKeyReference,
+    Toleration,
+    VolumeList,
+    VolumeMountList,
+)
+from rljob.api.rules import CelCheck, CrossFieldRule, Immutable, KubeList, TransitionRule
+
+# No backslashes in patterns used by CEL rules: a CEL string literal would read them as escapes.
+S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._=+-]+)*$"
+CHECKPOINT_VERSION_PATTERN = r"^v[0-9]{12}-a[0-9]{6}$"
+RESUME_PATTERN = r"^(Latest|None|v[0-9]{12}-a[0-9]{6})$"
+HTTP_URL_PATTERN = r"^https?://[^ ]+$"
+PROMETHEUS_NAME_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
+PROMETHEUS_LABEL_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+RESOURCE_NAME_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+MAX_REPLICAS = 1024
+MAX_TRAINER_NODES = 1024
+MAX_GPUS_PER_POD = 64
+MAX_RESTARTS_LIMIT = 100
+MAX_FAILURE_RULES = 32
+URI_MAX_LENGTH = 1024
+
+ImageRef = Annotated[str, Field(min_length=1, max_length=1024)]
+CommandArg = Annotated[str, Field(max_length=16384)]
+MetricName = Annotated[str, Field(pattern=PROMETHEUS_NAME_PATTERN, max_length=200)]
+PrometheusLabel = Annotated[str, Field(pattern=PROMETHEUS_LABEL_PATTERN, max_length=128)]
+HttpUrl = Annotated[str, Field(pattern=HTTP_URL_PATTERN, max_length=URI_MAX_LENGTH)]
+S3Uri = Annotated[
+    str,
+    Field(max_length=URI_MAX_LENGTH),
+    CelCheck(
+        cel=f"self.matches('{S3_URI_PATTERN}')",
+        message="must be s3://<bucket>[/<prefix>]: a bucket name (3-63 of a-z 0-9 . -), then "
+        "path segments of A-Z a-z 0-9 . _ = + - without a trailing slash",
+        holds=lambda uri: re.match(S3_URI_PATTERN, uri) is not None,
+    ),
+]
+
+
+class MetricsEndpoint(SpecModel):
+    """Where the role's pods serve Prometheus metrics."""
+
+    port: int = Field(ge=1, le=65535, description="Container port serving metrics.")
+    path: Annotated[str, Field(pattern=r"^/", max_length=256)] = Field(
+        default="/metrics", description="HTTP path of the metrics page."
+    )
+
+
+class Role(SpecModel):
+    """Settings every role shares; they shape the role's pod template."""
+
+    image: ImageRef | None = Field(
+        default=None, description="Container image; defaults to spec.image."
+    )
+    command: Annotated[list[CommandArg], Field(max_length=64)] | None = Field(
+        default=None, description="Entrypoint of the main container (replaces the image's)."
+    )
+    args: Annotated[list[CommandArg], Field(max_length=256)] | None = Field(
+        default=None, description="Arguments of the main container."
+    )
+    env: EnvList = Field(
+        default_factory=list, description="Environment variables of the main container."
+    )
+    resources: ResourceRequirements | None = Field(
+        default=None, description="CPU, memory and other resources of the main container."
+    )
+    gpus: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_GPUS_PER_POD,
+        description="GPUs per pod, requested and limited as gpuResourceName.",
+    )
+    gpu_resource_name: Annotated[str, Field(pattern=RESOURCE_NAME_PATTERN, max_length=253)] = Field(
+        default="nvidia.com/gpu", description="Extended resource name of a GPU."
+    )
+    node_selector: Annotated[
+        dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)
+    ] = Field(default_factory=dict, description="Node labels the role's pods require.")
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] = Field(
+        default_factory=list, description="Taints the role's pods tolerate."
+    )
+    priority_class_name: ObjectName | None = Field(
+        default=None, description="PriorityClass of the role's pods."
+    )
+    scheduler_name: ObjectName | None = Field(
+        default=None, description="Scheduler for the role's pods (e.g. a gang scheduler)."
+    )
+    service_account_name: ObjectName | None = Field(
+        default=None, description="ServiceAccount the role's pods run as."
+    )
+    image_pull_secrets: PullSecretList = Field(
+        default_factory=list, description="Secrets for pulling the role's images."
+    )
+    volumes: VolumeList = Field(
+        default_factory=list, description="Extra pod volumes, as in a pod spec."
+    )
+    volume_mounts: VolumeMountList = Field(
+        default_factory=list, description="Extra mounts of the main container."
+    )
+    termination_grace_period_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=86400,
+        description="Seconds a stopping pod gets after SIGTERM; the trainer uses it to "
+        "checkpoint. Default: the operator's per-role default.",
+    )
+    metrics: MetricsEndpoint | None = Field(
+        default=None, description="Metrics endpoint; default: the engine's or SDK's port."
+    )
+    pod_template: FreeForm | None = Field(
+        default=None,
+        description="Free-form pod template merged over the rendered one, for what the fields "
+        "above do not cover; checked by a server dry-run, not by this schema.",
+    )
+
+
+MAX_UNAVAILABLE_WITHIN_REPLICAS = CrossFieldRule(
+    cel="self.maxUnavailable <= self.replicas",
+    message="maxUnavailable must not exceed replicas",
+    field="maxUnavailable",
+    holds=lambda role: role.max_unavailable <= role.replicas,
+)
+
+
+class ServingRole(Role):
+    """A role run as a Deployment of identical replicas (rollout, reference, verifier)."""
+
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, description="Number of pods.")
+    max_unavailable: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Pods that may be down at once during restarts and rollouts.",
+    )
+
+    cel_rules: ClassVar[tuple[CrossFieldRule, ...]] = (MAX_UNAVAILABLE_WITHIN_REPLICAS,)
+
+
+class EngineMetricNames(SpecModel):
+    """Prometheus metric names of a rollout engine, overriding the engine's defaults."""
+
+    generation_tokens_total: MetricName | None = Field(
+        default=None, description="Counter of generated tokens."
+    )
+    requests_running: MetricName | None = Field(
+        default=None, description="Gauge of requests being processed."
+    )
+    requests_waiting: MetricName | None = Field(
+        default=None, description="Gauge of queued requests."
+    )
+    kv_cache_usage: MetricName | None = Field(
+        default=None, description="Gauge of KV-cache usage, 0 to 1."
+    )
+    prefix_cache_hits_total: MetricName | None = Field(
+        default=None, description="Counter of prefix-cache hits."
+    )
+    prefix_cache_queries_total: MetricName | None = Field(
+        default=None, description="Counter of prefix-cache queries."
+    )
+    preemptions_total: MetricName | None = Field(
+        default=None, description="Counter of request preemptions."
+    )
+    sleep_state: MetricName | None = Field(
+        default=None, description="Gauge that is non-zero while the engine sleeps."
+    )
+
+
+def _custom_engine_has_metric_names(role: Any) -> bool:
+    if role.engine != Engine.CUSTOM:
+        return True
+    names = role.metric_names
+    return names is not None and None not in (
+        names.generation_tokens_total,
+        names.requests_running,
+        names.requests_waiting,
+    )
+
+
+CUSTOM_ENGINE_NEEDS_METRIC_NAMES = CrossFieldRule(
+    cel="self.engine != 'custom' || (has(self.metricNames)"
+    " && has(self.metricNames.generationTokensTotal)"
+    " && has(self.metricNames.requestsRunning)"
+    " && has(self.metricNames.requestsWaiting))",
+    message="engine custom needs metricNames.generationTokensTotal, requestsRunning and "
+    "requestsWaiting",
+    field="metricNames",
+    holds=_custom_engine_has_metric_names,
+)
+
+
+class RolloutRole(ServingRole):
+    """Inference engines generating samples."""
+
+    engine: Annotated[
+        EngineField,
+        Immutable("engine is immutable: create a new RLJob to switch engines"),
+    ] = Field(default=Engine.VLLM, description="Inference engine: vllm, sglang or custom.")
+    metric_names: EngineMetricNames | None = Field(
+        default=None,
+        description="Metric names overriding the engine's; required for engine custom.",
+    )
+
+    cel_rules = (MAX_UNAVAILABLE_WITHIN_REPLICAS, CUSTOM_ENGINE_NEEDS_METRIC_NAMES)
+
+
+class TrainerRole(Role):
+    """The multi-node trainer: one Indexed Job per attempt, restarted as a gang."""
+
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_TRAINER_NODES,
+        description="Trainer pods (one per node); changes only while suspended.",
+    )
+    scheduling_timeout: Duration = Field(
+        default="15m",
+        description="How long the whole gang may wait to be scheduled before Unschedulable.",
+    )
+
+
+class Roles(SpecModel):
+    """The job's workloads."""
+
+    rollout: RolloutRole = Field(description="Inference engines generating samples.")
+    trainer: TrainerRole = Field(description="The multi-node trainer; runs the RL driver.")
+    reference: ServingRole | None = Field(
+        default=None, description="Reference-model servers (optional)."
+    )
+    verifier: ServingRole | None = Field(
+        default=None, description="Verifiers: reward models or sandboxes, often CPU-only."
+    )
+
+
+class Checkpoint(SpecModel):
+    """Versioned checkpoints in S3 or an S3-compatible store."""
+
+    uri: Annotated[
+        S3Uri,
+        Immutable("checkpoint.uri is immutable: the job's checkpoint versions live under it"),
+    ] = Field(description="s3://bucket/prefix; versions live under <uri>/<namespace>/<name>/.")
+    endpoint: HttpUrl | None = Field(
+        default=None, description="Endpoint of an S3-compatible store; default: AWS S3."
+    )
+    addressing_style: AddressingStyleField = Field(
+        default=AddressingStyle.AUTO, description="Bucket addressing: auto, virtual or path."
+    )
+    region: Annotated[str, Field(min_length=1, max_length=64)] | None = Field(
+        default=None, description="Region of the bucket."
+    )
+    ca_bundle_secret: ObjectName | None = Field(
+        default=None,
+        description="Secret (key ca.crt) with the CA bundle of a private endpoint.",
+    )
+    credentials_secret: ObjectName | None = Field(
+        default=None,
+        description="Secret with S3 credentials, mounted into trainer pods only; the operator "
+        "never reads it.",
+    )
+    keep: int = Field(default=5, ge=1, le=1000, description="Newest eligible versions kept.")
+    incomplete_grace: Duration = Field(
+        default="6h",
+        description="Age after which an incomplete version of the live attempt is deleted.",
+    )
+    resume: Annotated[str, Field(pattern=RESUME_PATTERN, max_length=32)] = Field(
+        default="Latest",
+        description="Where a new attempt starts: Latest (newest valid version), None (from "
+        "scratch) or a version such as v000000001200-a000003.",
+    )
+
+
+class PrometheusSource(SpecModel):
+    """Read workload metrics from a Prometheus HTTP API."""
+
+    url: HttpUrl = Field(description="Base URL of the Prometheus HTTP API.")
+    bearer_token_secret: SecretKeyReference | None = Field(
+        default=None, description="Secret key holding a bearer token for the API."
+    )
+    headers: Annotated[dict[str, Annotated[str, Field(max_length=1024)]], Field(max_length=16)] = (
+        Field(default_factory=dict, description="Extra HTTP headers sent with every query.")
+    )
+    pod_label: PrometheusLabel = Field(
+        default="pod", description="Series label holding the pod name."
+    )
+    namespace_label: PrometheusLabel = Field(
+        default="namespace", description="Series label holding the namespace."
+    )
+
+
+class DirectSource(SpecModel):
+    """Scrape each pod's metrics endpoint directly, without Prometheus."""
+
+
+class HealthSource(SpecModel):
+    """Where health signals come from: exactly one of prometheus or direct."""
+
+    prometheus: PrometheusSource | None = Field(
+        default=None, description="Query a Prometheus HTTP API."
+    )
+    direct: DirectSource | None = Field(default=None, description="Scrape pods directly.")
+
+    cel_rules = (
+        CrossFieldRule(
+            cel="has(self.prometheus) != has(self.direct)",
+            message="set exactly one of prometheus or direct",
+            field="",
+            holds=lambda source: (source.prometheus is None) != (source.direct is None),
+        ),
+    )
+
+
+class KVDrift(SpecModel):
+    """Detects rollout throughput decaying as the KV cache fragments."""
+
+    threshold: float = Field(
+        default=0.2,
+        gt=0,
+        le=1,
+        description="Relative throughput drop (0 to 1) against baseline and peers that counts.",
+    )
+    window: Duration = Field(default="30m", description="How long the drop must last.")
+    warmup: Duration = Field(
+        default="15m", description="Time after an engine starts before its baseline is taken."
+    )
+    cooldown: Duration = Field(
+        default="1h", description="Minimum time between two drift restarts of one engine."
+    )
+
+
+class EngineStall(SpecModel):
+    """Detects an engine with pending requests that generates nothing."""
+
+    timeout: Duration = Field(default="5m", description="How long the token counter may be flat.")
+
+
+class TrainerStall(SpecModel):
+    """Detects a trainer whose heartbeat stopped."""
+
+    timeout: Duration = Field(default="30m", description="How stale the heartbeat may get.")
+    startup_grace: Duration = Field(
+        default="30m", description="Time after an attempt starts during which stalls are ignored."
+    )
+
+
+class VerifierLatency(SpecModel):
+    """Detects slow verifiers."""
+
+    p99: Duration = Field(default="10s", description="Bound on the 99th-percentile latency.")
+    window: Duration = Field(default="10m", description="How long the bound must be exceeded.")
+
+
+def _nested(model: type[SpecModel], description: str) -> Any:
+    # default {} in the CRD: the API server then fills and stores every nested default, so a
+    # later operator version never silently changes a running job's settings.
+    return Field(default_factory=model, description=description, json_schema_extra={"default": {}})
+
+
+class Health(SpecModel):
+    """Health detection: where signals come from, how often, and each detector's bounds."""
+
+    source: HealthSource | None = Field(
+        default=None, description="Signal source; default: the operator's configured one."
+    )
+    interval: DurationAtLeastOneSecond = Field(
+        default="30s", description="How often the job's health is evaluated."
+    )
+    kv_drift: KVDrift = _nested(KVDrift, "KV-cache drift detection for rollout engines.")
+    engine_stall: EngineStall = _nested(EngineStall, "Stalled-engine detection.")
+    trainer_stall: TrainerStall = _nested(TrainerStall, "Stalled-trainer detection.")
+    verifier_latency: VerifierLatency = _nested(VerifierLatency, "Slow-verifier detection.")
+
+
+def _backoff_in_order(backoff: Any) -> bool:
+    return parse_duration(backoff.initial) <= parse_duration(backoff.max)
+
+
+class Backoff(SpecModel):
+    """Exponential delay between restarts; the first restart in a window has none."""
+
+    initial: Duration = Field(default="30s", description="Delay before the second restart.")
+    max: Duration = Field(default="30m", description="Upper bound of the delay.")
+
+    cel_rules = (
+        CrossFieldRule(
+            # The API server also checks the default {} against this rule, before nested
+            # defaults fill it in: hence the has() guards.
+            cel="!has(self.initial) || !has(self.max)"
+            " || duration(self.initial) <= duration(self.max)",
+            message="initial must not exceed max",
+            field="initial",
+            holds=_backoff_in_order,
+        ),
+    )
+
+
+class FailureRule(SpecModel):
+    """Maps failures to an action; a rule matches when every matcher it sets matches."""
+
+    roles: (
+        Annotated[list[RoleNameField], Field(min_length=1, max_length=4), KubeList("set")] | None
+    ) = Field(default=None, description="Roles the rule applies to; default: all.")
+    on_reasons: (
+        Annotated[
+            list[FailureReasonField],
+            Field(min_length=1, max_length=len(FailureReason)),
+            KubeList("set"),
+        ]
+        | None
+    ) = Field(default=None, description="Failure reasons that match.")
+    on_exit_codes: (
+        Annotated[
+            list[Annotated[int, Field(ge=0, le=255)]],
+            Field(min_length=1, max_length=32),
+            KubeList("set"),
+        ]
+        | None
+    ) = Field(default=None, description="Container exit codes that match.")
+    action: FailureActionField = Field(description="What to do when the rule matches.")
+    counts_towards_max: bool = Field(
+        default=True, description="Whether a restart by this rule uses up maxRestarts."
+    )
+
+    cel_rules = (
+        CrossFieldRule(
+            cel="!has(self.onReasons) || !has(self.onExitCodes)",
+            message="a rule matches onReasons or onExitCodes, not both",
+            field="onExitCodes",
+            holds=lambda rule: rule.on_reasons is None or rule.on_exit_codes is None,
+        ),
+    )
+
+
+class FailurePolicy(SpecModel):
+    """How failures are handled: user rules first, then built-in defaults; first match wins."""
+
+    max_restarts: int = Field(
+        default=10,
+        ge=0,
+        le=MAX_RESTARTS_LIMIT,
+        description="Counted restarts allowed within window before the job fails.",
+    )
+    window: Duration = Field(default="24h", description="Sliding window of maxRestarts.")
+    backoff: Backoff = _nested(Backoff, "Delay between restarts.")
+    no_progress_restarts: int = Field(
+        default=3,
+        ge=1,
+        le=MAX_RESTARTS_LIMIT,
+        description="Gang restarts in a row resuming from the same step before the job fails.",
+    )
+    teardown_timeout: Duration = Field(
+        default="10m",
+        description="How long a gang restart waits for the old attempt's pods to go.",
+    )
+    rules: Annotated[list[FailureRule], Field(max_length=MAX_FAILURE_RULES)] = Field(
+        default_factory=list, description="User rules, tried before the built-in ones."
+    )
+
+
+def _image_rule(role: RoleName) -> CrossFieldRule:
+    def holds(spec: Any) -> bool:
+        workload = getattr(spec.roles, role.value)
+        return spec.image is not None or workload is None or workload.image is not None
+
+    return CrossFieldRule(
+        cel=f"has(self.image) || !has(self.roles.{role}) || has(self.roles.{role}.image)",
+        message=f"set spec.image or spec.roles.{role}.image",
+        field=f"roles.{role}.image",
+        holds=holds,
+    )
+
+
+def _trainer_nodes_unchanged_or_suspended(old: Any, new: Any) -> bool:
+    return bool(new.roles.trainer.nodes == old.roles.trainer.nodes or new.suspend or old.suspend)
+
+
+class RLJobSpec(SpecModel):
+    """One LLM reinforcement-learning job: its roles, checkpoints, health and failure policy."""
+
+    suspend: bool = Field(
+        default=False,
+        description="Job-style suspend: removes pods, keeps state and checkpoints.",
+    )
+    image: ImageRef | None = Field(
+        default=None, description="Default container image of every role."
+    )
+    roles: Roles = Field(description="The job's workloads.")
+    checkpoint: Checkpoint | None = Field(
+        default=None, description="Versioned checkpoints; without it a restart starts over."
+    )
+    health: Health = _nested(Health, "Health detection.")
+    failure_policy: FailurePolicy = _nested(FailurePolicy, "Failure handling.")
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds after Succeeded or Failed before the job is deleted; default: kept.",
+    )
+
+    cel_rules = tuple(_image_rule(role) for role in RoleName)
+    transition_rules = (
+        TransitionRule(
+            cel="self.roles.trainer.nodes == oldSelf.roles.trainer.nodes"
+            " || (has(self.suspend) && self.suspend)"
+            " || (has(oldSelf.suspend) && oldSelf.suspend)",
+            message="roles.trainer.nodes can change only while the job is suspended",
+            field="roles.trainer.nodes",
+            holds=_trainer_nodes_unchanged_or_suspended,
+        ),
+        TransitionRule(
+            cel="has(self.checkpoint) == has(oldSelf.checkpoint)",
+            message="checkpoint cannot be added or removed after creation",
+            field="checkpoint",
+            holds=lambda old, new: (old.checkpoint is None) == (new.checkpoint is None),
+        ),
+    )

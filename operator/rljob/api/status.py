@@ -1,0 +1,269 @@
+"""The RLJob status: what the operator observed and did. Every list is bounded so status cannot
+grow without limit on a job that runs for weeks."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
+
+from rljob.api.base import StatusModel
+from rljob.api.enums import (
+    ActionKind,
+    ConditionStatus,
+    FailureAction,
+    FailureReason,
+    JobPhase,
+    RoleName,
+)
+from rljob.api.rules import KubeList
+from rljob.api.spec import CHECKPOINT_VERSION_PATTERN, URI_MAX_LENGTH
+
+# metav1.Condition's grammar for type and reason.
+CONDITION_TYPE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+MESSAGE_MAX_LENGTH = 1024
+MAX_CONDITIONS = 16
+MAX_CHECKPOINT_HISTORY = 20
+# maxRestarts is at most 100, and the 101st counted restart in a window fails the job.
+MAX_COUNTED_AT = 101
+MAX_RECENT_RESTARTS = 20
+MAX_SUSPECT_NODES = 16
+MAX_ATTEMPTS = 20
+
+
+def _truncate(limit: int) -> BeforeValidator:
+    # Messages quote pod termination messages (up to 4 KiB, user-controlled): cut them rather
+    # than fail the status write.
+    def cut(value: Any) -> Any:
+        return (
+            value[: limit - 3] + "..." if isinstance(value, str) and len(value) > limit else value
+        )
+
+    return BeforeValidator(cut)
+
+
+Message = Annotated[str, Field(max_length=MESSAGE_MAX_LENGTH), _truncate(MESSAGE_MAX_LENGTH)]
+Name = Annotated[str, Field(max_length=253)]
+Uid = Annotated[str, Field(max_length=64)]
+Count = Annotated[int, Field(ge=0)]
+CheckpointVersion = Annotated[str, Field(pattern=CHECKPOINT_VERSION_PATTERN, max_length=32)]
+
+
+class Condition(StatusModel):
+    """One aspect of the job's state, as metav1.Condition."""
+
+    type: Annotated[str, Field(pattern=CONDITION_TYPE_PATTERN, max_length=316)] = Field(
+        description="Condition type, e.g. Ready, Progressing, Degraded, CheckpointReady."
+    )
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: Annotated[str, Field(pattern=REASON_PATTERN, min_length=1, max_length=1024)] = Field(
+        description="One CamelCase word for machines and aggregation."
+    )
+    message: Message = Field(description="One line for humans.")
+    last_transition_time: datetime = Field(description="When status last changed.")
+    observed_generation: Count | None = Field(
+        default=None, description="metadata.generation the condition was computed from."
+    )
+
+
+class RoleStatus(StatusModel):
+    """Pod counts of one role."""
+
+    desired: Count = Field(default=0, description="Pods the role should have.")
+    ready: Count = Field(default=0, description="Pods ready now.")
+    restarts: Count = Field(default=0, description="Restarts of the role's pods by the operator.")
+
+
+class RolesStatus(StatusModel):
+    """Pod counts per role."""
+
+    rollout: RoleStatus | None = Field(default=None, description="Rollout engines.")
+    trainer: RoleStatus | None = Field(default=None, description="Trainer pods.")
+    reference: RoleStatus | None = Field(default=None, description="Reference servers.")
+    verifier: RoleStatus | None = Field(default=None, description="Verifiers.")
+
+
+class Progress(StatusModel):
+    """Training progress, refreshed at most every 5 minutes (live values are metrics)."""
+
+    step: Count | None = Field(default=None, description="Last completed trainer step.")
+    last_step_time: datetime | None = Field(default=None, description="When it completed.")
+    tokens_per_second: float | None = Field(
+        default=None, ge=0, description="Rollout throughput, all engines."
+    )
+    baseline_tokens_per_second: float | None = Field(
+        default=None, ge=0, description="Post-warm-up baseline of that throughput."
+    )
+    updated_at: datetime | None = Field(default=None, description="When progress was refreshed.")
+
+
+class CheckpointRef(StatusModel):
+    """One checkpoint version."""
+
+    version: CheckpointVersion = Field(description="Version name, v<step>-a<attempt>.")
+    step: Count = Field(description="Trainer step saved.")
+    attempt: Count | None = Field(default=None, description="Attempt that wrote it.")
+    uri: Annotated[str, Field(max_length=URI_MAX_LENGTH)] = Field(
+        description="s3:// URI of the version's prefix."
+    )
+    saved_at: datetime | None = Field(default=None, description="When its manifest was written.")
+    validated_at: datetime | None = Field(
+        default=None, description="When its shards were last checked against the manifest."
+    )
+
+
+class StoreCapabilities(StatusModel):
+    """What the checkpoint store supports, probed once per endpoint."""
+
+    conditional_writes: bool | None = Field(
+        default=None, description="Whether If-None-Match writes are honoured."
+    )
+    probed_at: datetime | None = Field(default=None, description="When the probe ran.")
+
+
+class CheckpointStatus(StatusModel):
+    """Checkpoints seen and used."""
+
+    latest: CheckpointRef | None = Field(
+        default=None, description="Newest valid version eligible for resume."
+    )
+    resumed_from: CheckpointRef | None = Field(
+        default=None, description="Version the current attempt resumed from."
+    )
+    history: Annotated[list[CheckpointRef], Field(max_length=MAX_CHECKPOINT_HISTORY)] = Field(
+        default_factory=list, description="Recent eligible versions, newest first."
+    )
+    store_capabilities: StoreCapabilities | None = Field(
+        default=None, description="Probed features of the store."
+    )
+
+
+class RestartRecord(StatusModel):
+    """One restart the operator made."""
+
+    time: datetime = Field(description="When the restart was decided.")
+    role: RoleName = Field(description="Role restarted.")
+    pod: Name | None = Field(default=None, description="Pod restarted, for pod restarts.")
+    reason: FailureReason = Field(description="Failure that caused it.")
+    action: FailureAction = Field(description="Action taken.")
+    counted: bool = Field(default=True, description="Whether it counted towards maxRestarts.")
+    message: Message = Field(default="", description="Evidence, one line.")
+
+
+class RestartsStatus(StatusModel):
+    """The restart ledger; the failure policy's budget is computed from it."""
+
+    total: Count = Field(default=0, description="Restarts since the job was created.")
+    counted: Count = Field(default=0, description="Restarts that counted towards maxRestarts.")
+    counted_at: Annotated[list[datetime], Field(max_length=MAX_COUNTED_AT)] = Field(
+        default_factory=list,
+        description="Times of counted restarts within failurePolicy.window, oldest first.",
+    )
+    by_reason: Annotated[dict[str, Count], Field(max_length=len(FailureReason))] = Field(
+        default_factory=dict, description="Restarts since creation by failure reason."
+    )
+    recent: Annotated[list[RestartRecord], Field(max_length=MAX_RECENT_RESTARTS)] = Field(
+        default_factory=list, description="Latest restarts, newest last."
+    )
+
+
+class ActionTarget(StatusModel):
+    """What an in-flight action acts on."""
+
+    role: RoleName = Field(description="Role acted on.")
+    name: Name | None = Field(default=None, description="Pod, Deployment or Job acted on.")
+    uid: Uid | None = Field(default=None, description="Its uid, used as a delete precondition.")
+
+
+class InFlightAction(StatusModel):
+    """An action journaled before its first side effect, so a restarted operator resumes it
+    instead of repeating it."""
+
+    id: Annotated[str, Field(min_length=1, max_length=64)] = Field(
+        description="Action id, also set as the rljob.io/action-id annotation of what it creates."
+    )
+    kind: ActionKind = Field(description="What the action does.")
+    target: ActionTarget | None = Field(default=None, description="What it acts on.")
+    reason: FailureReason | None = Field(default=None, description="Failure that caused it.")
+    step: Annotated[str, Field(max_length=64)] = Field(
+        default="", description="Last step completed; empty before the first."
+    )
+    started_at: datetime = Field(description="When the action was journaled.")
+
+
+class SuspectNode(StatusModel):
+    """A node the next trainer attempt avoids."""
+
+    name: Name = Field(description="Node name.")
+    reason: FailureReason = Field(description="Failure seen on it.")
+    marked_at: datetime = Field(description="When it was marked.")
+
+
+class RestartRequest(StatusModel):
+    """The last user-requested restart the operator handled (kubectl rljob restart)."""
+
+    id: Annotated[str, Field(min_length=1, max_length=64)] = Field(description="Request id.")
+    role: RoleName | None = Field(default=None, description="Role restarted; empty: the job.")
+    handled_at: datetime = Field(description="When it was carried out.")
+
+
+class AttemptRecord(StatusModel):
+    """One trainer gang attempt."""
+
+    attempt: Count = Field(description="Attempt number, the checkpoint lineage key.")
+    started_at: datetime = Field(description="When its Job was created.")
+    resumed_from_step: Count | None = Field(
+        default=None, description="Step it resumed from; empty: from scratch."
+    )
+    resumed_from_version: CheckpointVersion | None = Field(
+        default=None, description="Version it resumed from."
+    )
+    ended_at: datetime | None = Field(default=None, description="When it ended.")
+    end_reason: Annotated[str, Field(max_length=64)] | None = Field(
+        default=None, description="Why it ended: a failure reason, Suspended or Succeeded."
+    )
+
+
+class RLJobStatus(StatusModel):
+    """What the operator observed and did."""
+
+    phase: JobPhase | None = Field(default=None, description="Summary for humans.")
+    observed_generation: Count | None = Field(
+        default=None, description="metadata.generation this status reflects."
+    )
+    attempt: Count | None = Field(
+        default=None, description="Current trainer gang attempt; the checkpoint lineage key."
+    )
+    start_time: datetime | None = Field(default=None, description="When the job first ran.")
+    completion_time: datetime | None = Field(
+        default=None,
+        description="When it Succeeded or Failed; ttlSecondsAfterFinished counts from here.",
+    )
+    conditions: Annotated[
+        list[Condition], Field(max_length=MAX_CONDITIONS), KubeList("map", ("type",))
+    ] = Field(default_factory=list, description="Current conditions, one per type.")
+    roles: RolesStatus | None = Field(default=None, description="Pod counts per role.")
+    progress: Progress | None = Field(default=None, description="Training progress.")
+    policy_generation: Count | None = Field(
+        default=None, description="Generation of the policy weights engines must serve."
+    )
+    checkpoint: CheckpointStatus | None = Field(default=None, description="Checkpoints.")
+    restarts: RestartsStatus | None = Field(default=None, description="The restart ledger.")
+    in_flight: InFlightAction | None = Field(
+        default=None, description="The action being carried out, if any."
+    )
+    suspect_nodes: Annotated[
+        list[SuspectNode], Field(max_length=MAX_SUSPECT_NODES), KubeList("map", ("name",))
+    ] = Field(default_factory=list, description="Nodes the next attempt avoids.")
+    last_restart_request: RestartRequest | None = Field(
+        default=None, description="Last user-requested restart handled."
+    )
+    attempts: Annotated[list[AttemptRecord], Field(max_length=MAX_ATTEMPTS)] = Field(
+        default_factory=list, description="Latest trainer attempts, oldest first."
+    )

@@ -1,0 +1,73 @@
+"""Operator metrics (prometheus-client) and JSON logs (structlog) with the object on every line."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+import structlog
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+RECONCILE_SECONDS = Histogram(
+    "rljob_reconcile_duration_seconds",
+    "Time spent in one reconcile pass of one RLJob.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+RECONCILE_ERRORS = Counter(
+    "rljob_reconcile_errors_total", "Reconcile passes that ended in an error, by kind.", ["kind"]
+)
+API_ERRORS = Counter(
+    "rljob_api_errors_total", "Kubernetes API calls that failed, by HTTP status.", ["status"]
+)
+JOBS_BY_PHASE = Gauge("rljob_jobs", "RLJobs known to this operator, by phase.", ["phase"])
+SPEC_REJECTIONS = Counter(
+    "rljob_spec_rejections_total",
+    "RLJob specs the operator could not accept, by reason.",
+    ["reason"],
+)
+
+
+def _kopf_object(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    # kopf's per-object loggers put the object reference into `k8s_ref`: lift it to top level.
+    record = event.get("_record")
+    ref = getattr(record, "k8s_ref", None) if record is not None else None
+    if isinstance(ref, dict):
+        event.setdefault("namespace", ref.get("namespace"))
+        event.setdefault("name", ref.get("name"))
+    return event
+
+
+def configure_logging(level: str = "INFO") -> None:
+    """JSON lines on stderr for both structlog and stdlib (kopf) loggers."""
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, _kopf_object],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def serve_metrics(port: int, address: str = "0.0.0.0") -> None:
+    """Serves /metrics from a background thread (prometheus-client's own server)."""
+    start_http_server(port, addr=address)
