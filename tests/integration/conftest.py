@@ -9,9 +9,11 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rljob.api import crd_manifest
 from rljob.dev.binaries import bin_dir
 from rljob.dev.controlplane import (
     COMPONENTS,
@@ -63,6 +65,24 @@ def cluster() -> Iterator[Cluster]:
             yield Cluster(plane.dir, plane.state, plane.api())
         finally:
             plane.stop()
+
+
+CRD_NAME = "rljobs.rljob.io"
+
+
+@pytest.fixture(scope="session")
+def crd(cluster: Cluster) -> dict[str, Any]:
+    """The generated CRD, applied server-side and Established; returns the apply response."""
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
+    applied = cluster.api.apply(path, crd_manifest(), field_manager="rljob-tests")
+    applied["warnings"] = cluster.api.last_warnings
+
+    def established() -> bool:
+        conditions = cluster.api.get(path).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_for(established, 30, f"CRD {CRD_NAME} to be Established")
+    return applied
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from pydantic import ValidationError
 
 from rljob.api import (
@@ -23,29 +22,9 @@ from rljob.api import (
     parse_rljob,
     validate_update,
 )
+from tests.manifests import EXAMPLES, INVALID, documents, expected_field, invalid_manifests
 
 REPO = Path(__file__).resolve().parents[2]
-INVALID = REPO / "tests" / "manifests" / "invalid"
-EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
-
-
-def expected_field(path: Path) -> str:
-    for line in path.read_text().splitlines():
-        if line.startswith("# expect-field:"):
-            return line.split(":", 1)[1].strip()
-    raise AssertionError(f"{path.name} has no '# expect-field:' line")
-
-
-def documents(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-
-
-def invalid_manifests(*, updates: bool) -> list[Any]:
-    return [
-        pytest.param(path, id=path.stem)
-        for path in sorted(INVALID.glob("*.yaml"))
-        if (len(documents(path)) == 2) == updates
-    ]
 
 
 def rejected_fields(body: dict[str, Any]) -> set[str]:

@@ -43,6 +43,7 @@ class KubeApi:
     def __init__(self, creds: Credentials, timeout: float = 10.0) -> None:
         self.creds = creds
         self.timeout = timeout
+        self.last_warnings: list[str] = []
         self._ssl = ssl.create_default_context(cafile=str(creds.ca_file))
         if creds.cert_file and creds.key_file:
             self._ssl.load_cert_chain(str(creds.cert_file), str(creds.key_file))
@@ -64,6 +65,7 @@ class KubeApi:
         try:
             with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl) as resp:
                 raw = resp.read()
+                self.last_warnings = resp.headers.get_all("Warning") or []
         except urllib.error.HTTPError as exc:
             raw = exc.read()
             try:
