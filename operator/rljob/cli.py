@@ -23,10 +23,46 @@ def _dev(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    from rljob.controller import RuntimeOptions
+    from rljob.run import run_operator
+
+    options = RuntimeOptions(
+        kubeconfig=args.kubeconfig, namespace=args.namespace, resync_seconds=args.resync_seconds
+    )
+    return run_operator(
+        options,
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port,
+        liveness_endpoint=f"http://{args.metrics_address}:{args.liveness_port}/healthz",
+        log_level=args.log_level,
+    )
+
+
+def _crd(_: argparse.Namespace) -> int:
+    from rljob.api import crd_yaml
+
+    sys.stdout.write(crd_yaml())
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rljob", description=__doc__)
     parser.add_argument("--version", action="version", version=f"rljob {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run the operator")
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster credentials)")
+    run.add_argument("--namespace", help="watch only this namespace (default: all)")
+    run.add_argument("--metrics-address", default="0.0.0.0", help="bind address of /metrics")
+    run.add_argument("--metrics-port", type=int, default=8080)
+    run.add_argument("--liveness-port", type=int, default=8081)
+    run.add_argument("--resync-seconds", type=float, default=300.0, help="periodic pass per job")
+    run.add_argument("--log-level", default="INFO")
+    run.set_defaults(handler=_run)
+
+    crd = commands.add_parser("crd", help="print the RLJob CustomResourceDefinition")
+    crd.set_defaults(handler=_crd)
 
     dev = commands.add_parser("dev", help="local control plane with simulated GPU nodes")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)

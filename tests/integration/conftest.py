@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
+import sys
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from rljob.api import crd_manifest
 from rljob.dev.binaries import bin_dir
@@ -22,9 +26,10 @@ from rljob.dev.controlplane import (
     RunState,
     admin_credentials,
     running_plane,
+    write_kubeconfig,
 )
 from rljob.dev.kubeapi import ApiError, KubeApi
-from rljob.dev.processes import tail
+from rljob.dev.processes import free_ports, spawn, tail, terminate
 from tests.helpers import wait_for
 
 
@@ -107,7 +112,128 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     report = yield
-    cluster = getattr(item, "funcargs", {}).get("cluster")
+    funcargs = getattr(item, "funcargs", {})
+    cluster, op = funcargs.get("cluster"), funcargs.get("operator")
     if report.failed and isinstance(cluster, Cluster):
         report.sections.append(("control plane logs", cluster.log_tails()))
+    if report.failed and isinstance(op, OperatorProcess):
+        report.sections.append(("operator log", tail(op.log, 60)))
     return report
+
+
+RBAC_RULES = (
+    Path(__file__).resolve().parents[2] / "charts" / "rljob-operator" / "files" / "rbac-rules.yaml"
+)
+OPERATOR_NAMESPACE = "rljob-system"
+OPERATOR_ACCOUNT = "rljob-operator"
+
+
+def _apply_all(cluster: Cluster, objects: list[tuple[str, dict[str, Any]]]) -> None:
+    for path, body in objects:
+        cluster.api.apply(path, body, field_manager="rljob-tests")
+
+
+def operator_identity(cluster: Cluster, kubeconfig: Path) -> Path:
+    """A ServiceAccount bound to exactly the chart's rules, as a token kubeconfig."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    subject = {"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE}
+    role_ref = {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": OPERATOR_ACCOUNT,
+    }
+    _apply_all(
+        cluster,
+        [
+            (
+                f"/api/v1/namespaces/{OPERATOR_NAMESPACE}",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
+            ),
+            (
+                f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{OPERATOR_ACCOUNT}",
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE},
+                },
+            ),
+            (
+                f"{rbac}/clusterroles/{OPERATOR_ACCOUNT}",
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRole",
+                    "metadata": {"name": OPERATOR_ACCOUNT},
+                    "rules": yaml.safe_load(RBAC_RULES.read_text()),
+                },
+            ),
+            (
+                f"{rbac}/clusterrolebindings/{OPERATOR_ACCOUNT}",
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": OPERATOR_ACCOUNT},
+                    "roleRef": role_ref,
+                    "subjects": [subject],
+                },
+            ),
+        ],
+    )
+    token = cluster.api.create(
+        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{OPERATOR_ACCOUNT}/token",
+        {"spec": {"expirationSeconds": 86400}},
+    )["status"]["token"]
+    return write_kubeconfig(cluster.run, cluster.server, token=token, path=kubeconfig)
+
+
+@dataclass
+class OperatorProcess:
+    """The operator running as a subprocess under its ServiceAccount."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+    metrics_url: str
+    user: str = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}"
+
+    def stop(self) -> None:
+        terminate(self.process.pid, grace=15)
+
+
+def start_operator(cluster: Cluster, workdir: Path, *extra: str) -> OperatorProcess:
+    kubeconfig = operator_identity(cluster, workdir / "operator.kubeconfig")
+    metrics, liveness = free_ports(2)
+    log = workdir / "operator.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "rljob.cli",
+        "run",
+        f"--kubeconfig={kubeconfig}",
+        "--metrics-address=127.0.0.1",
+        f"--metrics-port={metrics}",
+        f"--liveness-port={liveness}",
+        "--resync-seconds=20",
+        *extra,
+    ]
+    proc = spawn("operator", cmd, workdir).process
+    op = OperatorProcess(
+        proc, log=workdir / "operator.log", metrics_url=f"http://127.0.0.1:{metrics}/metrics"
+    )
+    liveness_url = f"http://127.0.0.1:{liveness}/healthz"
+
+    def alive() -> bool:
+        assert proc.poll() is None, f"operator exited {proc.returncode}:\n{tail(log, 40)}"
+        with urllib.request.urlopen(liveness_url, timeout=2) as resp:
+            return bool(resp.status == 200)
+
+    wait_for(alive, 60, "the operator's liveness endpoint")
+    return op
+
+
+@pytest.fixture(scope="session")
+def operator(
+    cluster: Cluster, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """One operator for the session, under the least-privilege ServiceAccount."""
+    op = start_operator(cluster, tmp_path_factory.mktemp("operator"))
+    yield op
+    op.stop()

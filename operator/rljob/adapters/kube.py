@@ -1,0 +1,139 @@
+"""The operator's Kubernetes writes and reads through kubernetes.aio: never blocks the loop,
+a timeout on every call, errors mapped to one exception type with the HTTP status."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes.aio import config
+from kubernetes.aio.client import ApiClient
+from kubernetes.aio.client.exceptions import ApiException
+from kubernetes.aio.dynamic import DynamicClient
+from kubernetes.aio.dynamic.exceptions import DynamicApiError
+
+from rljob.adapters.paths import object_path, rljob_path
+from rljob.observability import API_ERRORS
+
+FIELD_MANAGER = "rljob-operator"
+JSON = dict[str, Any]
+
+
+class KubeError(Exception):
+    """A failed API call: `status` is the HTTP status (0 when no answer came back)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+
+def _error_message(body: object) -> str:
+    try:
+        return str(json.loads(body)["message"])  # type: ignore[arg-type]
+    except (TypeError, ValueError, KeyError):
+        return str(body)[:500]
+
+
+async def connect(kubeconfig: str | None) -> ApiClient:
+    """A client from in-cluster credentials, or from the given kubeconfig file."""
+    if kubeconfig:
+        return await config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return ApiClient()
+
+
+class Kube:
+    """JSON requests against the API server with a per-call timeout."""
+
+    def __init__(self, api: ApiClient, timeout: float = 10.0) -> None:
+        self._dynamic = DynamicClient(api)
+        self._api = api
+        self.timeout = timeout
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: JSON | None = None,
+        *,
+        content_type: str | None = None,
+        **params: Any,
+    ) -> JSON:
+        if content_type:
+            params["content_type"] = content_type
+        try:
+            resp = await self._dynamic.request(
+                method, path, body=body, serialize=False, _request_timeout=self.timeout, **params
+            )
+            data: JSON = await resp.json()
+        except (DynamicApiError, ApiException) as exc:
+            status = int(getattr(exc, "status", 0) or 0)
+            API_ERRORS.labels(status=str(status)).inc()
+            raise KubeError(status, _error_message(getattr(exc, "body", exc))) from None
+        except (OSError, TimeoutError) as exc:
+            API_ERRORS.labels(status="0").inc()
+            raise KubeError(0, f"{type(exc).__name__}: {exc}") from None
+        return data
+
+    async def apply(self, body: JSON) -> JSON:
+        """Server-side apply of a full manifest under our field manager."""
+        meta = body["metadata"]
+        path = object_path(body["apiVersion"], body["kind"], meta.get("namespace"), meta["name"])
+        return await self.request(
+            "patch",
+            path,
+            body,
+            content_type="application/apply-patch+yaml",
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+        )
+
+    async def delete(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        uid: str,
+        *,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        """Deletes exactly the object with this uid; Jobs always with Foreground propagation,
+        because the API's default for Jobs orphans their pods. A 404 means already gone."""
+        options: JSON = {"preconditions": {"uid": uid}}
+        if kind == "Job":
+            options["propagationPolicy"] = "Foreground"
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        try:
+            await self.request("delete", object_path(api_version, kind, namespace, name), options)
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
+
+    async def patch_status(
+        self, namespace: str, name: str, status: JSON, resource_version: str | None = None
+    ) -> JSON:
+        """Merge-patches the RLJob's status; with resource_version the write fails (409) if the
+        object changed since it was read."""
+        body: JSON = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return await self.request(
+            "patch",
+            rljob_path(namespace, name) + "/status",
+            body,
+            content_type="application/merge-patch+json",
+        )

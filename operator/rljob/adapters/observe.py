@@ -1,0 +1,118 @@
+"""Children as the operator remembers them: small frozen tuples summarised from watch events
+(kopf indexes keep these, never whole bodies)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "rljob-operator"
+JOB_LABEL = "rljob.io/job"
+ROLE_LABEL = "rljob.io/role"
+ATTEMPT_LABEL = "rljob.io/attempt"
+SPEC_HASH_ANNOTATION = "rljob.io/spec-hash"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+_MESSAGE_LIMIT = 4096
+
+Body = Mapping[str, Any]
+JobKey = tuple[str, str]  # (namespace, RLJob name)
+
+
+def job_key(body: Body) -> JobKey | None:
+    """The owning RLJob of a child, from its labels."""
+    meta = body.get("metadata", {})
+    job = (meta.get("labels") or {}).get(JOB_LABEL)
+    return (meta.get("namespace", ""), job) if job else None
+
+
+def _time(value: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _condition(status: Body, kind: str) -> Body:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
+
+
+def summarize_child(body: Body) -> ObservedChild:
+    """A Deployment, Service or Job reduced to what reconcile needs."""
+    meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    kind = body["kind"]
+    replicas = spec.get("parallelism" if kind == "Job" else "replicas", 0) or 0
+    ready = status.get("ready" if kind == "Job" else "readyReplicas", 0) or 0
+    failed = _condition(status, "Failed")
+    return ObservedChild(
+        kind=kind,
+        name=meta["name"],
+        uid=meta["uid"],
+        role=labels.get(ROLE_LABEL, ""),
+        spec_hash=annotations.get(SPEC_HASH_ANNOTATION, ""),
+        attempt=_int_or_none(labels.get(ATTEMPT_LABEL)),
+        replicas=int(replicas),
+        ready_replicas=int(ready),
+        updated_replicas=int(status.get("updatedReplicas", 0) or 0),
+        succeeded=_condition(status, "Complete").get("status") == "True",
+        failed=failed.get("status") == "True",
+        failed_message=str(failed.get("message", ""))[:_MESSAGE_LIMIT],
+        deleting=bool(meta.get("deletionTimestamp")),
+        created_at=_time(meta.get("creationTimestamp")),
+    )
+
+
+def _termination(status: Body) -> Body:
+    """The first terminated state among containers: current state first, then lastState."""
+    containers = status.get("containerStatuses") or []
+    for key in ("state", "lastState"):
+        for container in containers:
+            terminated = (container.get(key) or {}).get("terminated")
+            if terminated:
+                return dict(terminated)
+    return {}
+
+
+def summarize_pod(body: Body) -> ObservedPod:
+    meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    scheduled = _condition(status, "PodScheduled")
+    unschedulable = (
+        scheduled.get("reason") == "Unschedulable" and scheduled.get("status") == "False"
+    )
+    terminated = _termination(status)
+    containers = status.get("containerStatuses") or []
+    return ObservedPod(
+        name=meta["name"],
+        uid=meta["uid"],
+        role=labels.get(ROLE_LABEL, ""),
+        attempt=_int_or_none(labels.get(ATTEMPT_LABEL)),
+        node=spec.get("nodeName", "") or "",
+        phase=status.get("phase", "Unknown") or "Unknown",
+        ready=_condition(status, "Ready").get("status") == "True",
+        restart_count=sum(int(c.get("restartCount", 0) or 0) for c in containers),
+        unschedulable_message=str(scheduled.get("message", ""))[:_MESSAGE_LIMIT]
+        if unschedulable
+        else "",
+        exit_code=terminated.get("exitCode"),
+        reason=str(terminated.get("reason", "") or ""),
+        message=str(terminated.get("message", "") or "")[:_MESSAGE_LIMIT],
+        completion_index=_int_or_none(annotations.get(COMPLETION_INDEX_ANNOTATION)),
+        deleting=bool(meta.get("deletionTimestamp")),
+        created_at=_time(meta.get("creationTimestamp")),
+    )
+
+
+def observed_from(children: Iterable[ObservedChild], pods: Iterable[ObservedPod]) -> Observed:
+    return Observed(
+        children=tuple(sorted(children, key=lambda c: (c.kind, c.name))),
+        pods=tuple(sorted(pods, key=lambda p: p.name)),
+    )

@@ -1,0 +1,135 @@
+"""One reconcile pass of one RLJob: parse -> pure plan -> adapters -> status -> events.
+
+The Runtime owns the shared clients and the per-job workers; kopf handlers only feed it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from rljob.adapters.events import post_event
+from rljob.adapters.kube import Kube, KubeError, connect
+from rljob.adapters.observe import JobKey, observed_from
+from rljob.adapters.paths import api_version_of
+from rljob.api import API_VERSION, KIND, InvalidRLJobError, RLJobStatus, parse_rljob
+from rljob.observability import JOBS_BY_PHASE, RECONCILE_ERRORS, RECONCILE_SECONDS, SPEC_REJECTIONS
+from rljob.reconcile.acceptance import invalid_spec_status, with_accepted
+from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
+from rljob.reconcile.plan import Plan, reconcile, status_patch
+from rljob.workers import JobWorkers
+
+log = structlog.get_logger("rljob.controller")
+_INDEXES = ("deployments_idx", "jobs_idx", "services_idx", "pods_idx")
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """How the operator process was started."""
+
+    kubeconfig: str | None = None
+    namespace: str | None = None
+    resync_seconds: float = 300.0
+    api_timeout: float = 10.0
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class Runtime:
+    """Shared clients, the child indexes and the per-job workers of one operator process."""
+
+    def __init__(self, kube: Kube, options: RuntimeOptions) -> None:
+        self.kube = kube
+        self.options = options
+        self.workers = JobWorkers(self.run_pass, resync_seconds=options.resync_seconds)
+        self._indexes: dict[str, Mapping[Any, Iterable[Any]]] = {}
+        self._written: dict[str, dict[str, Any]] = {}  # uid -> last status we wrote
+        self._phases: dict[str, str] = {}
+
+    @classmethod
+    async def start(cls, options: RuntimeOptions) -> Runtime:
+        kube = Kube(await connect(options.kubeconfig), timeout=options.api_timeout)
+        return cls(kube, options)
+
+    async def stop(self) -> None:
+        await self.workers.stop()
+        await self.kube.close()
+
+    def bind_indexes(self, kwargs: Mapping[str, Any]) -> None:
+        """kopf hands its indexes to handlers only; keep a reference for the workers."""
+        if not self._indexes:
+            self._indexes = {name: kwargs[name] for name in _INDEXES if name in kwargs}
+
+    def observed(self, key: JobKey) -> Observed:
+        def values(name: str) -> list[Any]:
+            index = self._indexes.get(name)
+            return list(index.get(key, ())) if index is not None else []
+
+        children: list[ObservedChild] = [
+            *values("deployments_idx"),
+            *values("jobs_idx"),
+            *values("services_idx"),
+        ]
+        pods: list[ObservedPod] = values("pods_idx")
+        return observed_from(children, pods)
+
+    async def run_pass(self, body: dict[str, Any]) -> float | None:
+        meta = body["metadata"]
+        bound = log.bind(namespace=meta["namespace"], name=meta["name"])
+        with RECONCILE_SECONDS.time():
+            try:
+                return await self._reconcile(body)
+            except InvalidRLJobError as exc:
+                SPEC_REJECTIONS.labels(reason="InvalidSpec").inc()
+                await self._write_status(body, invalid_spec_status(body, exc.violations, _now()))
+                bound.warning("invalid spec", violations=[str(v) for v in exc.violations])
+                return None
+            except KubeError as exc:
+                RECONCILE_ERRORS.labels(kind=f"api_{exc.status}").inc()
+                bound.warning("API call failed; retrying", status=exc.status, error=exc.message)
+                raise
+
+    async def _reconcile(self, body: dict[str, Any]) -> float | None:
+        meta = body["metadata"]
+        job = parse_rljob(body)
+        plan: Plan = reconcile(job, self.observed((meta["namespace"], meta["name"])), _now())
+        for child in plan.apply:
+            await self.kube.apply(child.body)
+        for doomed in plan.delete:
+            await self.kube.delete(
+                api_version_of(doomed.kind), doomed.kind, meta["namespace"], doomed.name, doomed.uid
+            )
+        wrote = await self._write_status(body, with_accepted(plan.status, job, _now()))
+        if wrote or plan.apply or plan.delete:
+            for event in plan.events:
+                await post_event(self.kube, body, event.type, event.reason, event.message, _now())
+        self._count_phase(meta["uid"], plan.status.phase)
+        if plan.delete_job:
+            await self.kube.delete(API_VERSION, KIND, meta["namespace"], meta["name"], meta["uid"])
+        return plan.requeue_after
+
+    async def _write_status(self, body: dict[str, Any], status: RLJobStatus) -> bool:
+        """Patches status only when it differs from both the observed and our last write."""
+        meta = body["metadata"]
+        observed = RLJobStatus.model_validate(body.get("status") or {})
+        patch = status_patch(observed, status)
+        if patch is None or self._written.get(meta["uid"]) == patch:
+            return False
+        await self.kube.patch_status(meta["namespace"], meta["name"], patch)
+        self._written[meta["uid"]] = patch
+        return True
+
+    def _count_phase(self, uid: str, phase: object) -> None:
+        new = str(getattr(phase, "value", phase) or "Pending")
+        old = self._phases.get(uid)
+        if old == new:
+            return
+        if old is not None:
+            JOBS_BY_PHASE.labels(phase=old).dec()
+        JOBS_BY_PHASE.labels(phase=new).inc()
+        self._phases[uid] = new

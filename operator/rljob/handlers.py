@@ -1,0 +1,109 @@
+"""kopf routing only: settings at startup, child indexes, and events routed to the per-job
+workers. Every decision lives in the pure layers; every write in the adapters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from rljob.adapters.observe import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    job_key,
+    summarize_child,
+    summarize_pod,
+)
+from rljob.api import GROUP, PLURAL, VERSION
+from rljob.controller import Runtime, RuntimeOptions
+
+FINALIZER = "rljob.io/finalizer"
+ANNOTATION_PREFIX = "rljob.io"
+MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}
+CHILD_RESOURCES = (("apps", "v1", "deployments"), ("batch", "v1", "jobs"), ("", "v1", "services"))
+POD_RESOURCE = ("", "v1", "pods")
+
+
+def configure_settings(settings: kopf.OperatorSettings) -> None:
+    """All of kopf's settings in one place."""
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    settings.posting.reporting_component = "rljob-operator"
+    settings.peering.standalone = True  # kopf peering is not leader election
+    settings.watching.connect_timeout = 10
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 30
+    for group, version, plural in (*CHILD_RESOURCES, POD_RESOURCE):
+        # Server-side filtering: the operator never receives unrelated objects.
+        selector = (group, plural) if group else (version, plural)
+        settings.watching.label_selectors[selector] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    configure_settings(settings)
+    options: RuntimeOptions = memo["options"]
+    memo["runtime"] = await Runtime.start(options)
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    runtime: Runtime | None = memo.get("runtime")
+    if runtime is not None:
+        await runtime.stop()
+
+
+@kopf.index("apps", "v1", "deployments", labels=MANAGED)
+def deployments_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    key = job_key(body)
+    return {key: summarize_child(body)} if key else {}
+
+
+@kopf.index("batch", "v1", "jobs", labels=MANAGED)
+def jobs_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    key = job_key(body)
+    return {key: summarize_child(body)} if key else {}
+
+
+@kopf.index("", "v1", "services", labels=MANAGED)
+def services_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    key = job_key(body)
+    return {key: summarize_child(body)} if key else {}
+
+
+@kopf.index("", "v1", "pods", labels=MANAGED)
+def pods_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    key = job_key(body)
+    return {key: summarize_pod(body)} if key else {}
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+@kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
+@kopf.on.event("", "v1", "services", labels=MANAGED)
+@kopf.on.event("", "v1", "pods", labels=MANAGED)
+async def child_changed(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    runtime: Runtime = memo["runtime"]
+    runtime.bind_indexes(kwargs)
+    key = job_key(body)
+    if key:
+        runtime.workers.wake(key)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def rljob_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    runtime: Runtime = memo["runtime"]
+    runtime.bind_indexes(kwargs)
+    if event["type"] == "DELETED":
+        runtime.workers.forget(dict(body))
+    else:
+        runtime.workers.submit(dict(body))
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    # kopf's own credential readers: no dependency on a client library's config loading.
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)

@@ -1,0 +1,34 @@
+"""`rljob run`: start the operator (kopf) with logging, metrics and a liveness endpoint."""
+
+from __future__ import annotations
+
+import os
+
+import kopf
+
+from rljob.controller import RuntimeOptions
+from rljob.observability import configure_logging, serve_metrics
+
+
+def run_operator(
+    options: RuntimeOptions,
+    *,
+    metrics_address: str,
+    metrics_port: int,
+    liveness_endpoint: str,
+    log_level: str,
+) -> int:
+    configure_logging(log_level)
+    if options.kubeconfig:
+        os.environ["KUBECONFIG"] = options.kubeconfig  # read by kopf's kubeconfig login
+    serve_metrics(metrics_port, metrics_address)
+    import rljob.handlers  # noqa: F401 - registers the handlers with kopf
+
+    kopf.run(
+        standalone=True,
+        clusterwide=options.namespace is None,
+        namespaces=[options.namespace] if options.namespace else (),
+        liveness_endpoint=liveness_endpoint,
+        memo=kopf.Memo(options=options),
+    )
+    return 0

@@ -1,0 +1,111 @@
+"""Single-flight work per RLJob: one asyncio task per job uid runs every reconcile pass of that
+job, whatever woke it (its own events, a child's event, a requeue deadline, the resync)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+Body = dict[str, Any]
+JobKey = tuple[str, str]  # (namespace, name)
+PassResult = float | None  # seconds until the job wants another pass; None: only on events
+PassFn = Callable[[Body], Awaitable[PassResult]]
+
+log = structlog.get_logger("rljob.workers")
+
+
+@dataclass
+class _Job:
+    body: Body
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    deleted: bool = False
+
+
+class JobWorkers:
+    """Routes wake-ups to per-job workers; a job's passes never overlap."""
+
+    def __init__(
+        self,
+        run_pass: PassFn,
+        resync_seconds: float = 300.0,
+        max_error_backoff: float = 60.0,
+    ) -> None:
+        self._run_pass = run_pass
+        self._resync = resync_seconds
+        self._max_error_backoff = max_error_backoff
+        self._jobs: dict[str, _Job] = {}
+        self._uids: dict[JobKey, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def submit(self, body: Body) -> None:
+        """Records the newest body of an RLJob and wakes its worker (starting it if new)."""
+        meta = body["metadata"]
+        uid = meta["uid"]
+        job = self._jobs.get(uid)
+        if job is None:
+            job = self._jobs[uid] = _Job(body=body)
+            self._uids[(meta["namespace"], meta["name"])] = uid
+            job.task = asyncio.create_task(
+                self._work(uid), name=f"rljob:{meta['namespace']}/{meta['name']}"
+            )
+        job.body = body
+        job.wake.set()
+
+    def wake(self, key: JobKey) -> None:
+        """A child of (namespace, name) changed: run a pass of that job soon."""
+        uid = self._uids.get(key)
+        if uid is not None and uid in self._jobs:
+            self._jobs[uid].wake.set()
+
+    def forget(self, body: Body) -> None:
+        """The RLJob is gone: stop its worker after any pass in progress."""
+        meta = body["metadata"]
+        job = self._jobs.pop(meta["uid"], None)
+        if self._uids.get((meta["namespace"], meta["name"])) == meta["uid"]:
+            del self._uids[(meta["namespace"], meta["name"])]
+        if job is not None:
+            job.deleted = True
+            job.wake.set()
+
+    async def stop(self) -> None:
+        tasks = [job.task for job in self._jobs.values() if job.task is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._jobs.clear()
+        self._uids.clear()
+
+    async def _work(self, uid: str) -> None:
+        errors = 0
+        delay: float | None = 0.0
+        while True:
+            job = self._jobs.get(uid)
+            if job is None or job.deleted:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    job.wake.wait(), timeout=self._resync if delay is None else delay
+                )
+            job.wake.clear()
+            if job.deleted:
+                return
+            try:
+                delay = await self._run_pass(job.body)
+                errors = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                errors += 1
+                delay = min(self._max_error_backoff, 0.5 * 2**errors) * random.uniform(0.8, 1.2)
+                log.exception("reconcile pass failed; retrying", uid=uid, retry_in=round(delay, 1))

@@ -1,0 +1,52 @@
+"""The Kubernetes adapter's delete always carries the uid precondition, and Jobs always go with
+Foreground propagation (the API's default for Jobs orphans their pods)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rljob.adapters.kube import Kube, KubeError
+
+
+class _Recorder(Kube):
+    def __init__(self, fail_with: int | None = None) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+        self.fail_with = fail_with
+
+    async def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+        self.calls.append((method, path, body))
+        if self.fail_with:
+            raise KubeError(self.fail_with, "boom")
+        return {}
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind", "expected_body"),
+    [
+        pytest.param(
+            "batch/v1",
+            "Job",
+            {"preconditions": {"uid": "u1"}, "propagationPolicy": "Foreground"},
+            id="job-foreground",
+        ),
+        pytest.param(
+            "apps/v1", "Deployment", {"preconditions": {"uid": "u1"}}, id="deployment-default"
+        ),
+        pytest.param("v1", "Pod", {"preconditions": {"uid": "u1"}}, id="pod"),
+    ],
+)
+async def test_delete_sends_uid_precondition(
+    api_version: str, kind: str, expected_body: dict[str, Any]
+) -> None:
+    kube = _Recorder()
+    await kube.delete(api_version, kind, "ns", "x", "u1")
+    [(method, _, body)] = kube.calls
+    assert (method, body) == ("delete", expected_body)
+
+
+async def test_delete_of_a_gone_object_is_success_but_other_errors_raise() -> None:
+    await _Recorder(fail_with=404).delete("batch/v1", "Job", "ns", "x", "u1")
+    with pytest.raises(KubeError):
+        await _Recorder(fail_with=409).delete("batch/v1", "Job", "ns", "x", "u1")

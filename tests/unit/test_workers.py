@@ -1,0 +1,78 @@
+"""Per-job workers: passes of one job never overlap, a burst of wake-ups collapses, a failing
+pass is retried, and a forgotten job stops."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rljob.workers import JobWorkers
+
+
+def _body(uid: str, name: str = "job") -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "namespace": "ns", "name": name}}
+
+
+async def _until(predicate: Any, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+async def test_passes_of_one_job_never_overlap_and_bursts_collapse() -> None:
+    running, overlaps, passes = 0, 0, 0
+    release = asyncio.Event()
+
+    async def slow_pass(_: dict[str, Any]) -> None:
+        nonlocal running, overlaps, passes
+        running += 1
+        overlaps = max(overlaps, running)
+        await release.wait()
+        passes += 1
+        running -= 1
+
+    workers = JobWorkers(slow_pass)
+    workers.submit(_body("a"))
+    await _until(lambda: running == 1)
+    for _ in range(50):
+        workers.wake(("ns", "job"))
+    release.set()
+    await _until(lambda: passes >= 2)
+    await asyncio.sleep(0.05)
+    assert (overlaps, passes) == (1, 2)
+    await workers.stop()
+
+
+async def test_failing_pass_is_retried_and_forgotten_job_stops() -> None:
+    calls = 0
+
+    async def flaky(_: dict[str, Any]) -> float | None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("API down")
+        return None
+
+    workers = JobWorkers(flaky, max_error_backoff=0.05)
+    workers.submit(_body("b"))
+    await _until(lambda: calls >= 2)
+    workers.forget(_body("b"))
+    assert len(workers) == 0
+    workers.wake(("ns", "job"))
+    await asyncio.sleep(0.05)
+    assert calls == 2
+    await workers.stop()
+
+
+async def test_requeue_delay_triggers_another_pass_without_events() -> None:
+    calls = 0
+
+    async def requeue(_: dict[str, Any]) -> float:
+        nonlocal calls
+        calls += 1
+        return 0.01
+
+    workers = JobWorkers(requeue)
+    workers.submit(_body("c"))
+    await _until(lambda: calls >= 3)
+    await workers.stop()
