@@ -17,6 +17,10 @@ def _dev(args: argparse.Namespace) -> int:
         if args.detach:
             return launcher.up_detached(run_dir, args.profile)
         return launcher.up(run_dir, args.profile, fresh=not args.foreground_child)
+    if args.dev_command == "demo":
+        from rljob.dev.demo import run_demo
+
+        return run_demo(run_dir, once=args.once)
     if args.dev_command == "down":
         return launcher.down(run_dir)
     print(launcher.env_lines(run_dir))
@@ -70,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     dev_up.add_argument("--profile", choices=["demo", "test"], default="demo")
     dev_up.add_argument("--detach", action="store_true", help="return once ready")
     dev_up.add_argument("--foreground-child", action="store_true", help=argparse.SUPPRESS)
+    demo = dev_commands.add_parser("demo", help="control plane + operator + the demo RLJob")
+    demo.add_argument("--once", action="store_true", help="exit once the job is Ready")
     for name, text in (("down", "stop it"), ("env", "print the KUBECONFIG export")):
         dev_commands.add_parser(name, help=text)
     for sub in dev_commands.choices.values():

@@ -87,7 +87,7 @@ class KubeApi:
     def apply(self, path: str, body: JSON, field_manager: str) -> JSON:
         return self.request(
             "PATCH",
-            f"{path}?fieldManager={field_manager}&force=true",
+            f"{path}{'&' if '?' in path else '?'}fieldManager={field_manager}&force=true",
             body,
             "application/apply-patch+yaml",
         )

@@ -34,7 +34,8 @@ def default_run_dir() -> Path:
     return cache_root() / "run" / "dev"
 
 
-def _fresh(run_dir: Path) -> None:
+def fresh_run_dir(run_dir: Path) -> None:
+    """Empties run_dir, refusing when a plane from it is still running."""
     try:
         running_plane(run_dir)
     except (OSError, ValueError, ControlPlaneError):
@@ -49,7 +50,7 @@ def _fresh(run_dir: Path) -> None:
 def up(run_dir: Path, profile: str, *, fresh: bool = True) -> int:
     """Starts the plane and supervises it until SIGINT/SIGTERM or a component dies."""
     if fresh:
-        _fresh(run_dir)
+        fresh_run_dir(run_dir)
     plane = ControlPlane(run_dir, bin_dir(), profile)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -72,7 +73,7 @@ def up(run_dir: Path, profile: str, *, fresh: bool = True) -> int:
 
 def up_detached(run_dir: Path, profile: str, timeout: float = 300.0) -> int:
     """Starts a supervisor in its own session and returns once the plane is ready."""
-    _fresh(run_dir)
+    fresh_run_dir(run_dir)
     log = (run_dir / "launcher.log").open("ab")
     cmd = [
         sys.executable,

@@ -1,0 +1,152 @@
+"""The operator on the local control plane: CRD install, its least-privilege identity, and the
+operator process. Shared by `rljob dev demo` and the integration fixtures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rljob.api import crd_manifest
+from rljob.dev.controlplane import ControlPlaneError, RunDir, wait_until, write_kubeconfig
+from rljob.dev.kubeapi import KubeApi
+from rljob.dev.processes import free_ports, spawn, tail, terminate
+
+CRD_NAME = "rljobs.rljob.io"
+OPERATOR_NAMESPACE = "rljob-system"
+OPERATOR_ACCOUNT = "rljob-operator"
+FIELD_MANAGER = "rljob-dev"
+
+
+def rbac_rules() -> list[dict[str, Any]]:
+    """The chart's rules (charts/rljob-operator/files/rbac-rules.yaml), one source of truth."""
+    repo_file = (
+        Path(__file__).resolve().parents[3]
+        / "charts"
+        / "rljob-operator"
+        / "files"
+        / "rbac-rules.yaml"
+    )
+    text = (
+        repo_file.read_text()
+        if repo_file.exists()
+        else resources.files("rljob.dev").joinpath("rbac-rules.yaml").read_text()
+    )
+    rules: list[dict[str, Any]] = yaml.safe_load(text)
+    return rules
+
+
+def install_crd(api: KubeApi) -> list[str]:
+    """Server-side applies the generated CRD, waits until Established; returns API warnings."""
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
+    api.apply(path, crd_manifest(), field_manager=FIELD_MANAGER)
+    warnings = list(api.last_warnings)
+
+    def established() -> bool:
+        conditions = api.get(path).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_until(established, 30, f"CRD {CRD_NAME} to be Established")
+    return warnings
+
+
+def _object(api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
+
+
+def _identity_objects() -> list[tuple[str, dict[str, Any]]]:
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    ns, sa = OPERATOR_NAMESPACE, OPERATOR_ACCOUNT
+    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": sa}
+    return [
+        (
+            f"/api/v1/namespaces/{ns}",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        ),
+        (
+            f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}",
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": sa, "namespace": ns},
+            },
+        ),
+        (
+            f"{rbac}/clusterroles/{sa}",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": sa},
+                "rules": rbac_rules(),
+            },
+        ),
+        (
+            f"{rbac}/clusterrolebindings/{sa}",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": sa},
+                "roleRef": role_ref,
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
+            },
+        ),
+    ]
+
+
+def operator_kubeconfig(api: KubeApi, run: RunDir, path: Path) -> Path:
+    """A token kubeconfig for the operator's ServiceAccount, bound to exactly the chart's rules."""
+    for object_path, body in _identity_objects():
+        api.apply(object_path, body, field_manager=FIELD_MANAGER)
+    token = api.create(
+        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{OPERATOR_ACCOUNT}/token",
+        {"spec": {"expirationSeconds": 86400}},
+    )["status"]["token"]
+    return write_kubeconfig(run, api.creds.server, token=token, path=path)
+
+
+@dataclass
+class OperatorProcess:
+    """The operator running as a subprocess."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+    metrics_url: str
+    user: str = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}"
+
+    def stop(self) -> None:
+        terminate(self.process.pid, grace=15)
+
+
+def start_operator(
+    api: KubeApi, run: RunDir, workdir: Path, *extra: str, env: dict[str, str] | None = None
+) -> OperatorProcess:
+    """Starts `rljob run` under the operator's ServiceAccount and waits for its liveness probe."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    kubeconfig = operator_kubeconfig(api, run, workdir / "operator.kubeconfig")
+    metrics, liveness = free_ports(2)
+    cmd = [
+        sys.executable, "-m", "rljob.cli", "run",
+        f"--kubeconfig={kubeconfig}",
+        "--metrics-address=127.0.0.1",
+        f"--metrics-port={metrics}",
+        f"--liveness-port={liveness}",
+        *extra,
+    ]  # fmt: skip
+    managed = spawn("operator", cmd, workdir, env=env)
+    op = OperatorProcess(managed.process, managed.log, f"http://127.0.0.1:{metrics}/metrics")
+
+    def alive() -> bool:
+        if op.process.poll() is not None:
+            raise ControlPlaneError(f"operator exited {op.process.returncode}:\n{tail(op.log, 40)}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{liveness}/healthz", timeout=2) as resp:
+            return bool(resp.status == 200)
+
+    wait_until(alive, 60, "the operator's liveness endpoint")
+    return op

@@ -1,0 +1,102 @@
+"""Helpers for tests that drive RLJobs through the real API server and the operator."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rljob.dev.binaries import bin_dir
+from tests.helpers import wait_for
+from tests.integration.conftest import Cluster
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+JOB_LABEL = "rljob.io/job"
+ROLE_LABEL = "rljob.io/role"
+
+
+def example(name: str = "rljob-minimal", **spec_changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    body["spec"].update(copy.deepcopy(spec_changes))
+    return body
+
+
+def rljob_path(namespace: str, name: str = "") -> str:
+    tail = f"/{name}" if name else ""
+    return f"/apis/rljob.io/v1alpha1/namespaces/{namespace}/rljobs{tail}"
+
+
+def apply_rljob(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    body = {**body, "metadata": {**body["metadata"], "namespace": namespace}}
+    path = rljob_path(namespace, body["metadata"]["name"]) + "?fieldValidation=Strict"
+    return cluster.api.apply(path, body, field_manager="rljob-tests")
+
+
+def patch_spec(cluster: Cluster, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    cluster.api.merge_patch(rljob_path(namespace, name), {"spec": spec})
+
+
+def get_rljob(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return cluster.api.get(rljob_path(namespace, name))
+
+
+def condition(job: dict[str, Any], kind: str) -> dict[str, Any]:
+    conditions = job.get("status", {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == kind), {})
+
+
+def wait_condition(
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    kind: str,
+    *,
+    status: str = "True",
+    timeout: float = 60,
+) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        job = get_rljob(cluster, namespace, name)
+        return job if condition(job, kind).get("status") == status else None
+
+    return wait_for(reached, timeout, f"{name} condition {kind}={status}")
+
+
+def wait_phase(
+    cluster: Cluster, namespace: str, name: str, phase: str, timeout: float = 60
+) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        job = get_rljob(cluster, namespace, name)
+        return job if job.get("status", {}).get("phase") == phase else None
+
+    return wait_for(reached, timeout, f"{name} phase {phase}")
+
+
+def children(
+    cluster: Cluster, namespace: str, plural_path: str, job: str, role: str | None = None
+) -> list[dict[str, Any]]:
+    selector = f"{JOB_LABEL}={job}" + (f",{ROLE_LABEL}={role}" if role else "")
+    items: list[dict[str, Any]] = cluster.api.get(
+        f"{plural_path.format(ns=namespace)}?labelSelector={selector}"
+    )["items"]
+    return items
+
+
+DEPLOYMENTS = "/apis/apps/v1/namespaces/{ns}/deployments"
+REPLICASETS = "/apis/apps/v1/namespaces/{ns}/replicasets"
+JOBS = "/apis/batch/v1/namespaces/{ns}/jobs"
+SERVICES = "/api/v1/namespaces/{ns}/services"
+PODS = "/api/v1/namespaces/{ns}/pods"
+
+
+def kubectl(cluster: Cluster, *args: str) -> str:
+    out = subprocess.run(
+        [str(bin_dir() / "kubectl"), f"--kubeconfig={cluster.run.kubeconfig}", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return out.stdout
