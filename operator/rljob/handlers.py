@@ -27,7 +27,9 @@ POD_RESOURCE = ("", "v1", "pods")
 def configure_settings(settings: kopf.OperatorSettings) -> None:
     """All of kopf's settings in one place."""
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=ANNOTATION_PREFIX
+    )
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
     )
@@ -94,7 +96,9 @@ async def child_changed(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def rljob_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+async def rljob_changed(
+    event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **kwargs: Any
+) -> None:
     runtime: Runtime = memo["runtime"]
     runtime.bind_indexes(kwargs)
     if event["type"] == "DELETED":

@@ -338,3 +338,35 @@ def test_a_healthy_job_causes_no_writes(
     ]
     assert passes >= 3
     assert writes == []
+
+
+def test_a_new_renderer_does_not_roll_running_roles(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    _ready_job(cluster, namespace)
+    (deployment,) = children(cluster, namespace, DEPLOYMENTS, NAME, "rollout")
+    (trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
+    replicasets = {rs["metadata"]["uid"] for rs in children(cluster, namespace, REPLICASETS, NAME)}
+
+    operator.restart(env={"RLJOB_TEST_RENDER_MARKER": "v2"})
+    passes = _metric(operator, "rljob_reconcile_duration_seconds_count")
+    other = example()
+    other["metadata"]["name"] = "grpo-after-upgrade"
+    apply_rljob(cluster, namespace, other)
+    wait_condition(cluster, namespace, "grpo-after-upgrade", "Ready", timeout=90)
+    wait_for(
+        lambda: _metric(operator, "rljob_reconcile_duration_seconds_count") >= passes + 3,
+        60,
+        "three more reconcile passes",
+    )
+
+    (new_deployment,) = children(cluster, namespace, DEPLOYMENTS, "grpo-after-upgrade", "rollout")
+    annotations = new_deployment["spec"]["template"]["metadata"].get("annotations", {})
+    assert annotations.get("rljob.io/render-marker") == "v2"  # the renderer did change
+    (same,) = children(cluster, namespace, DEPLOYMENTS, NAME, "rollout")
+    assert same["metadata"]["generation"] == deployment["metadata"]["generation"]
+    assert {
+        rs["metadata"]["uid"] for rs in children(cluster, namespace, REPLICASETS, NAME)
+    } == replicasets
+    (same_trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
+    assert same_trainer["metadata"]["uid"] == trainer["metadata"]["uid"]

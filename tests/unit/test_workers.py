@@ -13,9 +13,9 @@ def _body(uid: str, name: str = "job") -> dict[str, Any]:
     return {"metadata": {"uid": uid, "namespace": "ns", "name": name}}
 
 
-async def _until(predicate: Any, timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
+async def _until(predicate: Any, limit: float = 5.0) -> None:
+    async with asyncio.timeout(limit):
+        while not predicate():  # noqa: ASYNC110 - polls a plain predicate, not an event
             await asyncio.sleep(0.01)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from rljob.adapters.kube import Kube
 from rljob.adapters.paths import object_path
+from rljob.reconcile.events import EventSpec
 
 COMPONENT = "rljob-operator"
 _MESSAGE_LIMIT = 1024
@@ -47,7 +48,7 @@ def event_body(
 
 
 async def post_event(
-    kube: Kube, involved: dict[str, Any], type_: str, reason: str, message: str, now: dt.datetime
+    kube: Kube, involved: dict[str, Any], event: EventSpec, now: dt.datetime
 ) -> None:
-    body = event_body(involved, type_, reason, message, now)
+    body = event_body(involved, event.type, event.reason, event.message, now)
     await kube.request("post", object_path("v1", "Event", body["metadata"]["namespace"]), body)

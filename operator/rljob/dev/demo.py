@@ -43,7 +43,9 @@ def _apply_demo_job(api: KubeApi) -> str:
     body = _example()
     body["metadata"]["namespace"] = DEMO_NAMESPACE
     name = str(body["metadata"]["name"])
-    path = f"/apis/rljob.io/v1alpha1/namespaces/{DEMO_NAMESPACE}/rljobs/{name}?fieldValidation=Strict"
+    path = (
+        f"/apis/rljob.io/v1alpha1/namespaces/{DEMO_NAMESPACE}/rljobs/{name}?fieldValidation=Strict"
+    )
     api.apply(path, body, field_manager="rljob-demo")
     return name
 
@@ -69,20 +71,29 @@ def run_demo(run_dir: Path, *, once: bool = False, timeout: float = 180.0) -> in
     started = time.monotonic()
     try:
         plane.start()
-        print(f"control plane ready in {time.monotonic() - started:.1f}s (4 nodes x 8 H100)", flush=True)
+        print(
+            f"control plane ready in {time.monotonic() - started:.1f}s (4 nodes x 8 H100)",
+            flush=True,
+        )
         api = plane.api()
         install_crd(api)
         operator = start_operator(api, plane.dir, run_dir / "operator")
         print(f"operator running as its ServiceAccount; log: {operator.log}", flush=True)
         name = _apply_demo_job(api)
-        print(f"applied examples/rljob-demo.yaml as {DEMO_NAMESPACE}/{name}; waiting for Ready", flush=True)
-        wait_until(lambda: _ready(api, name), timeout, f"RLJob {name} to become Ready", interval=1.0)
+        print(
+            f"applied examples/rljob-demo.yaml as {DEMO_NAMESPACE}/{name}; waiting for Ready",
+            flush=True,
+        )
+        wait_until(
+            lambda: _ready(api, name), timeout, f"RLJob {name} to become Ready", interval=1.0
+        )
         print(f"RLJob Ready {time.monotonic() - started:.1f}s after start", flush=True)
         _kubectl(plane.dir.kubeconfig, "get", "rlj", "-n", DEMO_NAMESPACE, "-o", "wide")
         _kubectl(plane.dir.kubeconfig, "get", "pods", "-n", DEMO_NAMESPACE, "-o", "wide")
         _kubectl(plane.dir.kubeconfig, "describe", "rlj", name, "-n", DEMO_NAMESPACE)
         if not once:
-            print(f"\nTry it yourself:\n  {env_lines(run_dir)}\n  kubectl get rlj -A\nCtrl-C stops everything.")
+            print(f"\nTry it yourself:\n  {env_lines(run_dir)}\n  kubectl get rlj -A")
+            print("Ctrl-C stops everything.", flush=True)
             while not stop.wait(1.0):
                 if operator.process.poll() is not None:
                     print("the operator exited; stopping", flush=True)

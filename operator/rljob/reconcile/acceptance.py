@@ -7,47 +7,15 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rljob.api import Condition, ConditionStatus, FieldViolation, RLJob, RLJobStatus
+from rljob.api import FieldViolation, RLJob, RLJobStatus
+from rljob.reconcile.conditions import ConditionState, set_condition
 
 ACCEPTED = "Accepted"
-
-
-def upsert_condition(
-    conditions: Sequence[Condition],
-    type_: str,
-    status: ConditionStatus,
-    reason: str,
-    message: str,
-    generation: int | None,
-    now: dt.datetime,
-) -> list[Condition]:
-    """conditions with `type_` set; lastTransitionTime moves only when the status flips."""
-    previous = next((c for c in conditions if c.type == type_), None)
-    since = previous.last_transition_time if previous and previous.status == status else now
-    updated = Condition(
-        type=type_,
-        status=status,
-        reason=reason,
-        message=message,
-        last_transition_time=since,
-        observed_generation=generation,
-    )
-    if previous == updated:
-        return list(conditions)
-    return [c for c in conditions if c.type != type_] + [updated]
+_VALID = ConditionState.of(ACCEPTED, True, "SpecValid", "the spec is valid")
 
 
 def with_accepted(status: RLJobStatus, job: RLJob, now: dt.datetime) -> RLJobStatus:
-    generation = job.metadata.generation
-    conditions = upsert_condition(
-        status.conditions or [],
-        ACCEPTED,
-        ConditionStatus.TRUE,
-        "SpecValid",
-        "the spec is valid",
-        generation,
-        now,
-    )
+    conditions = set_condition(status.conditions or [], _VALID, now, job.metadata.generation)
     return status.model_copy(update={"conditions": conditions})
 
 
@@ -59,13 +27,8 @@ def invalid_spec_status(
     generation = body.get("metadata", {}).get("generation")
     first = violations[0] if violations else FieldViolation(field="spec", message="invalid")
     more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
-    conditions = upsert_condition(
-        previous.conditions or [],
-        ACCEPTED,
-        ConditionStatus.FALSE,
-        "InvalidSpec",
-        f"{first.field}: {first.message}{more}",
-        generation,
-        now,
+    state = ConditionState.of(
+        ACCEPTED, False, "InvalidSpec", f"{first.field}: {first.message}{more}"
     )
+    conditions = set_condition(previous.conditions or [], state, now, generation)
     return previous.model_copy(update={"conditions": conditions, "observed_generation": generation})

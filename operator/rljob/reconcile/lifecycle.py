@@ -1,0 +1,312 @@
+"""The trainer's lifecycle: which attempt is current, whether its Job may be created, and what
+happened to it (succeeded, failed, suspended, not scheduled in time).
+
+`status.attempt` is the source of truth across operator restarts. A new attempt starts on resume
+after suspend and after a scheduling timeout; neither counts as a restart. A new attempt's Job is
+created only once every pod of earlier attempts has terminated, so two attempts never run (or
+write checkpoints) at once, and after a scheduling timeout only once failurePolicy.backoff.initial
+has passed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from rljob.api import (
+    AttemptRecord,
+    ConditionType,
+    FailureReason,
+    JobPhase,
+    RLJob,
+    RoleName,
+    parse_duration,
+)
+from rljob.api.spec import CHECKPOINT_VERSION_PATTERN
+from rljob.api.status import MAX_ATTEMPTS
+from rljob.reconcile.conditions import is_true, one_line, valid_reason
+from rljob.reconcile.names import trainer_job_name
+from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
+
+TERMINAL_PHASES = (JobPhase.SUCCEEDED, JobPhase.FAILED)
+RESUME_STEP_ENV = "RLJOB_RESUME_STEP"
+RESUME_VERSION_ENV = "RLJOB_RESUME_VERSION"
+END_REASON_MAX_LENGTH = 64
+SUCCEEDED_END = "Succeeded"
+SUSPENDED_END = "Suspended"
+TRAINER_FAILED = "TrainerFailed"
+
+
+class TrainerState(StrEnum):
+    """What the current trainer attempt is doing in this pass."""
+
+    FINISHED = "Finished"  # the job had already Succeeded or Failed
+    SUCCEEDED = "Succeeded"  # the attempt's Job completed: the job succeeds now
+    FAILED = "Failed"  # the attempt's Job failed: the job fails now
+    SUSPENDED = "Suspended"
+    TIMED_OUT = "TimedOut"  # not all pods scheduled in time: Job deleted, next attempt
+    WAITING = "Waiting"  # the attempt's Job waits for older pods to go or for the backoff
+    STARTING = "Starting"  # the attempt's Job is created now or exists, not every rank ready
+    RUNNING = "Running"  # every rank ready
+
+
+STOPPED_STATES = frozenset(
+    {TrainerState.FINISHED, TrainerState.SUCCEEDED, TrainerState.FAILED, TrainerState.SUSPENDED}
+)
+FINISHED_STATES = frozenset({TrainerState.FINISHED, TrainerState.SUCCEEDED, TrainerState.FAILED})
+
+
+@dataclass(frozen=True)
+class TrainerFailure:
+    """Why the trainer failed: the failing rank's termination reason and message."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class TrainerDecision:
+    state: TrainerState
+    attempt: int
+    job: ObservedChild | None = None  # the current attempt's Job, when it exists
+    create_job: bool = False
+    wait_seconds: float | None = None  # until the scheduling deadline or the end of the backoff
+    after_unschedulable: bool = False  # the previous attempt timed out, this one is not yet placed
+    failure: TrainerFailure | None = None
+    message: str = ""
+
+    @property
+    def stopped(self) -> bool:
+        return self.state in STOPPED_STATES
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+def decide_trainer(job: RLJob, observed: Observed, now: datetime) -> TrainerDecision:
+    status = job.status
+    attempt = status.attempt or 1
+    current = _trainer_job(observed, job.metadata.name, attempt)
+    if status.phase in TERMINAL_PHASES:
+        return TrainerDecision(TrainerState.FINISHED, attempt, job=current)
+    live = current if current is not None and not current.deleting else None
+    if live is not None and live.succeeded:
+        message = f"trainer Job {live.name} completed"
+        return TrainerDecision(TrainerState.SUCCEEDED, attempt, job=live, message=message)
+    if live is not None and live.failed:
+        failure = failing_rank(_attempt_pods(observed, attempt), live)
+        return TrainerDecision(
+            TrainerState.FAILED, attempt, job=live, failure=failure, message=failure.message
+        )
+    if job.spec.suspend:
+        return TrainerDecision(TrainerState.SUSPENDED, attempt, message="spec.suspend is true")
+    if is_true(status.conditions, ConditionType.SUSPENDED) and _started(job, attempt, current):
+        return _next_attempt(job, observed, attempt + 1, now)
+    if live is not None:
+        return _running_attempt(job, observed, live, attempt, now)
+    return _next_attempt(job, observed, attempt, now)
+
+
+def trainer_pods(observed: Observed, attempt: int) -> list[ObservedPod]:
+    return [pod for pod in _attempt_pods(observed, attempt) if not pod.deleting]
+
+
+def _attempt_pods(observed: Observed, attempt: int) -> list[ObservedPod]:
+    return [
+        pod
+        for pod in observed.pods
+        if pod.role == RoleName.TRAINER.value and pod.attempt == attempt
+    ]
+
+
+def _trainer_job(observed: Observed, job_name: str, attempt: int) -> ObservedChild | None:
+    name = trainer_job_name(job_name, attempt)
+    return next((c for c in observed.children if c.kind == "Job" and c.name == name), None)
+
+
+def _started(job: RLJob, attempt: int, current: ObservedChild | None) -> bool:
+    """Whether the attempt's Job was ever created (a job created suspended has not started)."""
+    return current is not None or _record(job.status.attempts, attempt) is not None
+
+
+def _running_attempt(
+    job: RLJob, observed: Observed, live: ObservedChild, attempt: int, now: datetime
+) -> TrainerDecision:
+    nodes = job.spec.roles.trainer.nodes
+    pods = trainer_pods(observed, attempt)
+    scheduled = sum(1 for pod in pods if pod.node)
+    state = TrainerState.RUNNING if live.ready_replicas >= nodes else TrainerState.STARTING
+    placed = scheduled >= nodes or _ran_before(job, attempt)
+    decision = TrainerDecision(
+        state, attempt, job=live, after_unschedulable=not placed and _after_timeout(job, attempt)
+    )
+    if placed or live.created_at is None:
+        return decision
+    timeout = job.spec.roles.trainer.scheduling_timeout
+    remaining = (live.created_at - now).total_seconds() + parse_duration(timeout)
+    if remaining > 0:
+        return replace(decision, wait_seconds=remaining)
+    return _timed_out(job, live, pods, scheduled, attempt)
+
+
+def _ran_before(job: RLJob, attempt: int) -> bool:
+    return job.status.phase == JobPhase.RUNNING and job.status.attempt == attempt
+
+
+def _timed_out(
+    job: RLJob,
+    live: ObservedChild,
+    pods: Sequence[ObservedPod],
+    scheduled: int,
+    attempt: int,
+) -> TrainerDecision:
+    trainer = job.spec.roles.trainer
+    backoff = job.spec.failure_policy.backoff.initial
+    scheduler_says = next((p.unschedulable_message for p in pods if p.unschedulable_message), "")
+    message = (
+        f"trainer attempt {attempt}: {scheduled}/{trainer.nodes} pods scheduled within "
+        f"schedulingTimeout {trainer.scheduling_timeout}; deleted Job {live.name} to free its "
+        f"GPUs; attempt {attempt + 1} starts in {backoff}"
+    )
+    if scheduler_says:
+        message += f": {scheduler_says}"
+    return TrainerDecision(
+        TrainerState.TIMED_OUT,
+        attempt + 1,
+        job=live,
+        wait_seconds=parse_duration(backoff),
+        after_unschedulable=True,
+        message=one_line(message),
+    )
+
+
+def _after_timeout(job: RLJob, attempt: int) -> bool:
+    previous = _record(job.status.attempts, attempt - 1)
+    return previous is not None and previous.end_reason == FailureReason.UNSCHEDULABLE.value
+
+
+def _next_attempt(job: RLJob, observed: Observed, attempt: int, now: datetime) -> TrainerDecision:
+    """The current attempt has no live Job: create it unless something must go first."""
+    after_timeout = _after_timeout(job, attempt)
+    lingering = _lingering_trainer(observed, job.metadata.name, attempt)
+    if lingering:
+        message = f"trainer attempt {attempt} waits for {lingering} to terminate"
+        return TrainerDecision(
+            TrainerState.WAITING, attempt, after_unschedulable=after_timeout, message=message
+        )
+    remaining = _backoff_remaining(job, attempt, now) if after_timeout else 0.0
+    if remaining > 0:
+        backoff = job.spec.failure_policy.backoff.initial
+        message = f"trainer attempt {attempt} starts {backoff} after the scheduling timeout"
+        return TrainerDecision(
+            TrainerState.WAITING,
+            attempt,
+            wait_seconds=remaining,
+            after_unschedulable=True,
+            message=message,
+        )
+    return TrainerDecision(
+        TrainerState.STARTING, attempt, create_job=True, after_unschedulable=after_timeout
+    )
+
+
+def _lingering_trainer(observed: Observed, job_name: str, attempt: int) -> str:
+    """Trainer pods still running or terminating (of earlier attempts, or of this attempt's Job
+    being deleted), or this attempt's Job being deleted: the new Job must wait for them."""
+    pods = [pod for pod in observed.pods if pod.role == RoleName.TRAINER.value and not pod.terminal]
+    if pods:
+        return f"{len(pods)} trainer pod{'s' if len(pods) > 1 else ''}"
+    current = _trainer_job(observed, job_name, attempt)
+    if current is not None and current.deleting:
+        return f"Job {current.name}"
+    return ""
+
+
+def _backoff_remaining(job: RLJob, attempt: int, now: datetime) -> float:
+    previous = _record(job.status.attempts, attempt - 1)
+    if previous is None or previous.ended_at is None:
+        return 0.0
+    delay = timedelta(seconds=parse_duration(job.spec.failure_policy.backoff.initial))
+    return (previous.ended_at + delay - now).total_seconds()
+
+
+def failing_rank(pods: Sequence[ObservedPod], job: ObservedChild) -> TrainerFailure:
+    """The failed rank with the lowest completion index and a non-zero exit code; the Job's
+    Failed condition when no such pod is observed. Ranks the Job controller deleted after the
+    first failure (SIGTERM victims, marked deleting) count only when no other rank failed."""
+    failed = [p for p in pods if p.phase == "Failed" and p.exit_code not in (None, 0)]
+    if not failed:
+        return TrainerFailure(TRAINER_FAILED, one_line(job.failed_message or f"{job.name} failed"))
+    pod = min(
+        failed,
+        key=lambda p: (p.deleting, p.completion_index is None, p.completion_index or 0, p.name),
+    )
+    rank = "?" if pod.completion_index is None else str(pod.completion_index)
+    reason = valid_reason(pod.reason, TRAINER_FAILED)
+    message = f"trainer rank {rank} (pod {pod.name}) exited with code {pod.exit_code} ({reason})"
+    if pod.message:
+        message += f": {pod.message}"
+    return TrainerFailure(reason, one_line(message))
+
+
+def updated_attempts(
+    records: Sequence[AttemptRecord],
+    decision: TrainerDecision,
+    now: datetime,
+    resume_env: Mapping[str, str],
+) -> list[AttemptRecord]:
+    """The attempt history after this pass: an attempt is recorded when its Job is first
+    created and closed (once) when it ends."""
+    updated = list(records)
+    ended = _end_reason(decision)
+    if ended is not None:
+        # A timed-out decision already names the next attempt.
+        timed_out = decision.state == TrainerState.TIMED_OUT
+        updated = _close(
+            updated, decision.attempt - 1 if timed_out else decision.attempt, ended, now
+        )
+    if decision.create_job and _record(updated, decision.attempt) is None:
+        updated.append(_new_record(decision.attempt, now, resume_env))
+    return updated[-MAX_ATTEMPTS:]
+
+
+def _end_reason(decision: TrainerDecision) -> str | None:
+    if decision.state == TrainerState.SUCCEEDED:
+        return SUCCEEDED_END
+    if decision.state == TrainerState.FAILED and decision.failure is not None:
+        return decision.failure.reason[:END_REASON_MAX_LENGTH]
+    if decision.state == TrainerState.SUSPENDED:
+        return SUSPENDED_END
+    if decision.state == TrainerState.TIMED_OUT:
+        return FailureReason.UNSCHEDULABLE.value
+    return None
+
+
+def _close(
+    records: list[AttemptRecord], attempt: int, reason: str, now: datetime
+) -> list[AttemptRecord]:
+    return [
+        record.model_copy(update={"ended_at": now, "end_reason": reason})
+        if record.attempt == attempt and record.ended_at is None
+        else record
+        for record in records
+    ]
+
+
+def _record(records: Sequence[AttemptRecord], attempt: int) -> AttemptRecord | None:
+    return next((record for record in records if record.attempt == attempt), None)
+
+
+def _new_record(attempt: int, now: datetime, resume_env: Mapping[str, str]) -> AttemptRecord:
+    step = resume_env.get(RESUME_STEP_ENV, "")
+    version = resume_env.get(RESUME_VERSION_ENV, "")
+    return AttemptRecord(
+        attempt=attempt,
+        started_at=now,
+        resumed_from_step=int(step) if step.isdigit() else None,
+        resumed_from_version=version if re.match(CHECKPOINT_VERSION_PATTERN, version) else None,
+    )

@@ -1,0 +1,62 @@
+"""What the operator observed of an RLJob's children: small immutable tuples a kopf index holds,
+never whole bodies (rljob.adapters.observe builds them from watch events)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class ObservedChild:
+    """One Deployment, Service or Job owned by the RLJob."""
+
+    kind: str
+    name: str
+    uid: str
+    role: str
+    spec_hash: str
+    attempt: int | None
+    replicas: int = 0
+    ready_replicas: int = 0
+    updated_replicas: int = 0
+    succeeded: bool = False
+    failed: bool = False
+    failed_message: str = ""
+    deleting: bool = False
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ObservedPod:
+    """One pod of the RLJob's roles."""
+
+    name: str
+    uid: str
+    role: str
+    attempt: int | None
+    node: str
+    phase: str
+    ready: bool
+    restart_count: int
+    unschedulable_message: str
+    exit_code: int | None
+    reason: str
+    message: str
+    completion_index: int | None
+    deleting: bool
+    created_at: datetime | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_POD_PHASES
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything observed of one RLJob's children and pods."""
+
+    children: tuple[ObservedChild, ...] = ()
+    pods: tuple[ObservedPod, ...] = ()

@@ -1,0 +1,215 @@
+"""One pure, idempotent reconcile pass: (spec, status, observed children) -> a plan of applies,
+deletes, the new status and Events. The adapter carries it out; a healthy unchanged job yields an
+empty plan and an equal status, so nothing is written.
+
+Recommended adapter order: write the status (resourceVersion-guarded) first, then delete, then
+apply, then emit the Events. The status records the attempt a delete or create belongs to, so a
+pass that dies half-way is completed, never repeated, by the next one.
+
+Trainer spec changes take effect at the next attempt: a running trainer Job is never replaced
+because its spec hash changed (a Job's pod template is immutable, and replacing it would be an
+uncounted gang restart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from rljob.api import RLJob, RLJobStatus, RoleName
+from rljob.reconcile.events import EventSpec, transition_events
+from rljob.reconcile.lifecycle import (
+    TERMINAL_PHASES,
+    TrainerDecision,
+    TrainerState,
+    decide_trainer,
+)
+from rljob.reconcile.observed import Observed, ObservedChild
+from rljob.reconcile.render import (
+    DEFAULT_MASTER_PORT,
+    DesiredChild,
+    RenderContext,
+    render_children,
+)
+from rljob.reconcile.status import build_status
+
+DEFAULT_NAMESPACE = "default"
+
+__all__ = [
+    "DeleteChild",
+    "DesiredChild",
+    "EventSpec",
+    "Plan",
+    "ReconcileExtras",
+    "reconcile",
+    "render_context",
+    "status_patch",
+]
+
+
+@dataclass(frozen=True)
+class DeleteChild:
+    """A child to delete. The adapter always sends preconditions.uid, and for Jobs
+    propagationPolicy Foreground (the API's default for Jobs orphans their pods)."""
+
+    kind: str
+    name: str
+    uid: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one pass decided."""
+
+    apply: tuple[DesiredChild, ...]  # children missing or whose spec hash differs
+    delete: tuple[DeleteChild, ...]
+    status: RLJobStatus  # the complete new status
+    events: tuple[EventSpec, ...]  # emitted after the status write succeeds
+    requeue_after: float | None  # seconds until a pass is due without any event
+    delete_job: bool = False  # ttlSecondsAfterFinished expired: delete the RLJob itself
+
+
+@dataclass(frozen=True)
+class ReconcileExtras:
+    """Inputs that come from outside the RLJob and its children (checkpoint store, metrics)."""
+
+    # RLJOB_RESUME_URI/STEP/VERSION for the trainer attempt about to be created.
+    resume_env: Mapping[str, str] = field(default_factory=dict)
+    # RLJOB_POLICY_URI/RLJOB_POLICY_GENERATION for the rollout engines. Part of the rollout's
+    # spec hash: change it only when engines should roll, never per training step.
+    policy_env: Mapping[str, str] = field(default_factory=dict)
+    trainer_master_port: int = DEFAULT_MASTER_PORT
+
+
+def reconcile(
+    job: RLJob,
+    observed: Observed,
+    now: datetime,
+    extras: ReconcileExtras | None = None,
+) -> Plan:
+    """The plan that moves the job's children and status towards its spec. `observed` must
+    hold only this job's children and pods; `now` is timezone-aware."""
+    extras = extras or ReconcileExtras()
+    now = now.replace(microsecond=0)
+    decision = decide_trainer(job, observed, now)
+    desired = render_children(job, render_context(job, decision, extras))
+    apply = _to_apply(desired, observed, decision)
+    status = build_status(
+        job,
+        observed,
+        decision,
+        now,
+        has_children=bool(apply or observed.children),
+        resume_env=extras.resume_env,
+    )
+    events = transition_events(job.metadata.name, job.status, status, decision, apply)
+    requeue_after, delete_job = _timing(job, decision, status, now)
+    return Plan(
+        apply=tuple(apply),
+        delete=_to_delete(job, desired, observed, decision),
+        status=status,
+        events=tuple(events),
+        requeue_after=requeue_after,
+        delete_job=delete_job,
+    )
+
+
+def render_context(job: RLJob, decision: TrainerDecision, extras: ReconcileExtras) -> RenderContext:
+    return RenderContext(
+        name=job.metadata.name,
+        namespace=job.metadata.namespace or DEFAULT_NAMESPACE,
+        uid=job.metadata.uid or "",
+        attempt=decision.attempt,
+        resume_env=dict(extras.resume_env),
+        policy_env=dict(extras.policy_env),
+        avoid_nodes=tuple(sorted(node.name for node in job.status.suspect_nodes)),
+        trainer_master_port=extras.trainer_master_port,
+        finished=decision.finished,
+    )
+
+
+def _to_apply(
+    desired: Sequence[DesiredChild], observed: Observed, decision: TrainerDecision
+) -> list[DesiredChild]:
+    seen = {(child.kind, child.name): child for child in observed.children}
+    apply = []
+    for child in desired:
+        current = seen.get((child.kind, child.name))
+        if child.kind == "Job":
+            # Created once per attempt, never re-applied: see the module docstring.
+            if decision.create_job and current is None:
+                apply.append(child)
+        elif current is None or (not current.deleting and current.spec_hash != child.spec_hash):
+            apply.append(child)
+    return apply
+
+
+def _to_delete(
+    job: RLJob, desired: Sequence[DesiredChild], observed: Observed, decision: TrainerDecision
+) -> tuple[DeleteChild, ...]:
+    wanted = {(child.kind, child.name) for child in desired}
+    if decision.finished and decision.job is not None:
+        wanted.add((decision.job.kind, decision.job.name))  # kept for its logs
+    return tuple(
+        DeleteChild(child.kind, child.name, child.uid, _delete_reason(job, child, decision))
+        for child in observed.children
+        if not child.deleting and (child.kind, child.name) not in wanted
+    )
+
+
+def _delete_reason(job: RLJob, child: ObservedChild, decision: TrainerDecision) -> str:
+    if child.kind == "Job" and child.role == RoleName.TRAINER.value:
+        if decision.state == TrainerState.TIMED_OUT and child == decision.job:
+            return "SchedulingTimeout"
+        if decision.state == TrainerState.SUSPENDED:
+            return "Suspended"
+        return "SupersededAttempt"
+    if child.role in {role.value for role in RoleName} and (
+        getattr(job.spec.roles, child.role) is None
+    ):
+        return "RoleRemoved"
+    return "NotDesired"
+
+
+def _timing(
+    job: RLJob, decision: TrainerDecision, status: RLJobStatus, now: datetime
+) -> tuple[float | None, bool]:
+    """(requeue_after, delete_job): the next deadline, and whether the TTL has expired. The job
+    is deleted only on a pass after the terminal status was written."""
+    deadlines = [] if decision.wait_seconds is None else [decision.wait_seconds]
+    ttl = job.spec.ttl_seconds_after_finished
+    if ttl is not None and status.phase in TERMINAL_PHASES and status.completion_time:
+        expiry = status.completion_time + timedelta(seconds=ttl)
+        remaining = (expiry - now).total_seconds()
+        if decision.state == TrainerState.FINISHED and remaining <= 0:
+            return None, True
+        deadlines.append(max(remaining, 0.0))
+    return (min(deadlines) if deadlines else None), False
+
+
+def status_patch(old: RLJobStatus | None, new: RLJobStatus) -> dict[str, Any] | None:
+    """None when nothing changed; else the full new status as a JSON merge patch, with null for
+    every field (at any depth) that the new status no longer has."""
+    new_dump = _dump(new)
+    old_dump = _dump(old) if old is not None else {}
+    if new_dump == old_dump:
+        return None
+    return _with_removals(old_dump, new_dump)
+
+
+def _dump(status: RLJobStatus) -> dict[str, Any]:
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _with_removals(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        previous = old.get(key)
+        if isinstance(value, dict) and isinstance(previous, dict):
+            patch[key] = _with_removals(previous, value)
+        else:
+            patch[key] = value
+    return patch

@@ -1,0 +1,209 @@
+"""The pod template of one role: the main container, injected environment, GPUs, /dev/shm and
+the user's free-form podTemplate merged last (see rljob.reconcile.merge for the rules)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rljob.api import Engine, Role, RoleName, RolloutRole
+from rljob.reconcile.merge import merge_overrides
+
+ENGINE_PORT = 8000
+HEALTH_PATH = "/health"
+PROBE_PERIOD_SECONDS = 10
+PROBE_TIMEOUT_SECONDS = 5
+# Loading a large model and compiling CUDA graphs can take most of an hour.
+STARTUP_FAILURE_THRESHOLD = 360
+READINESS_FAILURE_THRESHOLD = 3
+SHM_VOLUME = "dshm"
+SHM_PATH = "/dev/shm"
+HTTP_ENGINES = (Engine.VLLM, Engine.SGLANG)
+
+EnvList = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class PodInputs:
+    """What, besides the role's own fields, shapes one role's pod template."""
+
+    role_name: RoleName
+    role: Role
+    image: str
+    labels: Mapping[str, str]
+    env: EnvList
+    ports: Sequence[Mapping[str, Any]] = ()
+    probes: Mapping[str, Any] = field(default_factory=dict)
+    pod_spec: Mapping[str, Any] = field(default_factory=dict)
+    avoid_nodes: tuple[str, ...] = ()
+
+
+def pod_template(inputs: PodInputs) -> dict[str, Any]:
+    """The pod template: rendered fields, then the user's podTemplate, then what the operator
+    relies on (its labels, the nodes to avoid), which the podTemplate cannot remove."""
+    template: dict[str, Any] = {
+        "metadata": {"labels": dict(inputs.labels)},
+        "spec": _pod_spec(inputs),
+    }
+    if inputs.role.pod_template:
+        template = merge_overrides(template, inputs.role.pod_template)
+    metadata = template.setdefault("metadata", {}) or {}
+    template["metadata"] = metadata
+    metadata["labels"] = {**(metadata.get("labels") or {}), **inputs.labels}
+    if inputs.avoid_nodes:
+        _avoid_nodes(template.setdefault("spec", {}), inputs.avoid_nodes)
+    return template
+
+
+def _pod_spec(inputs: PodInputs) -> dict[str, Any]:
+    role = inputs.role
+    volumes = [v.model_dump(by_alias=True, exclude_none=True) for v in role.volumes]
+    if _wants_shm(role):
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})
+    optional = {
+        "volumes": volumes,
+        "nodeSelector": dict(role.node_selector),
+        "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in role.tolerations],
+        "priorityClassName": role.priority_class_name,
+        "schedulerName": role.scheduler_name,
+        "serviceAccountName": role.service_account_name,
+        "imagePullSecrets": [{"name": s.name} for s in role.image_pull_secrets],
+        "terminationGracePeriodSeconds": role.termination_grace_period_seconds,
+    }
+    spec: dict[str, Any] = {
+        # Service links add one variable per Service in the namespace to every container.
+        "enableServiceLinks": False,
+        **dict(inputs.pod_spec),
+        "containers": [_main_container(inputs)],
+    }
+    spec.update({key: value for key, value in optional.items() if value not in (None, [], {})})
+    return spec
+
+
+def _main_container(inputs: PodInputs) -> dict[str, Any]:
+    role = inputs.role
+    mounts = [m.model_dump(by_alias=True, exclude_none=True) for m in role.volume_mounts]
+    if _wants_shm(role):
+        mounts.append({"name": SHM_VOLUME, "mountPath": SHM_PATH})
+    optional = {
+        "command": role.command,
+        "args": role.args,
+        "ports": [dict(port) for port in inputs.ports],
+        "resources": _resources(role),
+        "volumeMounts": mounts,
+    }
+    container: dict[str, Any] = {
+        "name": inputs.role_name.value,
+        "image": inputs.image,
+        "env": _merged_env(inputs.env, role),
+        # The SDK entrypoint writes a root-cause summary to the termination message; without it
+        # the tail of the log is the best evidence of why a container died.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        **dict(inputs.probes),
+    }
+    container.update({key: value for key, value in optional.items() if value not in (None, [], {})})
+    return container
+
+
+def _merged_env(operator_env: EnvList, role: Role) -> EnvList:
+    """Operator variables first (so user values can reference them as $(VAR)); a user variable
+    of the same name is dropped: they describe the topology the operator built."""
+    reserved = {variable["name"] for variable in operator_env}
+    user = [
+        variable.model_dump(by_alias=True, exclude_none=True)
+        for variable in role.env
+        if variable.name not in reserved
+    ]
+    return [*operator_env, *user]
+
+
+def _resources(role: Role) -> dict[str, Any]:
+    limits: dict[str, Any] = dict(role.resources.limits) if role.resources else {}
+    requests: dict[str, Any] = dict(role.resources.requests) if role.resources else {}
+    if role.gpus > 0:
+        limits[role.gpu_resource_name] = role.gpus
+        requests[role.gpu_resource_name] = role.gpus
+    return {key: value for key, value in (("limits", limits), ("requests", requests)) if value}
+
+
+def _wants_shm(role: Role) -> bool:
+    return role.gpus > 0 and not _user_has_shm(role)
+
+
+def _user_has_shm(role: Role) -> bool:
+    """Whether the user already provides /dev/shm or a volume named dshm, in the role's fields or
+    in its podTemplate."""
+    override_spec = (role.pod_template or {}).get("spec") or {}
+    volume_names = {v.name for v in role.volumes} | {
+        v.get("name") for v in override_spec.get("volumes") or [] if isinstance(v, Mapping)
+    }
+    mount_paths = {m.mount_path for m in role.volume_mounts} | {
+        mount.get("mountPath")
+        for container in override_spec.get("containers") or []
+        if isinstance(container, Mapping)
+        for mount in container.get("volumeMounts") or []
+        if isinstance(mount, Mapping)
+    }
+    return SHM_VOLUME in volume_names or SHM_PATH in mount_paths
+
+
+def _avoid_nodes(spec: dict[str, Any], nodes: tuple[str, ...]) -> None:
+    """Adds `metadata.name NotIn nodes` to every required node selector term (terms are ORed,
+    so each must exclude the nodes), creating one term if there is none."""
+    avoid = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
+    node_affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    for term in terms:
+        term["matchFields"] = [*(term.get("matchFields") or []), avoid]
+    required["nodeSelectorTerms"] = terms
+
+
+def serving_port(role_name: RoleName, role: Role) -> int:
+    """The port a serving role's Service forwards: an HTTP engine serves its API, health and
+    metrics on one port (the metrics port, or the engines' default 8000)."""
+    if _is_http_engine(role_name, role) and role.metrics is not None:
+        return role.metrics.port
+    return ENGINE_PORT
+
+
+def container_ports(role_name: RoleName, role: Role) -> list[dict[str, Any]]:
+    if role.metrics is not None:
+        return [{"name": "metrics", "containerPort": role.metrics.port, "protocol": "TCP"}]
+    if _is_http_engine(role_name, role):
+        return [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}]
+    return []
+
+
+def probes(role_name: RoleName, role: Role) -> dict[str, Any]:
+    """Startup and readiness probes per engine profile; never a liveness probe (a busy engine
+    that misses one would be killed mid-generation; health detection decides restarts)."""
+    if _is_http_engine(role_name, role):
+        check = {"httpGet": {"path": HEALTH_PATH, "port": serving_port(role_name, role)}}
+        return {
+            "startupProbe": _probe(check, STARTUP_FAILURE_THRESHOLD),
+            "readinessProbe": _probe(check, READINESS_FAILURE_THRESHOLD),
+        }
+    if role_name != RoleName.TRAINER and role.metrics is not None:
+        check = {"tcpSocket": {"port": role.metrics.port}}
+        return {"readinessProbe": _probe(check, READINESS_FAILURE_THRESHOLD)}
+    return {}
+
+
+def _probe(check: Mapping[str, Any], failure_threshold: int) -> dict[str, Any]:
+    return {
+        **copy.deepcopy(dict(check)),
+        "periodSeconds": PROBE_PERIOD_SECONDS,
+        "timeoutSeconds": PROBE_TIMEOUT_SECONDS,
+        "failureThreshold": failure_threshold,
+    }
+
+
+def _is_http_engine(role_name: RoleName, role: Role) -> bool:
+    return (
+        role_name == RoleName.ROLLOUT
+        and isinstance(role, RolloutRole)
+        and role.engine in HTTP_ENGINES
+    )

@@ -1,0 +1,323 @@
+"""Desired children of an RLJob as plain manifests ready for server-side apply.
+
+- rollout, reference, verifier: a Deployment and a Service each; rollout also a headless Service.
+- trainer: the headless Service `<name>-trainer` and one Indexed Job per attempt.
+
+Each child carries `rljob.io/spec-hash` from rljob.reconcile.spec_hash. Trainer spec changes take
+effect at the next attempt: a running trainer Job is never replaced because its hash changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rljob.api import RLJob, Role, RoleName, RolloutRole, ServingRole, TrainerRole
+from rljob.reconcile import names
+from rljob.reconcile.names import trainer_job_name
+from rljob.reconcile.pods import PodInputs, container_ports, pod_template, probes, serving_port
+from rljob.reconcile.spec_hash import service_hash, serving_role_hash, trainer_hash
+
+DEFAULT_MASTER_PORT = 29500
+PROGRESS_DEADLINE_SECONDS = 3600
+# Time for the trainer to write a checkpoint on SIGTERM when the role does not set it.
+DEFAULT_TRAINER_GRACE_SECONDS = 300
+COMPLETION_INDEX_FIELD = f"metadata.annotations['{names.COMPLETION_INDEX_ANNOTATION}']"
+
+__all__ = ["DesiredChild", "RenderContext", "render_children", "trainer_job_name"]
+
+
+@dataclass(frozen=True)
+class DesiredChild:
+    """One child manifest; `spec_hash` is also its rljob.io/spec-hash annotation."""
+
+    kind: str
+    api_version: str
+    name: str
+    role: str
+    spec_hash: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """The RLJob's identity and the lifecycle inputs rendering needs besides the spec."""
+
+    name: str
+    namespace: str
+    uid: str
+    attempt: int
+    resume_env: Mapping[str, str] = field(default_factory=dict)
+    policy_env: Mapping[str, str] = field(default_factory=dict)
+    avoid_nodes: tuple[str, ...] = ()
+    trainer_master_port: int = DEFAULT_MASTER_PORT
+    # Succeeded or Failed: serving roles at zero replicas and no trainer Job, like suspend.
+    finished: bool = False
+
+
+def render_children(job: RLJob, ctx: RenderContext) -> list[DesiredChild]:
+    """Every child the job should have now, Services first, roles in a fixed order."""
+    roles = job.spec.roles
+    children = [
+        *_rollout_children(job, roles.rollout, ctx),
+        *_trainer_children(job, roles.trainer, ctx),
+    ]
+    for role_name in (RoleName.REFERENCE, RoleName.VERIFIER):
+        role = getattr(roles, role_name.value)
+        if role is not None:
+            children += _serving_children(job, role_name, role, ctx)
+    return children
+
+
+def _rollout_children(job: RLJob, role: RolloutRole, ctx: RenderContext) -> list[DesiredChild]:
+    headless = _service(
+        ctx,
+        RoleName.ROLLOUT,
+        names.rollout_headless_service_name(ctx.name),
+        _serving_ports(RoleName.ROLLOUT, role),
+        headless=True,
+        hash_key="rollout-headless",
+    )
+    serving = _serving_children(job, RoleName.ROLLOUT, role, ctx)
+    return [serving[0], headless, *serving[1:]]
+
+
+def _serving_children(
+    job: RLJob, role_name: RoleName, role: ServingRole, ctx: RenderContext
+) -> list[DesiredChild]:
+    service = _service(
+        ctx,
+        role_name,
+        names.role_child_name(ctx.name, role_name),
+        _serving_ports(role_name, role),
+        headless=False,
+        hash_key=role_name.value,
+    )
+    return [service, _deployment(job, role_name, role, ctx)]
+
+
+def _trainer_children(job: RLJob, role: TrainerRole, ctx: RenderContext) -> list[DesiredChild]:
+    ports = {"master": ctx.trainer_master_port}
+    if role.metrics is not None:
+        ports["metrics"] = role.metrics.port
+    service = _service(
+        ctx,
+        RoleName.TRAINER,
+        names.trainer_service_name(ctx.name),
+        ports,
+        headless=True,
+        hash_key="trainer",
+        publish_not_ready=True,
+    )
+    if job.spec.suspend or ctx.finished:
+        return [service]
+    return [service, _trainer_job(job, role, ctx)]
+
+
+def _serving_ports(role_name: RoleName, role: Role) -> dict[str, int]:
+    port = serving_port(role_name, role)
+    ports = {"http": port}
+    if role.metrics is not None and role.metrics.port != port:
+        ports["metrics"] = role.metrics.port
+    return ports
+
+
+def _service(
+    ctx: RenderContext,
+    role_name: RoleName,
+    name: str,
+    ports: Mapping[str, int],
+    *,
+    headless: bool,
+    hash_key: str,
+    publish_not_ready: bool = False,
+) -> DesiredChild:
+    spec: dict[str, Any] = {
+        "selector": names.selector_labels(ctx.name, role_name),
+        "ports": [
+            {"name": port_name, "port": port, "targetPort": port, "protocol": "TCP"}
+            for port_name, port in ports.items()
+        ],
+    }
+    if headless:
+        spec["clusterIP"] = "None"
+    if publish_not_ready:
+        # Rank 0's name must resolve before any rank is Ready: ranks rendezvous to become Ready.
+        spec["publishNotReadyAddresses"] = True
+    digest = service_hash(hash_key, ports)
+    labels = names.child_labels(ctx.name, role_name)
+    return _child(ctx, "Service", "v1", name, role_name, digest=digest, labels=labels, spec=spec)
+
+
+def _deployment(
+    job: RLJob, role_name: RoleName, role: ServingRole, ctx: RenderContext
+) -> DesiredChild:
+    image = _image(job, role)
+    scaled_to_zero = job.spec.suspend or ctx.finished
+    policy_env = ctx.policy_env if role_name == RoleName.ROLLOUT else {}
+    digest = serving_role_hash(
+        role_name.value,
+        role,
+        image,
+        scaled_to_zero=scaled_to_zero,
+        policy_env=policy_env,
+    )
+    labels = names.child_labels(ctx.name, role_name)
+    template = pod_template(
+        PodInputs(
+            role_name=role_name,
+            role=role,
+            image=image,
+            labels=labels,
+            env=[*_common_env(job, role_name, ctx), *_plain_env(policy_env)],
+            ports=container_ports(role_name, role),
+            probes=probes(role_name, role),
+        )
+    )
+    spec = {
+        "replicas": 0 if scaled_to_zero else role.replicas,
+        "selector": {"matchLabels": names.selector_labels(ctx.name, role_name)},
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": role.max_unavailable},
+        },
+        "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
+        "template": template,
+    }
+    name = names.role_child_name(ctx.name, role_name)
+    return _child(
+        ctx, "Deployment", "apps/v1", name, role_name, digest=digest, labels=labels, spec=spec
+    )
+
+
+def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredChild:
+    image = _image(job, role)
+    digest = trainer_hash(
+        role,
+        image,
+        attempt=ctx.attempt,
+        resume_env=ctx.resume_env,
+        avoid_nodes=ctx.avoid_nodes,
+    )
+    labels = _trainer_labels(ctx.name, ctx.attempt)
+    template = pod_template(
+        PodInputs(
+            role_name=RoleName.TRAINER,
+            role=role,
+            image=image,
+            labels=labels,
+            env=[
+                *_common_env(job, RoleName.TRAINER, ctx),
+                *_trainer_env(role, ctx),
+                *_plain_env(ctx.resume_env),
+            ],
+            ports=container_ports(RoleName.TRAINER, role),
+            pod_spec={
+                "restartPolicy": "Never",
+                # With the Job controller's hostname <job>-<index> this gives every rank a
+                # stable DNS name under the trainer's headless Service.
+                "subdomain": names.trainer_service_name(ctx.name),
+                "terminationGracePeriodSeconds": DEFAULT_TRAINER_GRACE_SECONDS,
+            },
+            avoid_nodes=ctx.avoid_nodes,
+        )
+    )
+    spec = {
+        "completionMode": "Indexed",
+        "completions": role.nodes,
+        "parallelism": role.nodes,
+        "backoffLimit": 0,
+        # The first failed rank fails the whole gang: the operator restarts it as a new attempt.
+        "podFailurePolicy": {
+            "rules": [{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}]
+        },
+        "template": template,
+    }
+    name = trainer_job_name(ctx.name, ctx.attempt)
+    return _child(
+        ctx, "Job", "batch/v1", name, RoleName.TRAINER, digest=digest, labels=labels, spec=spec
+    )
+
+
+def _trainer_labels(job_name: str, attempt: int) -> dict[str, str]:
+    return {**names.child_labels(job_name, RoleName.TRAINER), names.ATTEMPT_LABEL: str(attempt)}
+
+
+def _trainer_env(role: TrainerRole, ctx: RenderContext) -> list[dict[str, Any]]:
+    """torchrun's PET_* variables and NNODES/NODE_RANK for other launchers. No RANK or
+    WORLD_SIZE: torchrun sets them per process, and a pod-level value would be wrong for all
+    but one process."""
+    master = names.trainer_master_address(ctx.name, ctx.namespace, ctx.attempt)
+    return [
+        {"name": "PET_NNODES", "value": str(role.nodes)},
+        {"name": "PET_NODE_RANK", **_node_rank()},
+        {"name": "PET_NPROC_PER_NODE", "value": str(max(role.gpus, 1))},
+        {"name": "PET_MASTER_ADDR", "value": master},
+        {"name": "PET_MASTER_PORT", "value": str(ctx.trainer_master_port)},
+        {"name": "NNODES", "value": str(role.nodes)},
+        {"name": "NODE_RANK", **_node_rank()},
+        {"name": "RLJOB_ATTEMPT", "value": str(ctx.attempt)},
+    ]
+
+
+def _node_rank() -> dict[str, Any]:
+    return {"valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}}
+
+
+def _common_env(job: RLJob, role_name: RoleName, ctx: RenderContext) -> list[dict[str, Any]]:
+    """Every pod's identity and the attempt-independent Service addresses of the other roles."""
+    env = [
+        {"name": "RLJOB_NAME", "value": ctx.name},
+        {"name": "RLJOB_NAMESPACE", "value": ctx.namespace},
+        {"name": "RLJOB_ROLE", "value": role_name.value},
+    ]
+    for other in names.ROLE_ORDER:
+        if other == role_name or getattr(job.spec.roles, other.value) is None:
+            continue
+        address = names.service_address(names.role_child_name(ctx.name, other), ctx.namespace)
+        env.append({"name": f"RLJOB_{other.value.upper()}_SERVICE", "value": address})
+        if other == RoleName.ROLLOUT:
+            headless = names.rollout_headless_service_name(ctx.name)
+            env.append(
+                {
+                    "name": "RLJOB_ROLLOUT_HEADLESS_SERVICE",
+                    "value": names.service_address(headless, ctx.namespace),
+                }
+            )
+    return env
+
+
+def _plain_env(variables: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [{"name": key, "value": value} for key, value in sorted(variables.items())]
+
+
+def _image(job: RLJob, role: Role) -> str:
+    # The API rejects a role without an image when spec.image is unset.
+    return role.image or job.spec.image or ""
+
+
+def _child(
+    ctx: RenderContext,
+    kind: str,
+    api_version: str,
+    name: str,
+    role_name: RoleName,
+    *,
+    digest: str,
+    labels: Mapping[str, str],
+    spec: dict[str, Any],
+) -> DesiredChild:
+    body = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": ctx.namespace,
+            "labels": dict(labels),
+            "annotations": {names.SPEC_HASH_ANNOTATION: digest},
+            "ownerReferences": [names.owner_reference(ctx.name, ctx.uid)],
+        },
+        "spec": spec,
+    }
+    return DesiredChild(kind, api_version, name, role_name.value, digest, body)

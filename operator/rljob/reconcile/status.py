@@ -1,0 +1,257 @@
+"""The new status of an RLJob: phase, per-role counts, conditions and the attempt history.
+Nothing time-dependent changes on a pass where nothing changed, so an unchanged job compares
+equal and causes no write."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from rljob.api import (
+    ConditionType,
+    JobPhase,
+    RestartsStatus,
+    RLJob,
+    RLJobStatus,
+    RoleName,
+    RolesStatus,
+    RoleStatus,
+    TrainerRole,
+)
+from rljob.reconcile.conditions import (
+    PODS_SCHEDULED,
+    ConditionState,
+    find,
+    merge_conditions,
+)
+from rljob.reconcile.lifecycle import (
+    TERMINAL_PHASES,
+    TrainerDecision,
+    TrainerState,
+    updated_attempts,
+)
+from rljob.reconcile.names import ROLE_ORDER, role_child_name
+from rljob.reconcile.observed import Observed, ObservedPod
+
+_STOPPED_PHASE = {
+    TrainerState.SUCCEEDED: JobPhase.SUCCEEDED,
+    TrainerState.FAILED: JobPhase.FAILED,
+    TrainerState.SUSPENDED: JobPhase.SUSPENDED,
+}
+_STOPPED_READY_MESSAGE = {
+    JobPhase.SUCCEEDED: "the job succeeded; no pods run",
+    JobPhase.FAILED: "the job failed; no pods run",
+    JobPhase.SUSPENDED: "the job is suspended; no pods run",
+}
+
+
+def build_status(
+    job: RLJob,
+    observed: Observed,
+    decision: TrainerDecision,
+    now: datetime,
+    *,
+    has_children: bool,
+    resume_env: Mapping[str, str],
+) -> RLJobStatus:
+    old = job.status
+    roles = role_statuses(job, observed, decision)
+    phase = _phase(job, decision, roles)
+    generation = job.metadata.generation
+    conditions = (
+        list(old.conditions)
+        if decision.state == TrainerState.FINISHED
+        else merge_conditions(
+            old.conditions,
+            _condition_states(job, observed, decision, roles, phase),
+            now,
+            generation,
+        )
+    )
+    finished_now = phase in TERMINAL_PHASES and old.completion_time is None
+    return old.model_copy(
+        update={
+            "phase": phase,
+            "observed_generation": old.observed_generation if generation is None else generation,
+            "attempt": decision.attempt,
+            "start_time": old.start_time or (now if has_children else None),
+            "completion_time": now if finished_now else old.completion_time,
+            "conditions": conditions,
+            "roles": roles,
+            "attempts": updated_attempts(old.attempts, decision, now, resume_env),
+            # An empty ledger rather than none: the Restarts printer column shows 0, not blank.
+            "restarts": old.restarts or RestartsStatus(),
+        }
+    )
+
+
+def role_statuses(job: RLJob, observed: Observed, decision: TrainerDecision) -> RolesStatus:
+    """Desired and ready pods per role; restarts are the failure policy's and carried over."""
+    previous = job.status.roles or RolesStatus()
+    counts: dict[str, RoleStatus] = {}
+    for role_name in ROLE_ORDER:
+        role = getattr(job.spec.roles, role_name.value)
+        if role is None:
+            continue
+        size = role.nodes if isinstance(role, TrainerRole) else role.replicas
+        old = getattr(previous, role_name.value) or RoleStatus()
+        counts[role_name.value] = RoleStatus(
+            desired=0 if decision.stopped else size,
+            ready=_ready(job, observed, decision, role_name),
+            restarts=old.restarts,
+        )
+    return RolesStatus(**counts)
+
+
+def _ready(job: RLJob, observed: Observed, decision: TrainerDecision, role: RoleName) -> int:
+    if role == RoleName.TRAINER:
+        active = decision.state in (TrainerState.STARTING, TrainerState.RUNNING)
+        return decision.job.ready_replicas if active and decision.job is not None else 0
+    name = role_child_name(job.metadata.name, role)
+    deployment = next(
+        (c for c in observed.children if c.kind == "Deployment" and c.name == name), None
+    )
+    return deployment.ready_replicas if deployment is not None else 0
+
+
+def _role_counts(roles: RolesStatus) -> list[tuple[str, RoleStatus]]:
+    return [
+        (name.value, count)
+        for name in ROLE_ORDER
+        if (count := getattr(roles, name.value)) is not None
+    ]
+
+
+def _all_ready(roles: RolesStatus) -> bool:
+    return all(c.desired > 0 and c.ready >= c.desired for _, c in _role_counts(roles))
+
+
+def _summary(counts: Sequence[tuple[str, RoleStatus]]) -> str:
+    return ", ".join(f"{name} {c.ready}/{c.desired}" for name, c in counts) + " ready"
+
+
+def _phase(job: RLJob, decision: TrainerDecision, roles: RolesStatus) -> JobPhase | None:
+    if decision.state == TrainerState.FINISHED:
+        return job.status.phase
+    if decision.state in _STOPPED_PHASE:
+        return _STOPPED_PHASE[decision.state]
+    if decision.state not in (TrainerState.STARTING, TrainerState.RUNNING):
+        return JobPhase.PENDING
+    # Running once every role has been ready together; later dips show as Degraded.
+    ran_before = job.status.phase == JobPhase.RUNNING and job.status.attempt == decision.attempt
+    if ran_before or (decision.state == TrainerState.RUNNING and _all_ready(roles)):
+        return JobPhase.RUNNING
+    return JobPhase.PENDING
+
+
+def _condition_states(
+    job: RLJob,
+    observed: Observed,
+    decision: TrainerDecision,
+    roles: RolesStatus,
+    phase: JobPhase | None,
+) -> list[ConditionState]:
+    return [
+        _ready_state(roles, phase),
+        _progressing_state(job, decision, roles, phase),
+        _degraded_state(roles, phase),
+        _suspended_state(decision),
+        _pods_scheduled_state(job, observed, decision),
+        *_terminal_states(decision),
+    ]
+
+
+def _ready_state(roles: RolesStatus, phase: JobPhase | None) -> ConditionState:
+    kind = ConditionType.READY.value
+    if phase in _STOPPED_READY_MESSAGE:
+        return ConditionState.of(kind, False, str(phase), _STOPPED_READY_MESSAGE[phase])
+    summary = _summary(_role_counts(roles))
+    if phase == JobPhase.RUNNING and _all_ready(roles):
+        return ConditionState.of(kind, True, "AllRolesReady", summary)
+    return ConditionState.of(kind, False, "RolesNotReady", summary)
+
+
+def _progressing_state(
+    job: RLJob, decision: TrainerDecision, roles: RolesStatus, phase: JobPhase | None
+) -> ConditionState:
+    kind = ConditionType.PROGRESSING.value
+    if decision.state in _STOPPED_PHASE:
+        return ConditionState.of(kind, False, str(_STOPPED_PHASE[decision.state]), decision.message)
+    if decision.after_unschedulable:
+        return ConditionState.of(
+            kind, False, "Unschedulable", _unschedulable_message(job, decision)
+        )
+    if phase == JobPhase.RUNNING:
+        return ConditionState.of(kind, True, "Running", f"trainer attempt {decision.attempt} runs")
+    if decision.state == TrainerState.WAITING:
+        return ConditionState.of(kind, True, "Starting", decision.message)
+    message = f"trainer attempt {decision.attempt} starting: {_summary(_role_counts(roles))}"
+    return ConditionState.of(kind, True, "Starting", message)
+
+
+def _unschedulable_message(job: RLJob, decision: TrainerDecision) -> str:
+    """The timeout's own message, kept (with the scheduler's words) until the next attempt is
+    placed."""
+    if decision.state == TrainerState.TIMED_OUT:
+        return decision.message
+    old = find(job.status.conditions, ConditionType.PROGRESSING.value)
+    if old is not None and old.reason == "Unschedulable":
+        return old.message
+    timeout = job.spec.roles.trainer.scheduling_timeout
+    return f"trainer attempt {decision.attempt - 1} was not scheduled within {timeout}"
+
+
+def _degraded_state(roles: RolesStatus, phase: JobPhase | None) -> ConditionState:
+    kind = ConditionType.DEGRADED.value
+    short = [(name, c) for name, c in _role_counts(roles) if c.ready < c.desired]
+    if phase == JobPhase.RUNNING and short:
+        return ConditionState.of(kind, True, "RolesUnavailable", _summary(short))
+    return ConditionState.of(kind, False, "AsExpected", "no role is degraded")
+
+
+def _suspended_state(decision: TrainerDecision) -> ConditionState:
+    kind = ConditionType.SUSPENDED.value
+    if decision.state == TrainerState.SUSPENDED:
+        message = "spec.suspend is true: every pod removed; job state and checkpoints kept"
+        return ConditionState.of(kind, True, "Suspended", message)
+    return ConditionState.of(kind, False, "NotSuspended", "spec.suspend is false")
+
+
+def _pods_scheduled_state(
+    job: RLJob, observed: Observed, decision: TrainerDecision
+) -> ConditionState:
+    waiting = _unschedulable_pods(job, observed, decision)
+    if not waiting:
+        return ConditionState.of(PODS_SCHEDULED, True, "AllPodsScheduled", "no pod unschedulable")
+    pod = waiting[0]
+    message = f"{pod.role} pod {pod.name}: {pod.unschedulable_message}"
+    return ConditionState.of(PODS_SCHEDULED, False, "Unschedulable", message)
+
+
+def _unschedulable_pods(
+    job: RLJob, observed: Observed, decision: TrainerDecision
+) -> list[ObservedPod]:
+    order = {role.value: index for index, role in enumerate(ROLE_ORDER)}
+    present = {r.value for r in ROLE_ORDER if getattr(job.spec.roles, r.value) is not None}
+    pods = [
+        pod
+        for pod in observed.pods
+        if pod.unschedulable_message
+        and not pod.node
+        and not pod.deleting
+        and pod.role in present
+        and (pod.role != RoleName.TRAINER.value or pod.attempt == decision.attempt)
+    ]
+    return sorted(pods, key=lambda pod: (order[pod.role], pod.name))
+
+
+def _terminal_states(decision: TrainerDecision) -> list[ConditionState]:
+    if decision.state == TrainerState.SUCCEEDED:
+        kind = ConditionType.SUCCEEDED.value
+        return [ConditionState.of(kind, True, "TrainerSucceeded", decision.message)]
+    if decision.state == TrainerState.FAILED and decision.failure is not None:
+        failure = decision.failure
+        return [
+            ConditionState.of(ConditionType.FAILED.value, True, failure.reason, failure.message)
+        ]
+    return []

@@ -1,0 +1,531 @@
+"""Rendering: names, labels, selectors, injected environment, GPUs, /dev/shm, podTemplate
+overrides and the trainer's Indexed Job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rljob.api import RLJob, parse_rljob
+from rljob.reconcile import DesiredChild, RenderContext, render_children, trainer_job_name
+from tests.unit.reconcile.world import NAMESPACE, example_body, example_job, with_role
+
+JOB = "grpo-demo"
+MANAGED = {"app.kubernetes.io/managed-by": "rljob-operator"}
+
+
+def render(job: RLJob | None = None, **ctx: Any) -> dict[tuple[str, str], DesiredChild]:
+    job = job or example_job()
+    ctx.setdefault("attempt", 1)
+    context = RenderContext(name=job.metadata.name, namespace=NAMESPACE, uid="job-uid", **ctx)
+    return {(child.kind, child.name): child for child in render_children(job, context)}
+
+
+def pod_spec(child: DesiredChild) -> dict[str, Any]:
+    return child.body["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+
+def main_container(child: DesiredChild) -> dict[str, Any]:
+    return pod_spec(child)["containers"][0]  # type: ignore[no-any-return]
+
+
+def env_of(child: DesiredChild) -> dict[str, Any]:
+    return {
+        variable["name"]: variable.get("value", variable.get("valueFrom"))
+        for variable in main_container(child)["env"]
+    }
+
+
+def job_of(body: dict[str, Any]) -> RLJob:
+    return parse_rljob(body)
+
+
+def test_children_of_the_demo_job() -> None:
+    assert list(render()) == [
+        ("Service", f"{JOB}-rollout"),
+        ("Service", f"{JOB}-rollout-headless"),
+        ("Deployment", f"{JOB}-rollout"),
+        ("Service", f"{JOB}-trainer"),
+        ("Job", f"{JOB}-trainer-a1"),
+        ("Service", f"{JOB}-reference"),
+        ("Deployment", f"{JOB}-reference"),
+        ("Service", f"{JOB}-verifier"),
+        ("Deployment", f"{JOB}-verifier"),
+    ]
+
+
+def test_optional_roles_are_left_out() -> None:
+    children = render(example_job("rljob-minimal"))
+    assert {child.role for child in children.values()} == {"rollout", "trainer"}
+
+
+def test_every_child_is_labelled_annotated_and_owned() -> None:
+    for child in render().values():
+        metadata = child.body["metadata"]
+        assert metadata["namespace"] == NAMESPACE
+        assert (
+            metadata["labels"].items()
+            >= {
+                **MANAGED,
+                "rljob.io/job": JOB,
+                "rljob.io/role": child.role,
+            }.items()
+        )
+        assert metadata["annotations"] == {"rljob.io/spec-hash": child.spec_hash}
+        assert metadata["ownerReferences"] == [
+            {
+                "apiVersion": "rljob.io/v1alpha1",
+                "kind": "RLJob",
+                "name": JOB,
+                "uid": "job-uid",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert child.body["apiVersion"] == child.api_version
+        assert child.body["kind"] == child.kind
+
+
+def test_selectors_use_only_job_and_role() -> None:
+    for child in render().values():
+        selector = (
+            child.body["spec"]["selector"]
+            if child.kind == "Service"
+            else child.body["spec"].get("selector", {}).get("matchLabels")
+        )
+        if child.kind == "Job":
+            assert selector is None  # the Job controller's own selector
+            continue
+        assert selector == {"rljob.io/job": JOB, "rljob.io/role": child.role}
+
+
+def test_attempt_label_and_env_only_on_the_trainer() -> None:
+    for child in render(attempt=3).values():
+        if child.kind == "Service":
+            assert "rljob.io/attempt" not in child.body["metadata"]["labels"]
+            continue
+        template_labels = child.body["spec"]["template"]["metadata"]["labels"]
+        on_trainer = child.kind == "Job"
+        assert ("rljob.io/attempt" in child.body["metadata"]["labels"]) == on_trainer
+        assert ("rljob.io/attempt" in template_labels) == on_trainer
+        assert ("RLJOB_ATTEMPT" in env_of(child)) == on_trainer
+        assert template_labels.items() >= {**MANAGED, "rljob.io/role": child.role}.items()
+    trainer = render(attempt=3)[("Job", f"{JOB}-trainer-a3")]
+    assert trainer.body["metadata"]["labels"]["rljob.io/attempt"] == "3"
+    assert env_of(trainer)["RLJOB_ATTEMPT"] == "3"
+
+
+def test_trainer_job_shape() -> None:
+    trainer = render(attempt=2)[("Job", trainer_job_name(JOB, 2))]
+    spec = trainer.body["spec"]
+    assert trainer.name == "grpo-demo-trainer-a2"
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == 2
+    assert spec["backoffLimit"] == 0
+    assert spec["podFailurePolicy"] == {
+        "rules": [{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}]
+    }
+    assert pod_spec(trainer)["restartPolicy"] == "Never"
+    assert pod_spec(trainer)["subdomain"] == f"{JOB}-trainer"
+    assert "hostname" not in pod_spec(trainer)
+    assert main_container(trainer)["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_trainer_headless_service() -> None:
+    service = render()[("Service", f"{JOB}-trainer")].body["spec"]
+    assert service["clusterIP"] == "None"
+    assert service["publishNotReadyAddresses"] is True
+    assert service["selector"] == {"rljob.io/job": JOB, "rljob.io/role": "trainer"}
+
+
+def test_rollout_headless_service() -> None:
+    children = render()
+    headless = children[("Service", f"{JOB}-rollout-headless")].body["spec"]
+    plain = children[("Service", f"{JOB}-rollout")].body["spec"]
+    assert headless["clusterIP"] == "None"
+    assert "clusterIP" not in plain
+    assert headless["selector"] == plain["selector"]
+
+
+COMPLETION_INDEX = {
+    "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+}
+
+
+def test_trainer_environment() -> None:
+    env = env_of(render(attempt=4, trainer_master_port=23456)[("Job", f"{JOB}-trainer-a4")])
+    assert env["PET_NNODES"] == env["NNODES"] == "2"
+    assert env["PET_NODE_RANK"] == env["NODE_RANK"] == COMPLETION_INDEX
+    assert env["PET_NPROC_PER_NODE"] == "4"
+    assert env["PET_MASTER_ADDR"] == f"{JOB}-trainer-a4-0.{JOB}-trainer.{NAMESPACE}.svc"
+    assert env["PET_MASTER_PORT"] == "23456"
+    assert env["NCCL_DEBUG"] == "WARN"  # the user's own
+    assert "RANK" not in env
+    assert "WORLD_SIZE" not in env
+
+
+@pytest.mark.parametrize(
+    ("gpus", "nproc"),
+    [
+        pytest.param(0, "1", id="cpu-only"),
+        pytest.param(1, "1", id="one-gpu"),
+        pytest.param(8, "8", id="eight-gpus"),
+    ],
+)
+def test_nproc_per_node_is_gpus_but_at_least_one(gpus: int, nproc: str) -> None:
+    job = job_of(with_role(example_body(), "trainer", gpus=gpus))
+    assert env_of(render(job)[("Job", f"{JOB}-trainer-a1")])["PET_NPROC_PER_NODE"] == nproc
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "role", "others"),
+    [
+        pytest.param(
+            "Deployment", "rollout", "rollout", ["TRAINER", "REFERENCE", "VERIFIER"], id="rollout"
+        ),
+        pytest.param(
+            "Job",
+            "trainer-a1",
+            "trainer",
+            ["ROLLOUT", "ROLLOUT_HEADLESS", "REFERENCE", "VERIFIER"],
+            id="trainer",
+        ),
+        pytest.param(
+            "Deployment",
+            "reference",
+            "reference",
+            ["ROLLOUT", "ROLLOUT_HEADLESS", "TRAINER"],
+            id="reference",
+        ),
+        pytest.param(
+            "Deployment",
+            "verifier",
+            "verifier",
+            ["ROLLOUT", "ROLLOUT_HEADLESS", "TRAINER"],
+            id="verifier",
+        ),
+    ],
+)
+def test_every_pod_knows_its_job_and_the_other_roles(
+    kind: str, name: str, role: str, others: list[str]
+) -> None:
+    env = env_of(render()[(kind, f"{JOB}-{name}")])
+    assert env["RLJOB_NAME"] == JOB
+    assert env["RLJOB_NAMESPACE"] == NAMESPACE
+    assert env["RLJOB_ROLE"] == role
+    services = {key for key in env if key.endswith("_SERVICE")}
+    assert services >= {f"RLJOB_{other}_SERVICE" for other in others}
+    assert f"RLJOB_{role.upper()}_SERVICE" not in services
+    suffix = {"ROLLOUT_HEADLESS": "rollout-headless"}
+    for other in others:
+        expected = f"{JOB}-{suffix.get(other, other.lower())}.{NAMESPACE}.svc"
+        assert env[f"RLJOB_{other}_SERVICE"] == expected
+
+
+def test_service_addresses_of_absent_roles_are_not_injected() -> None:
+    env = env_of(render(example_job("rljob-minimal"))[("Deployment", "grpo-minimal-rollout")])
+    assert "RLJOB_VERIFIER_SERVICE" not in env
+    assert "RLJOB_REFERENCE_SERVICE" not in env
+
+
+def test_resume_env_goes_to_the_trainer_and_policy_env_to_the_engines() -> None:
+    resume = {"RLJOB_RESUME_URI": "s3://b/p/v1", "RLJOB_RESUME_STEP": "100"}
+    policy = {"RLJOB_POLICY_URI": "s3://b/p/v1", "RLJOB_POLICY_GENERATION": "7"}
+    children = render(resume_env=resume, policy_env=policy)
+    trainer = env_of(children[("Job", f"{JOB}-trainer-a1")])
+    rollout = env_of(children[("Deployment", f"{JOB}-rollout")])
+    verifier = env_of(children[("Deployment", f"{JOB}-verifier")])
+    assert trainer.items() >= resume.items()
+    assert "RLJOB_POLICY_GENERATION" not in trainer
+    assert rollout.items() >= policy.items()
+    assert "RLJOB_RESUME_URI" not in rollout
+    assert "RLJOB_POLICY_URI" not in verifier
+
+
+def test_user_env_cannot_override_operator_variables() -> None:
+    body = with_role(
+        example_body(),
+        "trainer",
+        env=[{"name": "PET_NNODES", "value": "99"}, {"name": "MINE", "value": "$(RLJOB_NAME)"}],
+    )
+    env = main_container(render(job_of(body))[("Job", f"{JOB}-trainer-a1")])["env"]
+    names = [variable["name"] for variable in env]
+    assert names.count("PET_NNODES") == 1
+    assert {"name": "PET_NNODES", "value": "2"} in env
+    assert names.index("MINE") > names.index("RLJOB_NAME")
+
+
+def test_gpus_are_limited_and_requested_with_the_resource_name() -> None:
+    body = with_role(
+        example_body(),
+        "rollout",
+        gpus=2,
+        gpuResourceName="amd.com/gpu",
+        resources={"limits": {"cpu": "8", "memory": "64Gi"}, "requests": {"cpu": "4"}},
+    )
+    resources = main_container(render(job_of(body))[("Deployment", f"{JOB}-rollout")])["resources"]
+    assert resources == {
+        "limits": {"cpu": "8", "memory": "64Gi", "amd.com/gpu": 2},
+        "requests": {"cpu": "4", "amd.com/gpu": 2},
+    }
+
+
+def test_cpu_only_role_has_no_gpu_resources() -> None:
+    verifier = main_container(render()[("Deployment", f"{JOB}-verifier")])
+    assert verifier["resources"] == {
+        "limits": {"cpu": "4", "memory": "8Gi"},
+        "requests": {"cpu": "2", "memory": "4Gi"},
+    }
+
+
+SHM = {"name": "dshm", "emptyDir": {"medium": "Memory"}}
+SHM_MOUNT = {"name": "dshm", "mountPath": "/dev/shm"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "expect_shm"),
+    [
+        pytest.param({"gpus": 1}, True, id="gpu-pod-gets-shm"),
+        pytest.param({"gpus": 0}, False, id="cpu-pod-gets-none"),
+        pytest.param(
+            {
+                "gpus": 1,
+                "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}],
+                "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+            },
+            False,
+            id="user-mount-at-dev-shm",
+        ),
+        pytest.param(
+            {"gpus": 1, "volumes": [{"name": "dshm", "hostPath": {"path": "/dev/shm"}}]},
+            False,
+            id="user-volume-named-dshm",
+        ),
+        pytest.param(
+            {
+                "gpus": 1,
+                "podTemplate": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "rollout",
+                                "volumeMounts": [{"name": "x", "mountPath": "/dev/shm"}],
+                            }
+                        ]
+                    }
+                },
+            },
+            False,
+            id="pod-template-mount-at-dev-shm",
+        ),
+    ],
+)
+def test_dev_shm_on_gpu_pods_unless_the_user_has_one(
+    fields: dict[str, Any], expect_shm: bool
+) -> None:
+    rollout = render(job_of(with_role(example_body(), "rollout", **fields)))[
+        ("Deployment", f"{JOB}-rollout")
+    ]
+    assert (SHM in pod_spec(rollout).get("volumes", [])) == expect_shm
+    assert (SHM_MOUNT in main_container(rollout).get("volumeMounts", [])) == expect_shm
+
+
+def test_every_role_field_is_passed_through() -> None:
+    fields = {
+        "image": "registry.example.com/vllm:0.11",
+        "command": ["python", "-m", "vllm.entrypoints.openai.api_server"],
+        "args": ["--model", "m"],
+        "env": [
+            {"name": "A", "value": "1"},
+            {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        ],
+        "nodeSelector": {"pool": "gpu"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "priorityClassName": "rl-high",
+        "schedulerName": "volcano",
+        "serviceAccountName": "rollout-sa",
+        "imagePullSecrets": [{"name": "pull"}],
+        "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": "models"}}],
+        "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True}],
+        "terminationGracePeriodSeconds": 45,
+        "metrics": {"port": 9000},
+    }
+    rollout = render(job_of(with_role(example_body(), "rollout", **fields)))[
+        ("Deployment", f"{JOB}-rollout")
+    ]
+    spec, container = pod_spec(rollout), main_container(rollout)
+    assert container["image"] == fields["image"]
+    assert container["command"] == fields["command"]
+    assert container["args"] == fields["args"]
+    assert container["env"][-2:] == fields["env"]
+    assert spec["nodeSelector"] == fields["nodeSelector"]
+    assert spec["tolerations"] == fields["tolerations"]
+    assert spec["priorityClassName"] == "rl-high"
+    assert spec["schedulerName"] == "volcano"
+    assert spec["serviceAccountName"] == "rollout-sa"
+    assert spec["imagePullSecrets"] == [{"name": "pull"}]
+    assert spec["volumes"][0] == fields["volumes"][0]  # type: ignore[index]
+    assert container["volumeMounts"][0] == fields["volumeMounts"][0]  # type: ignore[index]
+    assert spec["terminationGracePeriodSeconds"] == 45
+    assert {"name": "metrics", "containerPort": 9000, "protocol": "TCP"} in container["ports"]
+
+
+def test_image_falls_back_to_spec_image() -> None:
+    children = render(job_of(with_role(example_body(), "verifier", image="verifier:2")))
+    assert main_container(children[("Deployment", f"{JOB}-verifier")])["image"] == "verifier:2"
+    default = "registry.example.com/rl/grpo:1.4"
+    assert main_container(children[("Deployment", f"{JOB}-rollout")])["image"] == default
+    assert main_container(children[("Job", f"{JOB}-trainer-a1")])["image"] == default
+
+
+def test_deployment_strategy_and_replicas() -> None:
+    spec = render()[("Deployment", f"{JOB}-rollout")].body["spec"]
+    assert spec["replicas"] == 4
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+    assert spec["progressDeadlineSeconds"] == 3600
+
+
+@pytest.mark.parametrize(
+    ("engine", "metrics", "startup_port"),
+    [
+        pytest.param("vllm", None, 8000, id="vllm-default-port"),
+        pytest.param("sglang", {"port": 30000}, 30000, id="sglang-metrics-port"),
+        pytest.param("custom", {"port": 9100}, None, id="custom-no-startup-probe"),
+    ],
+)
+def test_engine_probes(
+    engine: str, metrics: dict[str, int] | None, startup_port: int | None
+) -> None:
+    fields: dict[str, Any] = {"engine": engine, "metrics": metrics}
+    if engine == "custom":
+        fields["metricNames"] = {
+            "generationTokensTotal": "gen_total",
+            "requestsRunning": "running",
+            "requestsWaiting": "waiting",
+        }
+    body = with_role(example_body(), "rollout", **fields)
+    container = main_container(render(job_of(body))[("Deployment", f"{JOB}-rollout")])
+    assert "livenessProbe" not in container
+    if startup_port is None:
+        assert "startupProbe" not in container
+        assert container["readinessProbe"]["tcpSocket"] == {"port": 9100}
+        return
+    health = {"path": "/health", "port": startup_port}
+    assert container["startupProbe"]["httpGet"] == health
+    assert (
+        container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"]
+        >= 3600
+    )
+    assert container["readinessProbe"]["httpGet"] == health
+
+
+def test_no_liveness_probe_anywhere() -> None:
+    for child in render().values():
+        if child.kind != "Service":
+            assert "livenessProbe" not in main_container(child)
+
+
+def test_suspended_job_renders_zero_replicas_and_no_trainer_job() -> None:
+    children = render(example_job(suspend=True))
+    assert ("Job", f"{JOB}-trainer-a1") not in children
+    assert ("Service", f"{JOB}-trainer") in children
+    for child in children.values():
+        if child.kind == "Deployment":
+            assert child.body["spec"]["replicas"] == 0
+
+
+def test_finished_job_renders_zero_replicas_and_no_trainer_job() -> None:
+    children = render(finished=True)
+    assert not [child for child in children.values() if child.kind == "Job"]
+    assert {c.body["spec"]["replicas"] for c in children.values() if c.kind == "Deployment"} == {0}
+
+
+def test_avoided_nodes_are_excluded_by_node_name_in_every_term() -> None:
+    body = with_role(
+        example_body(),
+        "trainer",
+        podTemplate={
+            "spec": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "pool", "operator": "In", "values": ["a"]}
+                                    ]
+                                },
+                                {
+                                    "matchExpressions": [
+                                        {"key": "pool", "operator": "In", "values": ["b"]}
+                                    ]
+                                },
+                            ]
+                        }
+                    }
+                }
+            }
+        },
+    )
+    trainer = render(job_of(body), avoid_nodes=("gpu-7", "gpu-3"))[("Job", f"{JOB}-trainer-a1")]
+    terms = pod_spec(trainer)["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    avoid = {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-3", "gpu-7"]}
+    assert len(terms) == 2
+    assert all(term["matchFields"] == [avoid] for term in terms)
+    rollout = render(job_of(body), avoid_nodes=("gpu-7",))[("Deployment", f"{JOB}-rollout")]
+    assert "affinity" not in pod_spec(rollout)
+
+
+def test_pod_template_overrides_merge_last() -> None:
+    body = with_role(
+        example_body(),
+        "rollout",
+        podTemplate={
+            "metadata": {
+                "annotations": {"sidecar.istio.io/inject": "false"},
+                "labels": {"team": "rl", "rljob.io/role": "hijacked"},
+            },
+            "spec": {
+                "hostIPC": True,
+                "containers": [
+                    {
+                        "name": "rollout",
+                        "readinessProbe": None,
+                        "securityContext": {"privileged": True},
+                    },
+                    {"name": "log-shipper", "image": "fluent-bit:3"},
+                ],
+                "enableServiceLinks": True,
+            },
+        },
+    )
+    rollout = render(job_of(body))[("Deployment", f"{JOB}-rollout")]
+    template = rollout.body["spec"]["template"]
+    spec = template["spec"]
+    assert template["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+    assert template["metadata"]["labels"]["team"] == "rl"
+    assert template["metadata"]["labels"]["rljob.io/role"] == "rollout"  # selectors rely on it
+    assert spec["hostIPC"] is True
+    assert spec["enableServiceLinks"] is True
+    assert [c["name"] for c in spec["containers"]] == ["rollout", "log-shipper"]
+    main = spec["containers"][0]
+    assert "readinessProbe" not in main
+    assert main["securityContext"] == {"privileged": True}
+    assert main["startupProbe"]["httpGet"]["path"] == "/health"
+    assert main["image"] == "registry.example.com/rl/grpo:1.4"
+
+
+def test_rendering_is_deterministic_and_shares_no_objects() -> None:
+    first, second = render(), render()
+    assert [c.body for c in first.values()] == [c.body for c in second.values()]
+    trainer = first[("Job", f"{JOB}-trainer-a1")]
+    env = main_container(trainer)["env"]
+    ranks = [v["valueFrom"] for v in env if v["name"] in ("PET_NODE_RANK", "NODE_RANK")]
+    assert ranks[0] == ranks[1]
+    assert ranks[0] is not ranks[1]
