@@ -53,7 +53,7 @@ def _with_render_marker(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)  # status times in whole seconds
 
 
 class Runtime:
