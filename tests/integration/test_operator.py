@@ -12,6 +12,7 @@ import pytest
 
 from rljob.dev.audit import writes_by_user
 from rljob.dev.kubeapi import ApiError, Credentials, KubeApi
+from rljob.kubectl_plugin import render_status
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
 from tests.integration.rljobs import (
@@ -370,3 +371,12 @@ def test_a_new_renderer_does_not_roll_running_roles(
     } == replicasets
     (same_trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
     assert same_trainer["metadata"]["uid"] == trainer["metadata"]["uid"]
+
+
+def test_kubectl_plugin_shows_one_screen_status(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    job = _ready_job(cluster, namespace)
+    text = render_status(job)
+    assert f"RLJob {namespace}/{NAME}: Running (attempt 1)" in text
+    assert "rollout     2/2" in text and "Ready=True" in text
