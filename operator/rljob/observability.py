@@ -66,6 +66,9 @@ def configure_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Per-event "Handler succeeded" lines and probe access logs would drown the useful ones.
+    for noisy in ("kopf.objects", "aiohttp.access"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
 
 
 def serve_metrics(port: int, address: str = "0.0.0.0") -> None:
