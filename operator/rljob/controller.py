@@ -15,16 +15,21 @@ import structlog
 from rljob.adapters.events import post_event
 from rljob.adapters.kube import Kube, KubeError, connect
 from rljob.adapters.observe import JobKey, observed_from
-from rljob.adapters.paths import api_version_of
-from rljob.api import API_VERSION, KIND, InvalidRLJobError, RLJobStatus, parse_rljob
+from rljob.adapters.paths import api_version_of, object_path
+from rljob.api import API_VERSION, KIND, InvalidRLJobError, RLJob, RLJobStatus, parse_rljob
 from rljob.observability import JOBS_BY_PHASE, RECONCILE_ERRORS, RECONCILE_SECONDS, SPEC_REJECTIONS
 from rljob.reconcile.acceptance import invalid_spec_status, with_accepted
+from rljob.reconcile.events import EventSpec
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.plan import Plan, reconcile, status_patch
+from rljob.reconcile.requests import RestartOrder, mark_handled, pending_restart
 from rljob.workers import JobWorkers
 
 log = structlog.get_logger("rljob.controller")
 _INDEXES = ("deployments_idx", "jobs_idx", "services_idx", "pods_idx")
+_STALE_RETRY_SECONDS = 0.2
+RESTARTED_AT = "rljob.io/restarted-at"
+RESTART_FIELD_MANAGER = "rljob-operator-restart"
 
 
 @dataclass(frozen=True)
@@ -106,28 +111,68 @@ class Runtime:
                 bound.warning("invalid spec", violations=[str(v) for v in exc.violations])
                 return None
             except KubeError as exc:
+                if exc.conflict:  # our copy of the RLJob was stale: the fresh one is on its way
+                    return _STALE_RETRY_SECONDS
                 RECONCILE_ERRORS.labels(kind=f"api_{exc.status}").inc()
                 bound.warning("API call failed; retrying", status=exc.status, error=exc.message)
                 raise
 
     async def _reconcile(self, body: dict[str, Any]) -> float | None:
         meta = body["metadata"]
+        now = _now()
         job = parse_rljob(body)
-        plan: Plan = reconcile(job, self.observed((meta["namespace"], meta["name"])), _now())
-        for child in plan.apply:
-            await self.kube.apply(_with_render_marker(child.body))
+        order = pending_restart(job.metadata.annotations, job.status)
+        if order is not None:
+            job = job.model_copy(update={"status": mark_handled(job.status, order, now)})
+        plan: Plan = reconcile(job, self.observed((meta["namespace"], meta["name"])), now)
+        # Status first, guarded by resourceVersion: what we are about to do is recorded before
+        # we do it, and a stale copy of the job can never act twice.
+        wrote = await self._write_status(body, with_accepted(plan.status, job, now))
         for doomed in plan.delete:
             await self.kube.delete(
                 api_version_of(doomed.kind), doomed.kind, meta["namespace"], doomed.name, doomed.uid
             )
-        wrote = await self._write_status(body, with_accepted(plan.status, job, _now()))
+        for child in plan.apply:
+            await self.kube.apply(_with_render_marker(child.body))
+        events = list(plan.events)
+        if order is not None:
+            events.append(await self._carry_out(job, order))
         if wrote or plan.apply or plan.delete:
-            for event in plan.events:
-                await post_event(self.kube, body, event, _now())
+            for event in events:
+                await post_event(self.kube, body, event, now)
         self._count_phase(meta["uid"], plan.status.phase)
         if plan.delete_job:
             await self.kube.delete(API_VERSION, KIND, meta["namespace"], meta["name"], meta["uid"])
         return plan.requeue_after
+
+    async def _carry_out(self, job: RLJob, order: RestartOrder) -> EventSpec:
+        """A trainer restart is already in the plan (attempt + 1); a serving role is rolled
+        the way `kubectl rollout restart` does, under a field manager of its own so that our
+        server-side applies leave the annotation alone."""
+        if order.gang:
+            return EventSpec(
+                "Normal",
+                "RestartRequested",
+                f"trainer gang restart {order.nonce}: attempt {job.status.attempt}",
+            )
+        if getattr(job.spec.roles, order.role.value) is None:
+            return EventSpec(
+                "Warning",
+                "RestartRequested",
+                f"no {order.role.value} role to restart ({order.nonce})",
+            )
+        meta = job.metadata
+        patch = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: order.nonce}}}}}
+        await self.kube.request(
+            "patch",
+            object_path("apps/v1", "Deployment", meta.namespace, f"{meta.name}-{order.role.value}"),
+            patch,
+            content_type="application/merge-patch+json",
+            field_manager=RESTART_FIELD_MANAGER,
+        )
+        return EventSpec(
+            "Normal", "RestartRequested", f"rolling {order.role.value} ({order.nonce})"
+        )
 
     async def _write_status(self, body: dict[str, Any], status: RLJobStatus) -> bool:
         """Patches status only when it differs from both the observed and our last write."""
@@ -136,8 +181,11 @@ class Runtime:
         patch = status_patch(observed, status)
         if patch is None or self._written.get(meta["uid"]) == patch:
             return False
-        await self.kube.patch_status(meta["namespace"], meta["name"], patch)
+        updated = await self.kube.patch_status(
+            meta["namespace"], meta["name"], patch, resource_version=meta.get("resourceVersion")
+        )
         self._written[meta["uid"]] = patch
+        self.workers.refresh(updated)
         return True
 
     def _count_phase(self, uid: str, phase: object) -> None:

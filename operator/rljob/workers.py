@@ -60,6 +60,12 @@ class JobWorkers:
         job.body = body
         job.wake.set()
 
+    def refresh(self, body: Body) -> None:
+        """A newer body we got back from our own write: use it without waiting for the watch."""
+        job = self._jobs.get(body.get("metadata", {}).get("uid", ""))
+        if job is not None:
+            job.body = body
+
     def wake(self, key: JobKey) -> None:
         """A child of (namespace, name) changed: run a pass of that job soon."""
         uid = self._uids.get(key)

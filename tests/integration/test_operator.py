@@ -380,3 +380,54 @@ def test_kubectl_plugin_shows_one_screen_status(
     text = render_status(job)
     assert f"RLJob {namespace}/{NAME}: Running (attempt 1)" in text
     assert "rollout     2/2" in text and "Ready=True" in text
+
+
+def _request_restart(cluster: Cluster, namespace: str, value: str) -> None:
+    annotations = {"rljob.io/restart-request": value}
+    cluster.api.merge_patch(rljob_path(namespace, NAME), {"metadata": {"annotations": annotations}})
+
+
+def test_manual_restart_is_honoured_once_per_nonce(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    _ready_job(cluster, namespace)
+    before = {
+        rs["metadata"]["uid"] for rs in children(cluster, namespace, REPLICASETS, NAME, "rollout")
+    }
+
+    _request_restart(cluster, namespace, "trainer/first")
+    wait_for(
+        lambda: (
+            [j["metadata"]["name"] for j in children(cluster, namespace, JOBS, NAME)]
+            == [f"{NAME}-trainer-a2"]
+        ),
+        60,
+        "attempt 2 to replace attempt 1",
+    )
+    job = wait_condition(cluster, namespace, NAME, "Ready", timeout=60)
+    assert job["status"]["attempt"] == 2
+    assert job["status"]["lastRestartRequest"]["id"] == "first"
+
+    _request_restart(cluster, namespace, "rollout/second")
+    wait_for(
+        lambda: (
+            {
+                rs["metadata"]["uid"]
+                for rs in children(cluster, namespace, REPLICASETS, NAME, "rollout")
+            }
+            - before
+        ),
+        60,
+        "a new rollout ReplicaSet",
+    )
+    passes = _metric(operator, "rljob_reconcile_duration_seconds_count")
+    wait_for(
+        lambda: _metric(operator, "rljob_reconcile_duration_seconds_count") >= passes + 2,
+        60,
+        "two passes",
+    )
+    job = get_rljob(cluster, namespace, NAME)
+    assert job["status"]["attempt"] == 2  # the trainer nonce was not honoured twice
+    assert [j["metadata"]["name"] for j in children(cluster, namespace, JOBS, NAME)] == [
+        f"{NAME}-trainer-a2"
+    ]
