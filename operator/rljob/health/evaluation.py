@@ -1,0 +1,77 @@
+"""What every detector returns per target and evaluation, and the formatting its messages share."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rljob.api.enums import FailureReason
+
+Outcome = Literal["healthy", "insufficient_data", "finding"]
+HEALTHY: Outcome = "healthy"
+INSUFFICIENT_DATA: Outcome = "insufficient_data"
+FINDING: Outcome = "finding"
+
+# Detector names, the `detector` label of rljob_detector_evaluations_total: the spec field names.
+KV_DRIFT = "kv_drift"
+ENGINE_STALL = "engine_stall"
+TRAINER_STALL = "trainer_stall"
+VERIFIER_LATENCY = "verifier_latency"
+CONTAINER_RESTARTS = "container_restarts"
+
+Evidence = dict[str, float | str]
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """One detector's verdict on one target (a pod, or a role for role-wide signals)."""
+
+    detector: str
+    target: str
+    outcome: Outcome
+    reason: FailureReason | None
+    evidence: Evidence = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def is_finding(self) -> bool:
+        return self.outcome == FINDING
+
+
+def healthy(
+    detector: str, target: str, message: str, evidence: Evidence | None = None
+) -> Evaluation:
+    return Evaluation(detector, target, HEALTHY, None, evidence or {}, message)
+
+
+def insufficient(
+    detector: str, target: str, message: str, evidence: Evidence | None = None
+) -> Evaluation:
+    return Evaluation(detector, target, INSUFFICIENT_DATA, None, evidence or {}, message)
+
+
+def finding(
+    detector: str, target: str, reason: FailureReason, message: str, evidence: Evidence
+) -> Evaluation:
+    return Evaluation(detector, target, FINDING, reason, evidence, message)
+
+
+def format_duration(seconds: float) -> str:
+    """30m, 1h30m, 45s, 2h: the largest units, as an operator reads them in an Event."""
+    if not math.isfinite(seconds):
+        return "?"
+    total = round(abs(seconds))
+    if total < 60:
+        return f"{total}s"
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else ""]
+    if secs and not hours:
+        parts.append(f"{secs}s")
+    return "".join(parts)
+
+
+def format_percent_change(ratio: float) -> str:
+    """-27% for a ratio of 0.73."""
+    return f"{ratio - 1:+.0%}"

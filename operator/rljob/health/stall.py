@@ -1,0 +1,249 @@
+"""EngineStalled and TrainerStalled: work pending, no progress (DESIGN section 6).
+
+A wedged vLLM engine keeps answering /health (vllm #39863), so an engine is judged by its token
+counter: serving, requests pending, counter flat for `engineStall.timeout`. Sleep and weight-sync
+pauses legitimately stop generation and reset the clock.
+
+The trainer is judged by the SDK heartbeat. It is gated by the attempt's startup grace and by the
+`waiting_for_rollouts` phase (the trainer waits on engines, whose own detectors cover them). The
+`checkpointing` phase gets twice the timeout rather than none: killing a trainer mid-save wastes
+the save, but a save hung on a stalled store must still end in a restart eventually.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from rljob.api.durations import parse_duration
+from rljob.api.enums import FailureReason
+from rljob.api.spec import Health
+from rljob.health.evaluation import (
+    ENGINE_STALL,
+    TRAINER_STALL,
+    Evaluation,
+    finding,
+    format_duration,
+    healthy,
+    insufficient,
+)
+from rljob.health.samples import MAX_PLAUSIBLE_VALUE, EngineSample, EngineSeries, Interval
+
+PHASE_WAITING_FOR_ROLLOUTS = "waiting_for_rollouts"
+PHASE_CHECKPOINTING = "checkpointing"
+CHECKPOINTING_TIMEOUT_FACTOR = 2.0
+# Samples older than this many intervals (and the timeout) mean the engine's metrics are gone.
+STALE_SAMPLE_INTERVALS = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStallConfig:
+    timeout: float = 300.0
+    interval: float = 30.0
+
+    @classmethod
+    def from_health(cls, health: Health) -> EngineStallConfig:
+        return cls(
+            timeout=parse_duration(health.engine_stall.timeout),
+            interval=parse_duration(health.interval),
+        )
+
+
+def _stuck(interval: Interval, previous: EngineSample, current: EngineSample) -> bool:
+    return (
+        previous.serving
+        and current.serving
+        and previous.pending
+        and current.pending
+        and interval.tokens <= 0
+    )
+
+
+class _StallState:
+    __slots__ = ("flat_since", "not_before", "series")
+
+    def __init__(self, interval: float) -> None:
+        self.series = EngineSeries(interval)
+        self.flat_since: float | None = None
+        self.not_before = -math.inf
+
+    def add(self, sample: EngineSample) -> None:
+        if not sample.t >= self.not_before:
+            return
+        previous = self.series.last
+        interval = self.series.add(sample)
+        if interval is None or previous is None or self.series.last is None:
+            return
+        if _stuck(interval, previous, self.series.last):
+            if self.flat_since is None:
+                self.flat_since = interval.start
+        else:
+            self.flat_since = None
+
+
+class EngineStallDetector:
+    """Stall detection for the engines of one role of one job."""
+
+    def __init__(self, config: EngineStallConfig) -> None:
+        self.config = config
+        self._engines: dict[str, _StallState] = {}
+
+    def observe(self, target: str, sample: EngineSample) -> None:
+        state = self._engines.get(target)
+        if state is None:
+            state = self._engines[target] = _StallState(self.config.interval)
+        state.add(sample)
+
+    def note_restart(self, target: str, at: float) -> None:
+        state = _StallState(self.config.interval)
+        state.not_before = at
+        self._engines[target] = state
+
+    def forget(self, target: str) -> None:
+        self._engines.pop(target, None)
+
+    def retain(self, targets: Collection[str]) -> None:
+        for target in [name for name in self._engines if name not in targets]:
+            del self._engines[target]
+
+    def evaluate(self, now: float) -> list[Evaluation]:
+        return [
+            self._evaluate_engine(target, self._engines[target], now)
+            for target in sorted(self._engines)
+        ]
+
+    def _evaluate_engine(self, target: str, state: _StallState, now: float) -> Evaluation:
+        last = state.series.last
+        stale_after = max(self.config.timeout, STALE_SAMPLE_INTERVALS * self.config.interval)
+        if last is None or now - last.t > stale_after:
+            return insufficient(ENGINE_STALL, target, f"{target}: no recent metrics")
+        load = f"{last.running:.0f} running, {last.waiting:.0f} waiting"
+        if last.sleeping is True:
+            return healthy(ENGINE_STALL, target, f"{target} asleep")
+        if last.paused is True:
+            return healthy(ENGINE_STALL, target, f"{target} paused for a weight sync")
+        if not last.pending:
+            return healthy(ENGINE_STALL, target, f"{target} idle: no requests")
+        flat_for = last.t - state.flat_since if state.flat_since is not None else 0.0
+        evidence: dict[str, float | str] = {
+            "flat_seconds": flat_for,
+            "running": last.running,
+            "waiting": last.waiting,
+        }
+        if last.kv_usage is not None:
+            evidence["kv_usage"] = last.kv_usage
+        if flat_for < self.config.timeout:
+            return healthy(ENGINE_STALL, target, f"{target} generating ({load})", evidence)
+        message = (
+            f"{target} generated no tokens for {format_duration(flat_for)} while awake with "
+            f"requests pending ({load})"
+        )
+        return finding(ENGINE_STALL, target, FailureReason.ENGINE_STALLED, message, evidence)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerStallConfig:
+    timeout: float = 1800.0
+    startup_grace: float = 1800.0
+
+    @classmethod
+    def from_health(cls, health: Health) -> TrainerStallConfig:
+        return cls(
+            timeout=parse_duration(health.trainer_stall.timeout),
+            startup_grace=parse_duration(health.trainer_stall.startup_grace),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerSignals:
+    """The trainer's state at one evaluation, in unix seconds.
+
+    `heartbeat_at` is the freshest `rljob_trainer_heartbeat_timestamp_seconds` across the
+    attempt's pods (see `freshest_heartbeat`): the gang is stalled only when no rank heartbeats.
+    """
+
+    pods_running: bool
+    attempt_started_at: float
+    heartbeat_at: float | None
+    phase: str | None = None
+    step: float | None = None
+
+
+def _plausible(value: float | None) -> bool:
+    return value is not None and math.isfinite(value) and 0 <= value <= MAX_PLAUSIBLE_VALUE
+
+
+def freshest_heartbeat(values: Iterable[float | None]) -> float | None:
+    """The newest plausible heartbeat timestamp, or None; garbage is dropped."""
+    plausible = [value for value in values if value is not None and _plausible(value)]
+    return max(plausible) if plausible else None
+
+
+def current_phase(phase_gauges: Mapping[str, float]) -> str | None:
+    """The phase whose `rljob_trainer_phase{phase}` gauge is set (the highest, if several)."""
+    set_phases = [
+        (value, phase)
+        for phase, value in phase_gauges.items()
+        if math.isfinite(value) and value > 0
+    ]
+    return max(set_phases)[1] if set_phases else None
+
+
+class TrainerStallDetector:
+    """Stall detection for one job's trainer gang. It remembers when the trainer last waited for
+    rollouts, so a heartbeat that only resumes after the wait is not read as stale at once."""
+
+    def __init__(self, config: TrainerStallConfig, target: str = "trainer") -> None:
+        self.config = config
+        self.target = target
+        self._last_gated_at = -math.inf
+
+    def note_restart(self, at: float) -> None:
+        self._last_gated_at = -math.inf
+
+    def evaluate(self, signals: TrainerSignals, now: float) -> Evaluation:
+        target = self.target
+        if not signals.pods_running:
+            return insufficient(TRAINER_STALL, target, "trainer pods are not all running")
+        if signals.phase == PHASE_WAITING_FOR_ROLLOUTS:
+            self._last_gated_at = now
+            return healthy(TRAINER_STALL, target, "trainer waiting for rollouts")
+        since_start = now - signals.attempt_started_at
+        if since_start < self.config.startup_grace:
+            return healthy(
+                TRAINER_STALL,
+                target,
+                f"trainer within startup grace ({format_duration(since_start)} of "
+                f"{format_duration(self.config.startup_grace)})",
+            )
+        heartbeat = signals.heartbeat_at
+        if heartbeat is None or not _plausible(heartbeat):
+            return insufficient(TRAINER_STALL, target, "no trainer heartbeat exported")
+        return self._judge_heartbeat(signals, heartbeat, now)
+
+    def _judge_heartbeat(self, signals: TrainerSignals, heartbeat: float, now: float) -> Evaluation:
+        reference = max(heartbeat, self._last_gated_at, signals.attempt_started_at)
+        stale_for = now - reference
+        timeout = self.config.timeout
+        if signals.phase == PHASE_CHECKPOINTING:
+            timeout *= CHECKPOINTING_TIMEOUT_FACTOR
+        phase = signals.phase or "unknown"
+        evidence: dict[str, float | str] = {
+            "stale_seconds": stale_for,
+            "timeout_seconds": timeout,
+            "phase": phase,
+        }
+        if signals.step is not None and _plausible(signals.step):
+            evidence["step"] = signals.step
+        if stale_for < timeout:
+            return healthy(
+                TRAINER_STALL, self.target, f"trainer heartbeat {format_duration(stale_for)} old"
+            )
+        at_step = f" at step {signals.step:.0f}" if "step" in evidence else ""
+        message = (
+            f"trainer heartbeat stale for {format_duration(stale_for)} (timeout "
+            f"{format_duration(timeout)}) in phase {phase}{at_step}, attempt started "
+            f"{format_duration(now - signals.attempt_started_at)} ago"
+        )
+        return finding(TRAINER_STALL, self.target, FailureReason.TRAINER_STALLED, message, evidence)
