@@ -7,27 +7,50 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
 
+from rljob.adapters.checkpoints import Checkpoints
 from rljob.adapters.events import post_event
 from rljob.adapters.kube import Kube, KubeError, connect
 from rljob.adapters.observe import JobKey, observed_from
 from rljob.adapters.paths import api_version_of, object_path
-from rljob.api import API_VERSION, KIND, InvalidRLJobError, RLJob, RLJobStatus, parse_rljob
-from rljob.observability import JOBS_BY_PHASE, RECONCILE_ERRORS, RECONCILE_SECONDS, SPEC_REJECTIONS
+from rljob.api import (
+    API_VERSION,
+    KIND,
+    InvalidRLJobError,
+    RLJob,
+    RLJobStatus,
+    parse_rljob,
+)
+from rljob.checkpoints.errors import StoreError
+from rljob.observability import (
+    CHECKPOINT_ERRORS,
+    JOBS_BY_PHASE,
+    RECONCILE_ERRORS,
+    RECONCILE_SECONDS,
+    SPEC_REJECTIONS,
+)
 from rljob.reconcile.acceptance import invalid_spec_status, with_accepted
+from rljob.reconcile.checkpoint_status import (
+    AttemptCheckpoint,
+    checkpoint_conditions,
+    checkpoint_status,
+    store_down,
+)
+from rljob.reconcile.conditions import ConditionState, set_condition
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
-from rljob.reconcile.plan import Plan, reconcile, status_patch
+from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile, status_patch
 from rljob.reconcile.requests import RestartOrder, mark_handled, pending_restart
 from rljob.workers import JobWorkers
 
 log = structlog.get_logger("rljob.controller")
 _INDEXES = ("deployments_idx", "jobs_idx", "services_idx", "pods_idx")
 _STALE_RETRY_SECONDS = 0.2
+_STORE_RETRY_SECONDS = 15.0
 RESTARTED_AT = "rljob.io/restarted-at"
 RESTART_FIELD_MANAGER = "rljob-operator-restart"
 
@@ -44,6 +67,17 @@ class RuntimeOptions:
 
 # Tests only: stands in for "a new operator version renders templates differently".
 RENDER_MARKER_ENV = "RLJOB_TEST_RENDER_MARKER"
+
+
+def _with_status(job: RLJob, status: RLJobStatus) -> RLJob:
+    return job.model_copy(update={"status": status})
+
+
+def _with_condition(
+    status: RLJobStatus, state: ConditionState, now: dt.datetime, job: RLJob
+) -> RLJobStatus:
+    conditions = set_condition(status.conditions or [], state, now, job.metadata.generation)
+    return status.model_copy(update={"conditions": conditions})
 
 
 def _with_render_marker(body: dict[str, Any]) -> dict[str, Any]:
@@ -66,6 +100,7 @@ class Runtime:
 
     def __init__(self, kube: Kube, options: RuntimeOptions) -> None:
         self.kube = kube
+        self.checkpoints = Checkpoints(timeout=options.api_timeout)
         self.options = options
         self.workers = JobWorkers(self.run_pass, resync_seconds=options.resync_seconds)
         self._indexes: dict[str, Mapping[Any, Iterable[Any]]] = {}
@@ -123,8 +158,13 @@ class Runtime:
         job = parse_rljob(body)
         order = pending_restart(job.metadata.annotations, job.status)
         if order is not None:
-            job = job.model_copy(update={"status": mark_handled(job.status, order, now)})
-        plan: Plan = reconcile(job, self.observed((meta["namespace"], meta["name"])), now)
+            job = _with_status(job, mark_handled(job.status, order, now))
+        job, events = await self._continue_attempts(job)
+        observed = self.observed((meta["namespace"], meta["name"]))
+        plan: Plan = reconcile(job, observed, now)
+        if any(child.kind == "Job" for child in plan.apply) and job.spec.checkpoint is not None:
+            job, plan, checkpoint_events = await self._start_attempt(job, observed, plan, now)
+            events += checkpoint_events
         # Status first, guarded by resourceVersion: what we are about to do is recorded before
         # we do it, and a stale copy of the job can never act twice.
         wrote = await self._write_status(body, with_accepted(plan.status, job, now))
@@ -134,7 +174,7 @@ class Runtime:
             )
         for child in plan.apply:
             await self.kube.apply(_with_render_marker(child.body))
-        events = list(plan.events)
+        events += plan.events
         if order is not None:
             events.append(await self._carry_out(job, order))
         if wrote or plan.apply or plan.delete:
@@ -144,6 +184,52 @@ class Runtime:
         if plan.delete_job:
             await self.kube.delete(API_VERSION, KIND, meta["namespace"], meta["name"], meta["uid"])
         return plan.requeue_after
+
+    async def _continue_attempts(self, job: RLJob) -> tuple[RLJob, list[EventSpec]]:
+        """A new RLJob of an old name continues attempt numbers after the highest marker, so the
+        old name's checkpoints are fenced by the same lineage rule."""
+        if job.status.attempt is not None or job.spec.checkpoint is None:
+            return job, []
+        try:
+            first = await self.checkpoints.first_attempt(job)
+        except StoreError:
+            return job, []  # the attempt start below reports the outage and waits
+        if first <= 1:
+            return job, []
+        message = (
+            f"checkpoints of an earlier {job.metadata.name} exist: continuing at attempt {first}"
+        )
+        continued = _with_status(job, job.status.model_copy(update={"attempt": first}))
+        return continued, [EventSpec("Normal", "AttemptsContinued", message)]
+
+    async def _start_attempt(
+        self, job: RLJob, observed: Observed, plan: Plan, now: dt.datetime
+    ) -> tuple[RLJob, Plan, list[EventSpec]]:
+        """Before a trainer attempt's Job is created: its marker and its resume checkpoint.
+        With the store down the attempt waits (the other children still reconcile)."""
+        attempt = plan.status.attempt or 1
+        try:
+            start = await self.checkpoints.start_attempt(job, attempt, now)
+        except StoreError as exc:
+            CHECKPOINT_ERRORS.labels(kind=type(exc).__name__).inc()
+            status = _with_condition(plan.status, store_down(attempt, str(exc)), now, job)
+            waiting = tuple(child for child in plan.apply if child.kind != "Job")
+            plan = replace(plan, apply=waiting, status=status, requeue_after=_STORE_RETRY_SECONDS)
+            return job, plan, []
+        outcome = AttemptCheckpoint(
+            start.attempt,
+            start.resumed_from,
+            start.capabilities,
+            start.problem,
+            start.retention_problem,
+        )
+        checkpoint = checkpoint_status(job.status.checkpoint, outcome)
+        job = _with_status(job, job.status.model_copy(update={"checkpoint": checkpoint}))
+        plan = reconcile(job, observed, now, ReconcileExtras(resume_env=start.resume_env))
+        status = plan.status
+        for state in checkpoint_conditions(job.status.conditions or [], outcome):
+            status = _with_condition(status, state, now, job)
+        return job, replace(plan, status=status), list(start.events)
 
     async def _carry_out(self, job: RLJob, order: RestartOrder) -> EventSpec:
         """A trainer restart is already in the plan (attempt + 1); a serving role is rolled

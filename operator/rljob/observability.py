@@ -22,6 +22,14 @@ API_ERRORS = Counter(
     "rljob_api_errors_total", "Kubernetes API calls that failed, by HTTP status.", ["status"]
 )
 JOBS_BY_PHASE = Gauge("rljob_jobs", "RLJobs known to this operator, by phase.", ["phase"])
+CHECKPOINT_STEP = Gauge(
+    "rljob_checkpoint_step",
+    "Step of the checkpoint the current attempt resumed from.",
+    ["namespace", "job"],
+)
+CHECKPOINT_ERRORS = Counter(
+    "rljob_checkpoint_store_errors_total", "Checkpoint store calls that failed, by kind.", ["kind"]
+)
 SPEC_REJECTIONS = Counter(
     "rljob_spec_rejections_total",
     "RLJob specs the operator could not accept, by reason.",

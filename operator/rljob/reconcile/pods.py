@@ -38,6 +38,7 @@ class PodInputs:
     probes: Mapping[str, Any] = field(default_factory=dict)
     pod_spec: Mapping[str, Any] = field(default_factory=dict)
     avoid_nodes: tuple[str, ...] = ()
+    env_from_secrets: tuple[str, ...] = ()  # Secrets exposed as env by reference, never read
 
 
 def pod_template(inputs: PodInputs) -> dict[str, Any]:
@@ -104,6 +105,8 @@ def _main_container(inputs: PodInputs) -> dict[str, Any]:
         **dict(inputs.probes),
     }
     container.update({key: value for key, value in optional.items() if value not in (None, [], {})})
+    if inputs.env_from_secrets:
+        container["envFrom"] = [{"secretRef": {"name": name}} for name in inputs.env_from_secrets]
     return container
 
 

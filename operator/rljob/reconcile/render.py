@@ -14,6 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rljob.api import RLJob, Role, RoleName, RolloutRole, ServingRole, TrainerRole
+from rljob.checkpoints.layout import (
+    ENV_CHECKPOINT_URI,
+    ENV_JOB_UID,
+    ENV_S3_ADDRESSING_STYLE,
+    ENV_S3_ENDPOINT,
+    ENV_S3_REGION,
+    CheckpointLocation,
+)
 from rljob.reconcile import names
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.pods import PodInputs, container_ports, pod_template, probes, serving_port
@@ -210,8 +218,10 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
             env=[
                 *_common_env(job, RoleName.TRAINER, ctx),
                 *_trainer_env(role, ctx),
+                *_checkpoint_env(job, ctx),
                 *_plain_env(ctx.resume_env),
             ],
+            env_from_secrets=_credentials_secret(job),
             ports=container_ports(RoleName.TRAINER, role),
             pod_spec={
                 "restartPolicy": "Never",
@@ -259,6 +269,27 @@ def _trainer_env(role: TrainerRole, ctx: RenderContext) -> list[dict[str, Any]]:
         {"name": "NODE_RANK", **_node_rank()},
         {"name": "RLJOB_ATTEMPT", "value": str(ctx.attempt)},
     ]
+
+
+def _checkpoint_env(job: RLJob, ctx: RenderContext) -> list[dict[str, Any]]:
+    """Where the trainer's CheckpointWriter writes: this job's prefix of the store."""
+    checkpoint = job.spec.checkpoint
+    if checkpoint is None:
+        return []
+    location = CheckpointLocation.from_uri(checkpoint.uri, ctx.namespace, ctx.name)
+    variables = {
+        ENV_CHECKPOINT_URI: location.uri,
+        ENV_JOB_UID: ctx.uid,
+        ENV_S3_ADDRESSING_STYLE: checkpoint.addressing_style.value,
+        ENV_S3_ENDPOINT: checkpoint.endpoint or "",
+        ENV_S3_REGION: checkpoint.region or "",
+    }
+    return _plain_env({key: value for key, value in variables.items() if value})
+
+
+def _credentials_secret(job: RLJob) -> tuple[str, ...]:
+    checkpoint = job.spec.checkpoint
+    return (checkpoint.credentials_secret,) if checkpoint and checkpoint.credentials_secret else ()
 
 
 def _node_rank() -> dict[str, Any]:
