@@ -1,41 +1,77 @@
 #!/usr/bin/env bash
-# Builds the test bed's upstream binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok) from our Go wrapper modules into a cache folder outside the repo.
-# The cache key hashes every wrapper's go.mod/go.sum, this script and `go version`: a hit builds
-# nothing, a changed key builds into a fresh folder. Prints the bin folder on stdout.
+# Builds the test bed's upstream binaries from our Go wrapper modules (one module per tool) into
+# a cache folder outside the repo, and prints a bin folder holding all of them:
+#   kube: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
+#   kwok: kwok
+#   s3:   versitygw (the S3-compatible server)
+# Each tool has its own cache key (its go.mod/go.sum, this script and `go version`): a hit
+# builds nothing, a changed key rebuilds only that tool. Concurrent runs wait on a lock.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache_root=${RLJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rljob-operator}
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
+mkdir -p "$cache_root/tools" "$cache_root/bin"
+exec 9>"$cache_root/build.lock"
+flock 9
 
-key=$( { cat "$here"/kube/go.mod "$here"/kube/go.sum "$here"/kwok/go.mod "$here"/kwok/go.sum \
-          "$here"/build.sh; go version; } | sha256sum | cut -c1-16)
-bin="$cache_root/bin/$key"
-if [ -f "$bin/.complete" ]; then
-  echo "tools: cache hit $key" >&2
-  echo "$bin"
-  exit 0
-fi
-echo "tools: cache miss $key, building into $bin" >&2
-mkdir -p "$bin.partial"
+go_version=$(go version)
+tool_key() { # tool_key TOOL: the cache key of one wrapper module
+  { cat "$here/$1/go.mod" "$here/$1/go.sum" "$here/build.sh"; echo "$go_version"; } | sha256sum | cut -c1-16
+}
 
-kube_version=$(sed -n 's#^[[:space:]]*k8s\.io/kubernetes \(v[0-9.]*\).*#\1#p' "$here/kube/go.mod" | head -n1)
-minor=${kube_version#v1.}; minor=${minor%%.*}
-ld="-s -w"
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ld="$ld -X $p.gitVersion=$kube_version -X $p.gitMajor=1 -X $p.gitMinor=$minor"
-  ld="$ld -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+build_kube() { # build_kube OUT
+  local version minor ld p
+  version=$(sed -n 's#^[[:space:]]*k8s\.io/kubernetes \(v[0-9.]*\).*#\1#p' "$here/kube/go.mod" | head -n1)
+  minor=${version#v1.}; minor=${minor%%.*}
+  ld="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld="$ld -X $p.gitVersion=$version -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    ld="$ld -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  (cd "$here/kube" && go build -trimpath -ldflags "$ld" -o "$1/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+  (cd "$here/kube" && go build -trimpath -ldflags "-s -w" -o "$1/etcd" go.etcd.io/etcd/server/v3)
+}
+
+build_kwok() {
+  (cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$1/kwok" sigs.k8s.io/kwok/cmd/kwok)
+}
+
+build_s3() {
+  local vgw=github.com/versity/versitygw version
+  version=$(sed -n "s#^[[:space:]]*$vgw \(v[0-9.]*\).*#\1#p" "$here/s3/go.mod" | head -n1)
+  (cd "$here/s3" && go build -trimpath -ldflags "-s -w -X main.Version=$version" \
+    -o "$1/versitygw" "$vgw/cmd/versitygw")
+}
+
+keys=""
+for tool in kube kwok s3; do
+  key=$(tool_key "$tool")
+  keys="$keys $tool-$key"
+  out="$cache_root/tools/$tool-$key"
+  if [ -f "$out/.complete" ]; then
+    echo "tools: $tool cache hit $key" >&2
+    continue
+  fi
+  echo "tools: $tool cache miss $key, building" >&2
+  partial=$(mktemp -d "$cache_root/tools/.$tool-XXXXXX")
+  start=$(date +%s)
+  "build_$tool" "$partial"
+  echo "tools: $tool built in $(( $(date +%s) - start ))s" >&2
+  rm -rf "$out"
+  mv "$partial" "$out"
+  touch "$out/.complete"
 done
 
-start=$(date +%s)
-(cd "$here/kube" && go build -trimpath -ldflags "$ld" -o "$bin.partial/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
-(cd "$here/kube" && go build -trimpath -ldflags "-s -w" -o "$bin.partial/etcd" go.etcd.io/etcd/server/v3)
-(cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$bin.partial/kwok" sigs.k8s.io/kwok/cmd/kwok)
-echo "tools: built in $(( $(date +%s) - start ))s" >&2
-
-rm -rf "$bin"
-mv "$bin.partial" "$bin"
-touch "$bin/.complete"
+bin="$cache_root/bin/$(echo "$keys" | sha256sum | cut -c1-16)"
+if [ ! -f "$bin/.complete" ]; then
+  partial=$(mktemp -d "$cache_root/bin/.bin-XXXXXX")
+  for entry in $keys; do
+    for binary in "$cache_root/tools/$entry"/*; do ln -s "$binary" "$partial/"; done
+  done
+  rm -rf "$bin"
+  mv "$partial" "$bin"
+  touch "$bin/.complete"
+fi
 echo "$bin"

@@ -54,16 +54,23 @@ def _build(env: dict[str, str]) -> tuple[Path, list[str]]:
     ]
 
 
-def test_cache_hit_builds_nothing_and_changed_key_rebuilds(sandbox: dict[str, str]) -> None:
+def test_cache_hit_builds_nothing_and_a_changed_key_rebuilds_only_its_tool(
+    sandbox: dict[str, str],
+) -> None:
     first, builds = _build(sandbox)
-    assert len(builds) == 3, builds
-    assert {"kube-apiserver", "etcd", "kwok", "kubectl"} <= {p.name for p in first.iterdir()}
+    assert len(builds) == 4, builds  # kube (two go builds), kwok, s3
+    assert {"kube-apiserver", "etcd", "kwok", "kubectl", "versitygw"} <= {
+        p.name for p in first.iterdir()
+    }
 
     again, builds = _build(sandbox)
     assert (again, builds) == (first, [])
 
-    go_sum = Path(sandbox["TOOLS"]) / "kwok" / "go.sum"
-    go_sum.write_text(go_sum.read_text() + "\n")
-    changed, builds = _build(sandbox)
-    assert changed != first
-    assert len(builds) == 3
+    for tool, built in (("kwok", "sigs.k8s.io/kwok/cmd/kwok"), ("s3", "versitygw/cmd/versitygw")):
+        go_sum = Path(sandbox["TOOLS"]) / tool / "go.sum"
+        go_sum.write_text(go_sum.read_text() + "\n")
+        changed, builds = _build(sandbox)
+        assert changed != first
+        assert len(builds) == 1 and built in builds[0], builds
+        assert {p.name for p in changed.iterdir()} == {p.name for p in first.iterdir()}
+        first = changed
