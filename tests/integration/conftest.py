@@ -24,7 +24,13 @@ from rljob.dev.controlplane import (
 )
 from rljob.dev.kubeapi import ApiError, KubeApi
 from rljob.dev.processes import tail
+from rljob.dev.s3server import S3Server
 from tests.helpers import wait_for
+from tests.integration.s3_fixtures import (  # noqa: F401 - fixtures for every integration test
+    private_s3_fixture,
+    s3_bucket_fixture,
+    s3_server_fixture,
+)
 
 
 @dataclass
@@ -75,8 +81,8 @@ class Operator:
     """The session's operator under its least-privilege ServiceAccount; tests may restart it
     (with a different environment) or kill it, and it is running again for the next test."""
 
-    def __init__(self, cluster: Cluster, workdir: Path) -> None:
-        self.cluster, self.workdir = cluster, workdir
+    def __init__(self, cluster: Cluster, workdir: Path, store: S3Server) -> None:
+        self.cluster, self.workdir, self.store = cluster, workdir, store
         self.custom = False
         self.current = self.start()
 
@@ -93,8 +99,10 @@ class Operator:
         return self.current.metrics_url
 
     def start(self, env: dict[str, str] | None = None) -> OperatorProcess:
+        # The operator's own S3 identity: the session's store, unless a test says otherwise.
+        environment = {**self.store.env(), **(env or {})}
         return start_operator(
-            self.cluster.api, self.cluster.run, self.workdir, "--resync-seconds=20", env=env
+            self.cluster.api, self.cluster.run, self.workdir, "--resync-seconds=20", env=environment
         )
 
     def restart(self, env: dict[str, str] | None = None) -> None:
@@ -109,9 +117,9 @@ class Operator:
 
 @pytest.fixture(scope="session")
 def operator_session(
-    cluster: Cluster, crd: list[str], tmp_path_factory: pytest.TempPathFactory
+    cluster: Cluster, crd: list[str], s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
-    op = Operator(cluster, tmp_path_factory.mktemp("operator"))
+    op = Operator(cluster, tmp_path_factory.mktemp("operator"), s3_server)
     yield op
     op.current.stop()
 

@@ -20,7 +20,6 @@ from rljob.checkpoints.layout import (
     ENV_S3_ADDRESSING_STYLE,
     ENV_S3_ENDPOINT,
     ENV_S3_REGION,
-    CheckpointLocation,
 )
 from rljob.reconcile import names
 from rljob.reconcile.names import trainer_job_name
@@ -272,13 +271,12 @@ def _trainer_env(role: TrainerRole, ctx: RenderContext) -> list[dict[str, Any]]:
 
 
 def _checkpoint_env(job: RLJob, ctx: RenderContext) -> list[dict[str, Any]]:
-    """Where the trainer's CheckpointWriter writes: this job's prefix of the store."""
+    """Where the trainer's CheckpointWriter writes (the SDK adds <namespace>/<name>/ itself)."""
     checkpoint = job.spec.checkpoint
     if checkpoint is None:
         return []
-    location = CheckpointLocation.from_uri(checkpoint.uri, ctx.namespace, ctx.name)
     variables = {
-        ENV_CHECKPOINT_URI: location.uri,
+        ENV_CHECKPOINT_URI: checkpoint.uri,
         ENV_JOB_UID: ctx.uid,
         ENV_S3_ADDRESSING_STYLE: checkpoint.addressing_style.value,
         ENV_S3_ENDPOINT: checkpoint.endpoint or "",
