@@ -68,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     crd = commands.add_parser("crd", help="print the RLJob CustomResourceDefinition")
     crd.set_defaults(handler=_crd)
 
+    commands.add_parser("checkpoints", help="ls|show|validate s3://... (see its --help)")
+
     dev = commands.add_parser("dev", help="local control plane with simulated GPU nodes")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
     dev_up = dev_commands.add_parser("up", help="start it (foreground; Ctrl-C stops it)")
@@ -85,6 +87,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["checkpoints"]:  # its own parser, options included
+        from rljob.checkpoints import cli
+
+        return cli.main(argv[1:])
     args = _parser().parse_args(argv)
     return int(args.handler(args))
 

@@ -17,8 +17,11 @@ from rljob.dev.binaries import bin_dir, repo_root
 from rljob.dev.controlplane import ControlPlane, ControlPlaneError, wait_until
 from rljob.dev.kubeapi import ApiError, KubeApi
 from rljob.dev.launcher import env_lines, fresh_run_dir
+from rljob.dev.processes import free_ports
+from rljob.dev.s3server import S3Server
 
 DEMO_NAMESPACE = "rl-demo"
+DEMO_BUCKET = "rljob-demo"
 
 
 def _example() -> dict[str, Any]:
@@ -29,7 +32,7 @@ def _example() -> dict[str, Any]:
     return body
 
 
-def _apply_demo_job(api: KubeApi) -> str:
+def _apply_demo_job(api: KubeApi, store: S3Server) -> str:
     try:
         api.create("/api/v1/namespaces", {"metadata": {"name": DEMO_NAMESPACE}})
     except ApiError as exc:
@@ -42,6 +45,7 @@ def _apply_demo_job(api: KubeApi) -> str:
     )
     body = _example()
     body["metadata"]["namespace"] = DEMO_NAMESPACE
+    body["spec"]["checkpoint"]["endpoint"] = store.endpoint  # the bed's own S3 server
     name = str(body["metadata"]["name"])
     path = (
         f"/apis/rljob.io/v1alpha1/namespaces/{DEMO_NAMESPACE}/rljobs/{name}?fieldValidation=Strict"
@@ -68,6 +72,7 @@ def run_demo(run_dir: Path, *, once: bool = False, timeout: float = 180.0) -> in
         signal.signal(sig, lambda *_: stop.set())
     plane = ControlPlane(run_dir, bin_dir(), "demo")
     operator: OperatorProcess | None = None
+    store = S3Server(run_dir, bin_dir(), free_ports(1)[0])
     started = time.monotonic()
     try:
         plane.start()
@@ -77,9 +82,12 @@ def run_demo(run_dir: Path, *, once: bool = False, timeout: float = 180.0) -> in
         )
         api = plane.api()
         install_crd(api)
-        operator = start_operator(api, plane.dir, run_dir / "operator")
+        store.start()
+        store.create_bucket(DEMO_BUCKET)
+        print(f"S3 server (versitygw) at {store.endpoint}, bucket {DEMO_BUCKET}", flush=True)
+        operator = start_operator(api, plane.dir, run_dir / "operator", env=store.env())
         print(f"operator running as its ServiceAccount; log: {operator.log}", flush=True)
-        name = _apply_demo_job(api)
+        name = _apply_demo_job(api, store)
         print(
             f"applied examples/rljob-demo.yaml as {DEMO_NAMESPACE}/{name}; waiting for Ready",
             flush=True,
@@ -102,5 +110,6 @@ def run_demo(run_dir: Path, *, once: bool = False, timeout: float = 180.0) -> in
     finally:
         if operator is not None:
             operator.stop()
+        store.stop()
         plane.stop()
         print("demo stopped", flush=True)
