@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,6 +21,7 @@ from rljob.adapters.paths import api_version_of, object_path
 from rljob.api import (
     API_VERSION,
     KIND,
+    FailureAction,
     InvalidRLJobError,
     RLJob,
     RLJobStatus,
@@ -44,6 +46,13 @@ from rljob.reconcile.conditions import ConditionState, set_condition
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile, status_patch
+from rljob.reconcile.remediation import (
+    TrainerRemedy,
+    failed_attempt,
+    gang_restart_event,
+    remedy_for,
+    settle_journal,
+)
 from rljob.reconcile.requests import RestartOrder, mark_handled, pending_restart
 from rljob.workers import JobWorkers
 
@@ -51,6 +60,7 @@ log = structlog.get_logger("rljob.controller")
 _INDEXES = ("deployments_idx", "jobs_idx", "services_idx", "pods_idx")
 _STALE_RETRY_SECONDS = 0.2
 _STORE_RETRY_SECONDS = 15.0
+_REJECTED_RETRY_SECONDS = 60.0
 RESTARTED_AT = "rljob.io/restarted-at"
 RESTART_FIELD_MANAGER = "rljob-operator-restart"
 
@@ -67,6 +77,41 @@ class RuntimeOptions:
 
 # Tests only: stands in for "a new operator version renders templates differently".
 RENDER_MARKER_ENV = "RLJOB_TEST_RENDER_MARKER"
+
+
+# Tests only: SIGKILL the operator at a named point of an action, to prove it resumes, not repeats.
+CRASH_POINT_ENV = "RLJOB_TEST_CRASH_POINT"
+CRASH_POINTS = (
+    "gang-restart:journaled",
+    "gang-restart:old-job-deleted",
+    "gang-restart:new-job-created",
+)
+
+
+def crash_point(name: str) -> None:
+    if os.environ.get(CRASH_POINT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _remediate_trainer(
+    job: RLJob, observed: Observed, now: dt.datetime
+) -> tuple[RLJob, ReconcileExtras, TrainerRemedy | None]:
+    """A failed trainer attempt through the failure policy (see reconcile.remediation)."""
+    job = _with_status(job, settle_journal(job.status, observed, job.metadata.name))
+    found = failed_attempt(job, observed) if job.status.in_flight is None else None
+    if found is None:
+        return job, ReconcileExtras(), None
+    remedy = remedy_for(job, *found, now)
+    if remedy.status is not None:
+        job = _with_status(job, remedy.status)
+    return job, ReconcileExtras(trainer_hold=remedy.hold), remedy
+
+
+def _failed_by_policy(
+    status: RLJobStatus, remedy: TrainerRemedy, now: dt.datetime, job: RLJob
+) -> RLJobStatus:
+    state = ConditionState.of("Failed", True, "FailurePolicy", remedy.decision.message)
+    return _with_condition(status, state, now, job)
 
 
 def _with_status(job: RLJob, status: RLJobStatus) -> RLJob:
@@ -148,6 +193,10 @@ class Runtime:
             except KubeError as exc:
                 if exc.conflict:  # our copy of the RLJob was stale: the fresh one is on its way
                     return _STALE_RETRY_SECONDS
+                if exc.status in (400, 422):  # a child the API rejects: say so, retry slowly
+                    await self._report_rejection(body, exc.message)
+                    bound.warning("child rejected by the API", error=exc.message)
+                    return _REJECTED_RETRY_SECONDS
                 RECONCILE_ERRORS.labels(kind=f"api_{exc.status}").inc()
                 bound.warning("API call failed; retrying", status=exc.status, error=exc.message)
                 raise
@@ -161,19 +210,35 @@ class Runtime:
             job = _with_status(job, mark_handled(job.status, order, now))
         job, events = await self._continue_attempts(job)
         observed = self.observed((meta["namespace"], meta["name"]))
-        plan: Plan = reconcile(job, observed, now)
+        job, extras, remedy = _remediate_trainer(job, observed, now)
+        plan: Plan = reconcile(job, observed, now, extras)
         if any(child.kind == "Job" for child in plan.apply) and job.spec.checkpoint is not None:
-            job, plan, checkpoint_events = await self._start_attempt(job, observed, plan, now)
+            job, plan, checkpoint_events = await self._start_attempt(
+                job, observed, plan, extras, now
+            )
             events += checkpoint_events
+        if remedy is not None and remedy.decision.action == FailureAction.FAIL_JOB:
+            events.append(EventSpec("Warning", "FailJob", remedy.decision.message))
+            plan = replace(plan, status=_failed_by_policy(plan.status, remedy, now, job))
         # Status first, guarded by resourceVersion: what we are about to do is recorded before
         # we do it, and a stale copy of the job can never act twice.
         wrote = await self._write_status(body, with_accepted(plan.status, job, now))
+        journaled = gang_restart_event(plan.status)
+        if journaled is not None:
+            crash_point("gang-restart:journaled")
+            await post_event(
+                self.kube, body, journaled[1], now, name=f"{meta['name']}.{journaled[0]}"
+            )
         for doomed in plan.delete:
             await self.kube.delete(
                 api_version_of(doomed.kind), doomed.kind, meta["namespace"], doomed.name, doomed.uid
             )
+        if plan.delete and journaled is not None:
+            crash_point("gang-restart:old-job-deleted")
         for child in plan.apply:
             await self.kube.apply(_with_render_marker(child.body))
+        if journaled is not None and any(c.kind == "Job" for c in plan.apply):
+            crash_point("gang-restart:new-job-created")
         events += plan.events
         if order is not None:
             events.append(await self._carry_out(job, order))
@@ -203,7 +268,12 @@ class Runtime:
         return continued, [EventSpec("Normal", "AttemptsContinued", message)]
 
     async def _start_attempt(
-        self, job: RLJob, observed: Observed, plan: Plan, now: dt.datetime
+        self,
+        job: RLJob,
+        observed: Observed,
+        plan: Plan,
+        extras: ReconcileExtras,
+        now: dt.datetime,
     ) -> tuple[RLJob, Plan, list[EventSpec]]:
         """Before a trainer attempt's Job is created: its marker and its resume checkpoint.
         With the store down the attempt waits (the other children still reconcile)."""
@@ -225,7 +295,7 @@ class Runtime:
         )
         checkpoint = checkpoint_status(job.status.checkpoint, outcome)
         job = _with_status(job, job.status.model_copy(update={"checkpoint": checkpoint}))
-        plan = reconcile(job, observed, now, ReconcileExtras(resume_env=start.resume_env))
+        plan = reconcile(job, observed, now, replace(extras, resume_env=start.resume_env))
         status = plan.status
         for state in checkpoint_conditions(job.status.conditions or [], outcome):
             status = _with_condition(status, state, now, job)
@@ -259,6 +329,11 @@ class Runtime:
         return EventSpec(
             "Normal", "RestartRequested", f"rolling {order.role.value} ({order.nonce})"
         )
+
+    async def _report_rejection(self, body: dict[str, Any], message: str) -> None:
+        job = parse_rljob(body)
+        state = ConditionState.of("Degraded", True, "ChildRejected", message)
+        await self._write_status(body, _with_condition(job.status, state, _now(), job))
 
     async def _write_status(self, body: dict[str, Any], status: RLJobStatus) -> bool:
         """Patches status only when it differs from both the observed and our last write."""

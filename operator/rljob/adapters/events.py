@@ -6,7 +6,7 @@ import datetime as dt
 import socket
 from typing import Any
 
-from rljob.adapters.kube import Kube
+from rljob.adapters.kube import Kube, KubeError
 from rljob.adapters.paths import object_path
 from rljob.reconcile.events import EventSpec
 
@@ -48,7 +48,14 @@ def event_body(
 
 
 async def post_event(
-    kube: Kube, involved: dict[str, Any], event: EventSpec, now: dt.datetime
+    kube: Kube, involved: dict[str, Any], event: EventSpec, now: dt.datetime, name: str = ""
 ) -> None:
+    """Posts an Event; with a `name` at most once (a repeat is answered 409 and ignored)."""
     body = event_body(involved, event.type, event.reason, event.message, now)
-    await kube.request("post", object_path("v1", "Event", body["metadata"]["namespace"]), body)
+    if name:
+        body["metadata"] = {"name": name, "namespace": body["metadata"]["namespace"]}
+    try:
+        await kube.request("post", object_path("v1", "Event", body["metadata"]["namespace"]), body)
+    except KubeError as exc:
+        if not (name and exc.conflict):
+            raise

@@ -87,12 +87,30 @@ class TrainerDecision:
         return self.state in FINISHED_STATES
 
 
-def decide_trainer(job: RLJob, observed: Observed, now: datetime) -> TrainerDecision:
+@dataclass(frozen=True)
+class TrainerHold:
+    """A failed attempt the failure policy will restart after its backoff: not a job failure."""
+
+    seconds: float
+    message: str
+
+
+def decide_trainer(
+    job: RLJob, observed: Observed, now: datetime, hold: TrainerHold | None = None
+) -> TrainerDecision:
     status = job.status
     attempt = status.attempt or 1
     current = _trainer_job(observed, job.metadata.name, attempt)
     if status.phase in TERMINAL_PHASES:
         return TrainerDecision(TrainerState.FINISHED, attempt, job=current)
+    if hold is not None:
+        return TrainerDecision(
+            TrainerState.WAITING,
+            attempt,
+            job=current,
+            wait_seconds=hold.seconds,
+            message=hold.message,
+        )
     live = current if current is not None and not current.deleting else None
     if live is not None and live.succeeded:
         message = f"trainer Job {live.name} completed"

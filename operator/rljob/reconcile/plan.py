@@ -23,6 +23,7 @@ from rljob.reconcile.events import EventSpec, transition_events
 from rljob.reconcile.lifecycle import (
     TERMINAL_PHASES,
     TrainerDecision,
+    TrainerHold,
     TrainerState,
     decide_trainer,
 )
@@ -82,6 +83,8 @@ class ReconcileExtras:
     # spec hash: change it only when engines should roll, never per training step.
     policy_env: Mapping[str, str] = field(default_factory=dict)
     trainer_master_port: int = DEFAULT_MASTER_PORT
+    # The failure policy holds a failed trainer attempt for its backoff before the gang restart.
+    trainer_hold: TrainerHold | None = None
 
 
 def reconcile(
@@ -94,7 +97,7 @@ def reconcile(
     hold only this job's children and pods; `now` is timezone-aware."""
     extras = extras or ReconcileExtras()
     now = now.replace(microsecond=0)
-    decision = decide_trainer(job, observed, now)
+    decision = decide_trainer(job, observed, now, extras.trainer_hold)
     desired = render_children(job, render_context(job, decision, extras))
     apply = _to_apply(desired, observed, decision)
     status = build_status(

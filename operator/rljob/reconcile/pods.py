@@ -153,14 +153,17 @@ def _user_has_shm(role: Role) -> bool:
 
 
 def _avoid_nodes(spec: dict[str, Any], nodes: tuple[str, ...]) -> None:
-    """Adds `metadata.name NotIn nodes` to every required node selector term (terms are ORed,
-    so each must exclude the nodes), creating one term if there is none."""
-    avoid = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
+    """Adds `metadata.name NotIn [node]` for each node to every required node selector term
+    (terms are ORed, so each must exclude the nodes), creating one term if there is none. The
+    API allows one value per field requirement, and requirements within a term are ANDed."""
+    avoid = [
+        {"key": "metadata.name", "operator": "NotIn", "values": [node]} for node in sorted(nodes)
+    ]
     node_affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
     required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
     terms = required.get("nodeSelectorTerms") or [{}]
     for term in terms:
-        term["matchFields"] = [*(term.get("matchFields") or []), avoid]
+        term["matchFields"] = [*(term.get("matchFields") or []), *avoid]
     required["nodeSelectorTerms"] = terms
 
 

@@ -475,9 +475,13 @@ def test_avoided_nodes_are_excluded_by_node_name_in_every_term() -> None:
     terms = pod_spec(trainer)["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]
-    avoid = {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-3", "gpu-7"]}
+    # One value per field requirement: the API rejects NotIn with several values on a field.
+    avoid = [
+        {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-3"]},
+        {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-7"]},
+    ]
     assert len(terms) == 2
-    assert all(term["matchFields"] == [avoid] for term in terms)
+    assert all(term["matchFields"] == avoid for term in terms)
     rollout = render(job_of(body), avoid_nodes=("gpu-7",))[("Deployment", f"{JOB}-rollout")]
     assert "affinity" not in pod_spec(rollout)
 

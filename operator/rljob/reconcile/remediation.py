@@ -1,0 +1,163 @@
+"""Trainer failures through the failure policy: a failed attempt becomes a journaled gang
+restart (attempt + 1, the restart counted, status.inFlight set) in ONE status write before any
+side effect; the reconcile then retires the old Job and creates the next attempt, and the
+journal is cleared once that attempt's Job exists. Restarting after a crash resumes the journal;
+it never repeats the restart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from rljob.api import (
+    ActionKind,
+    ActionTarget,
+    FailureAction,
+    FailureReason,
+    InFlightAction,
+    RLJob,
+    RLJobStatus,
+    RoleName,
+    SuspectNode,
+)
+from rljob.api.status import MAX_SUSPECT_NODES
+from rljob.health.policy import Decision, Failure, PolicyContext, decide, record_restart
+from rljob.health.termination import ContainerTermination, classify_termination
+from rljob.reconcile.events import EventSpec
+from rljob.reconcile.lifecycle import TrainerHold
+from rljob.reconcile.names import trainer_job_name
+from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
+
+GANG_RESTARTED = "GangRestarted"
+
+
+@dataclass(frozen=True)
+class TrainerRemedy:
+    """What the policy made of a failed attempt: a new status (journaled gang restart), a hold
+    (backoff still running), or neither (the job fails as the reconcile decides)."""
+
+    decision: Decision
+    status: RLJobStatus | None = None
+    hold: TrainerHold | None = None
+
+
+def failed_attempt(
+    job: RLJob, observed: Observed
+) -> tuple[ObservedChild, ObservedPod | None] | None:
+    """The current attempt's failed Job and its root-cause rank, if it failed."""
+    attempt = job.status.attempt or 1
+    name = trainer_job_name(job.metadata.name, attempt)
+    failed = next(
+        (
+            c
+            for c in observed.children
+            if c.kind == "Job" and c.name == name and c.failed and not c.deleting
+        ),
+        None,
+    )
+    if failed is None:
+        return None
+    ranks = [
+        p
+        for p in observed.pods
+        if p.role == RoleName.TRAINER.value and p.attempt == attempt and p.phase == "Failed"
+        and p.exit_code not in (None, 0)
+    ]  # fmt: skip
+    root = min(
+        ranks,
+        key=lambda p: (p.deleting, p.completion_index is None, p.completion_index or 0),
+        default=None,
+    )
+    return failed, root
+
+
+def trainer_failure(failed: ObservedChild, root: ObservedPod | None) -> Failure:
+    """The failing rank classified (NCCL watchdog, OOM, ...), with its evidence."""
+    if root is None:
+        return Failure(
+            FailureReason.CONTAINER_FAILED, RoleName.TRAINER, message=failed.failed_message
+        )
+    termination = ContainerTermination(root.exit_code, root.reason or None, root.message or None)
+    classified = classify_termination(termination)
+    reason = classified.reason if classified else FailureReason.CONTAINER_FAILED
+    rank = "?" if root.completion_index is None else str(root.completion_index)
+    evidence = classified.message if classified else root.message
+    message = (
+        f"rank {rank} ({root.name} on {root.node or 'no node'}) exited {root.exit_code}: {evidence}"
+    )
+    return Failure(
+        reason, RoleName.TRAINER, target=root.name, exit_code=root.exit_code, message=message
+    )
+
+
+def remedy_for(
+    job: RLJob, failed: ObservedChild, root: ObservedPod | None, now: datetime
+) -> TrainerRemedy:
+    failure = trainer_failure(failed, root)
+    decision = decide(failure, job.spec.failure_policy, job.status.restarts, now, _context(job))
+    if decision.action != FailureAction.RESTART_TRAINER_GANG:
+        return TrainerRemedy(decision)
+    if decision.delay_seconds > 0:
+        return TrainerRemedy(decision, hold=TrainerHold(decision.delay_seconds, decision.message))
+    return TrainerRemedy(decision, status=journal_gang_restart(job, decision, failed, root, now))
+
+
+def journal_gang_restart(
+    job: RLJob, decision: Decision, failed: ObservedChild, root: ObservedPod | None, now: datetime
+) -> RLJobStatus:
+    status = job.status
+    attempt = (status.attempt or 1) + 1
+    action = InFlightAction(
+        id=f"gang-a{attempt}",
+        kind=ActionKind.RESTART_TRAINER_GANG,
+        target=ActionTarget(role=RoleName.TRAINER, name=failed.name, uid=failed.uid),
+        reason=decision.reason,
+        step="Journaled",
+        started_at=now,
+    )
+    return status.model_copy(
+        update={
+            "attempt": attempt,
+            "restarts": record_restart(status.restarts, decision, now, job.spec.failure_policy),
+            "in_flight": action,
+            "suspect_nodes": _suspects(status.suspect_nodes, root, decision.reason, now),
+        }
+    )
+
+
+def settle_journal(status: RLJobStatus, observed: Observed, job_name: str) -> RLJobStatus:
+    """Clears a gang restart's journal once the new attempt's Job exists."""
+    action = status.in_flight
+    if action is None or action.kind != ActionKind.RESTART_TRAINER_GANG:
+        return status
+    created = trainer_job_name(job_name, status.attempt or 1)
+    if any(c.kind == "Job" and c.name == created for c in observed.children):
+        return status.model_copy(update={"in_flight": None})
+    return status
+
+
+def gang_restart_event(status: RLJobStatus) -> tuple[str, EventSpec] | None:
+    """The one GangRestarted Event of the journaled restart, with a name that makes posting it
+    idempotent (a restarted operator posts it again; the API answers 409)."""
+    action = status.in_flight
+    if action is None or action.kind != ActionKind.RESTART_TRAINER_GANG or not status.restarts:
+        return None
+    last = status.restarts.recent[-1] if status.restarts.recent else None
+    message = f"attempt {status.attempt}: {last.message if last else action.reason}"
+    return action.id, EventSpec("Warning", GANG_RESTARTED, message)
+
+
+def _context(job: RLJob) -> PolicyContext:
+    steps = [record.resumed_from_step for record in job.status.attempts[1:]]
+    latest = job.status.checkpoint.latest if job.status.checkpoint else None
+    return PolicyContext(resumed_from_steps=steps, next_resume_step=latest.step if latest else None)
+
+
+def _suspects(
+    current: list[SuspectNode], root: ObservedPod | None, reason: FailureReason, now: datetime
+) -> list[SuspectNode]:
+    if root is None or not root.node or any(s.name == root.node for s in current):
+        return current
+    return [*current, SuspectNode(name=root.node, reason=reason, marked_at=now)][
+        -MAX_SUSPECT_NODES:
+    ]

@@ -1,0 +1,146 @@
+"""Trainer failures through the failure policy on the real control plane: an NCCL watchdog
+abort gang-restarts the trainer from the newest checkpoint; a restart storm exhausts the budget
+and fails the job; a SIGKILL of the operator at every crash point of a gang restart resumes the
+journaled restart instead of repeating it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rljob.controller import CRASH_POINT_ENV, CRASH_POINTS
+from tests.helpers import wait_for
+from tests.integration.conftest import Cluster, Operator
+from tests.integration.rljobs import (
+    JOBS,
+    PODS,
+    apply_rljob,
+    children,
+    condition,
+    example,
+    get_rljob,
+    kubectl,
+    wait_condition,
+    wait_phase,
+)
+from tests.integration.s3_fixtures import S3Bucket
+from tests.integration.test_operator_checkpoints import _commit, _trainer_env, _writer
+
+pytestmark = pytest.mark.integration
+
+NAME = "grpo-minimal"
+NCCL = (
+    "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=41, OpType=ALLREDUCE) "
+    "ran for 600000 milliseconds before timing out."
+)
+FAULT = {
+    "sim.rljob.io/fail-exit-code": "1",
+    "sim.rljob.io/fail-reason": "Error",
+    "sim.rljob.io/fail-message": NCCL,
+}
+
+
+def _spec(bucket: S3Bucket, **policy: Any) -> dict[str, Any]:
+    return example(
+        roles={"rollout": {"replicas": 1, "gpus": 1}, "trainer": {"nodes": 2, "gpus": 8}},
+        checkpoint={"uri": f"s3://{bucket.name}/ckpt", "addressingStyle": "path"},
+        failurePolicy={"backoff": {"initial": "1s", "max": "2s"}, **policy},
+    )
+
+
+def _fail_rank0(cluster: Cluster, namespace: str, attempt: int) -> None:
+    def is_rank0(pod: dict[str, Any]) -> bool:
+        meta = pod["metadata"]
+        return (
+            meta["labels"].get("rljob.io/attempt") == str(attempt)
+            and meta["annotations"].get("batch.kubernetes.io/job-completion-index") == "0"
+            and pod["status"].get("phase") == "Running"
+        )
+
+    def rank0() -> dict[str, Any] | None:
+        ranked = [p for p in children(cluster, namespace, PODS, NAME, "trainer") if is_rank0(p)]
+        return ranked[0] if ranked else None
+
+    pod = wait_for(rank0, 60, f"rank 0 of attempt {attempt} running")
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}"
+    cluster.api.merge_patch(path, {"metadata": {"annotations": FAULT}})
+
+
+def _events(cluster: Cluster, namespace: str, reason: str) -> list[str]:
+    out = kubectl(
+        cluster,
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        f"reason={reason}",
+        "-o",
+        "name",
+    )
+    return out.split()
+
+
+def test_nccl_watchdog_abort_gang_restarts_from_the_newest_checkpoint(
+    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
+) -> None:
+    apply_rljob(cluster, namespace, _spec(s3_bucket))
+    wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    _commit(_writer(s3_bucket, namespace, attempt=1), 50)
+    _fail_rank0(cluster, namespace, 1)
+
+    env = _trainer_env(cluster, namespace, 2)
+    assert env["RLJOB_RESUME_STEP"] == "50"
+    job = wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    restarts = job["status"]["restarts"]
+    assert (job["status"]["attempt"], restarts["total"], restarts["byReason"]) == (
+        2,
+        1,
+        {"NCCLTimeout": 1},
+    )
+    assert "Watchdog caught collective operation timeout" in restarts["recent"][-1]["message"]
+    assert "inFlight" not in job["status"]
+    assert len(_events(cluster, namespace, "GangRestarted")) == 1
+    assert [j["metadata"]["name"] for j in children(cluster, namespace, JOBS, NAME)] == [
+        f"{NAME}-trainer-a2"
+    ]
+
+
+def test_a_restart_storm_exhausts_the_budget_and_fails_the_job(
+    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
+) -> None:
+    always_fails = {"metadata": {"annotations": {**FAULT, "sim.rljob.io/fail-after": "1s"}}}
+    body = _spec(s3_bucket, maxRestarts=2)
+    body["spec"]["roles"]["trainer"]["podTemplate"] = always_fails
+    apply_rljob(cluster, namespace, body)
+
+    job = wait_phase(cluster, namespace, NAME, "Failed", timeout=120)
+    assert job["status"]["restarts"]["counted"] == 2
+    failed = condition(job, "Failed")
+    assert failed["reason"] == "FailurePolicy" and "NCCLTimeout" in failed["message"]
+    assert len(_events(cluster, namespace, "GangRestarted")) == 2
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_sigkill_at_a_crash_point_resumes_the_gang_restart_exactly_once(
+    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket, point: str
+) -> None:
+    apply_rljob(cluster, namespace, _spec(s3_bucket))
+    wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    operator.restart(env={CRASH_POINT_ENV: point})
+    _fail_rank0(cluster, namespace, 1)
+    wait_for(
+        lambda: operator.current.process.poll() is not None, 60, f"the operator to die at {point}"
+    )
+    operator.restart()
+
+    _trainer_env(cluster, namespace, 2)
+    job = wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    assert job["status"]["attempt"] == 2
+    assert job["status"]["restarts"]["total"] == 1
+    assert len(_events(cluster, namespace, "GangRestarted")) == 1
+    assert [j["metadata"]["name"] for j in children(cluster, namespace, JOBS, NAME)] == [
+        f"{NAME}-trainer-a2"
+    ]
+    assert get_rljob(cluster, namespace, NAME)["status"].get("inFlight") is None
