@@ -22,12 +22,16 @@ from rljob.api import (
     API_VERSION,
     KIND,
     FailureAction,
+    FailureReason,
     InvalidRLJobError,
     RLJob,
     RLJobStatus,
+    RoleName,
     parse_rljob,
 )
 from rljob.checkpoints.errors import StoreError
+from rljob.health.policy import Failure, decide
+from rljob.health.termination import CrashRepeatTracker
 from rljob.observability import (
     CHECKPOINT_ERRORS,
     JOBS_BY_PHASE,
@@ -48,8 +52,11 @@ from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile, status_patch
 from rljob.reconcile.remediation import (
     TrainerRemedy,
+    crash_findings,
     failed_attempt,
     gang_restart_event,
+    journal_pod_restart,
+    pod_to_delete,
     remedy_for,
     settle_journal,
 )
@@ -151,6 +158,7 @@ class Runtime:
         self._indexes: dict[str, Mapping[Any, Iterable[Any]]] = {}
         self._written: dict[str, dict[str, Any]] = {}  # uid -> last status we wrote
         self._phases: dict[str, str] = {}
+        self._crash_trackers: dict[str, CrashRepeatTracker] = {}
 
     @classmethod
     async def start(cls, options: RuntimeOptions) -> Runtime:
@@ -202,15 +210,36 @@ class Runtime:
                 raise
 
     async def _reconcile(self, body: dict[str, Any]) -> float | None:
-        meta = body["metadata"]
         now = _now()
-        job = parse_rljob(body)
+        job, observed, plan, events, order = await self._decide(parse_rljob(body), now)
+        # Status first, guarded by resourceVersion: what we are about to do is recorded before
+        # we do it, and a stale copy of the job can never act twice.
+        wrote = await self._write_status(body, with_accepted(plan.status, job, now))
+        await self._act(body, plan, observed, now)
+        events += plan.events
+        if order is not None:
+            events.append(await self._carry_out(job, order))
+        if wrote or plan.apply or plan.delete:
+            for event in events:
+                await post_event(self.kube, body, event, now)
+        meta = body["metadata"]
+        self._count_phase(meta["uid"], plan.status.phase)
+        if plan.delete_job:
+            await self.kube.delete(API_VERSION, KIND, meta["namespace"], meta["name"], meta["uid"])
+        return plan.requeue_after
+
+    async def _decide(
+        self, job: RLJob, now: dt.datetime
+    ) -> tuple[RLJob, Observed, Plan, list[EventSpec], RestartOrder | None]:
+        """Everything this pass will do, as a plan and a status (no Kubernetes writes yet)."""
         order = pending_restart(job.metadata.annotations, job.status)
         if order is not None:
             job = _with_status(job, mark_handled(job.status, order, now))
         job, events = await self._continue_attempts(job)
-        observed = self.observed((meta["namespace"], meta["name"]))
+        observed = self.observed((job.metadata.namespace or "", job.metadata.name))
         job, extras, remedy = _remediate_trainer(job, observed, now)
+        job, pod_events = self._remediate_pods(job, observed, now)
+        events += pod_events
         plan: Plan = reconcile(job, observed, now, extras)
         if any(child.kind == "Job" for child in plan.apply) and job.spec.checkpoint is not None:
             job, plan, checkpoint_events = await self._start_attempt(
@@ -220,35 +249,51 @@ class Runtime:
         if remedy is not None and remedy.decision.action == FailureAction.FAIL_JOB:
             events.append(EventSpec("Warning", "FailJob", remedy.decision.message))
             plan = replace(plan, status=_failed_by_policy(plan.status, remedy, now, job))
-        # Status first, guarded by resourceVersion: what we are about to do is recorded before
-        # we do it, and a stale copy of the job can never act twice.
-        wrote = await self._write_status(body, with_accepted(plan.status, job, now))
+        return job, observed, plan, events, order
+
+    async def _act(
+        self, body: dict[str, Any], plan: Plan, observed: Observed, now: dt.datetime
+    ) -> None:
+        """The plan's side effects, each idempotent (uid preconditions, deterministic names),
+        with the crash points of a journaled gang restart between them."""
+        meta = body["metadata"]
         journaled = gang_restart_event(plan.status)
         if journaled is not None:
             crash_point("gang-restart:journaled")
-            await post_event(
-                self.kube, body, journaled[1], now, name=f"{meta['name']}.{journaled[0]}"
-            )
+            name = f"{meta['name']}.{journaled[0]}"
+            await post_event(self.kube, body, journaled[1], now, name=name)
         for doomed in plan.delete:
+            kind = doomed.kind
             await self.kube.delete(
-                api_version_of(doomed.kind), doomed.kind, meta["namespace"], doomed.name, doomed.uid
+                api_version_of(kind), kind, meta["namespace"], doomed.name, doomed.uid
             )
         if plan.delete and journaled is not None:
             crash_point("gang-restart:old-job-deleted")
+        victim = pod_to_delete(plan.status, observed)
+        if victim is not None:
+            await self.kube.delete("v1", "Pod", meta["namespace"], victim.name, victim.uid)
         for child in plan.apply:
             await self.kube.apply(_with_render_marker(child.body))
         if journaled is not None and any(c.kind == "Job" for c in plan.apply):
             crash_point("gang-restart:new-job-created")
-        events += plan.events
-        if order is not None:
-            events.append(await self._carry_out(job, order))
-        if wrote or plan.apply or plan.delete:
-            for event in events:
-                await post_event(self.kube, body, event, now)
-        self._count_phase(meta["uid"], plan.status.phase)
-        if plan.delete_job:
-            await self.kube.delete(API_VERSION, KIND, meta["namespace"], meta["name"], meta["uid"])
-        return plan.requeue_after
+
+    def _remediate_pods(
+        self, job: RLJob, observed: Observed, now: dt.datetime
+    ) -> tuple[RLJob, list[EventSpec]]:
+        """Serving pods that keep crashing in place (OOMKilled, CrashLoop): the policy decides;
+        a pod restart is journaled with the ledger before the pod is deleted."""
+        tracker = self._crash_trackers.setdefault(job.metadata.uid or "", CrashRepeatTracker())
+        findings = crash_findings(tracker, observed, now)
+        if not findings or job.status.in_flight is not None:
+            return job, []
+        pod, evaluation = findings[0]
+        reason = evaluation.reason or FailureReason.CRASH_LOOP
+        failure = Failure(reason, RoleName(pod.role), pod.name, pod.exit_code, evaluation.message)
+        decision = decide(failure, job.spec.failure_policy, job.status.restarts, now)
+        if decision.action == FailureAction.RESTART_POD and decision.delay_seconds <= 0:
+            job = _with_status(job, journal_pod_restart(job, decision, pod, now))
+            return job, [EventSpec("Warning", "PodRestarted", decision.message)]
+        return job, [EventSpec("Warning", decision.reason.value, decision.message)]
 
     async def _continue_attempts(self, job: RLJob) -> tuple[RLJob, list[EventSpec]]:
         """A new RLJob of an old name continues attempt numbers after the highest marker, so the

@@ -144,3 +144,46 @@ def test_sigkill_at_a_crash_point_resumes_the_gang_restart_exactly_once(
         f"{NAME}-trainer-a2"
     ]
     assert get_rljob(cluster, namespace, NAME)["status"].get("inFlight") is None
+
+
+def test_a_rollout_pod_oom_killed_repeatedly_is_restarted_alone(
+    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
+) -> None:
+    body = _spec(s3_bucket)
+    body["spec"]["roles"]["rollout"]["replicas"] = 2
+    apply_rljob(cluster, namespace, body)
+    wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    victim, bystander = sorted(
+        (p["metadata"]["name"], p["metadata"]["uid"])
+        for p in children(cluster, namespace, PODS, NAME, "rollout")
+    )
+    (trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
+    path = f"/api/v1/namespaces/{namespace}/pods/{victim[0]}"
+    oom = {"sim.rljob.io/fail-exit-code": "137", "sim.rljob.io/fail-reason": "OOMKilled"}
+    for restarts in (1, 2):
+        cluster.api.merge_patch(path, {"metadata": {"annotations": oom}})
+        wait_for(
+            lambda n=restarts: _restart_count(cluster, path) >= n,
+            60,
+            f"{victim[0]} to restart in place {restarts} time(s)",
+        )
+
+    def replaced() -> bool:
+        uids = {p["metadata"]["uid"] for p in children(cluster, namespace, PODS, NAME, "rollout")}
+        return victim[1] not in uids and bystander[1] in uids
+
+    wait_for(replaced, 60, "the OOM-killed pod to be replaced and the other kept")
+    job = wait_condition(cluster, namespace, NAME, "Ready", timeout=60)
+    restarts = job["status"]["restarts"]
+    assert (restarts["total"], restarts["byReason"]) == (1, {"OOMKilled": 1})
+    assert restarts["recent"][-1]["pod"] == victim[0]
+    (same_trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
+    assert same_trainer["metadata"]["uid"] == trainer["metadata"]["uid"]
+
+
+def _restart_count(cluster: Cluster, path: str) -> int:
+    try:
+        statuses = cluster.api.get(path)["status"].get("containerStatuses") or []
+    except Exception:
+        return -1
+    return sum(int(s.get("restartCount", 0)) for s in statuses)

@@ -21,8 +21,9 @@ from rljob.api import (
     SuspectNode,
 )
 from rljob.api.status import MAX_SUSPECT_NODES
+from rljob.health.evaluation import Evaluation
 from rljob.health.policy import Decision, Failure, PolicyContext, decide, record_restart
-from rljob.health.termination import ContainerTermination, classify_termination
+from rljob.health.termination import ContainerTermination, CrashRepeatTracker, classify_termination
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.lifecycle import TrainerHold
 from rljob.reconcile.names import trainer_job_name
@@ -125,15 +126,75 @@ def journal_gang_restart(
     )
 
 
-def settle_journal(status: RLJobStatus, observed: Observed, job_name: str) -> RLJobStatus:
-    """Clears a gang restart's journal once the new attempt's Job exists."""
+SERVING_ROLES = frozenset(
+    {RoleName.ROLLOUT.value, RoleName.REFERENCE.value, RoleName.VERIFIER.value}
+)
+
+
+def crash_findings(
+    tracker: CrashRepeatTracker, observed: Observed, now: datetime
+) -> list[tuple[ObservedPod, Evaluation]]:
+    """Serving pods whose containers restarted in place often enough to act on."""
+    running = [
+        p
+        for p in observed.pods
+        if p.role in SERVING_ROLES and p.phase == "Running" and not p.deleting
+    ]
+    tracker.retain({p.name for p in running})
+    findings = []
+    for pod in running:
+        last = (
+            None
+            if pod.exit_code is None
+            else ContainerTermination(pod.exit_code, pod.reason or None, pod.message or None)
+        )
+        evaluation = tracker.observe(pod.name, pod.role, pod.restart_count, last, now.timestamp())
+        if evaluation.is_finding:
+            findings.append((pod, evaluation))
+    return findings
+
+
+def journal_pod_restart(
+    job: RLJob, decision: Decision, pod: ObservedPod, now: datetime
+) -> RLJobStatus:
+    """The restart of one serving pod, counted and journaled before the pod is deleted."""
+    status = job.status
+    action = InFlightAction(
+        id=f"pod-{pod.uid[:8]}",
+        kind=ActionKind.RESTART_POD,
+        target=ActionTarget(role=RoleName(pod.role), name=pod.name, uid=pod.uid),
+        reason=decision.reason,
+        step="Journaled",
+        started_at=now,
+    )
+    ledger = record_restart(status.restarts, decision, now, job.spec.failure_policy)
+    return status.model_copy(update={"restarts": ledger, "in_flight": action})
+
+
+def pod_to_delete(status: RLJobStatus, observed: Observed) -> ObservedPod | None:
+    """The pod a journaled pod restart still has to delete."""
     action = status.in_flight
-    if action is None or action.kind != ActionKind.RESTART_TRAINER_GANG:
+    if action is None or action.kind != ActionKind.RESTART_POD or action.target is None:
+        return None
+    uid = action.target.uid
+    return next((p for p in observed.pods if p.uid == uid and not p.deleting), None)
+
+
+def settle_journal(status: RLJobStatus, observed: Observed, job_name: str) -> RLJobStatus:
+    """Clears the journal once the action is done: a gang restart when the new attempt's Job
+    exists, a pod restart when the pod is gone."""
+    action = status.in_flight
+    if action is None:
         return status
-    created = trainer_job_name(job_name, status.attempt or 1)
-    if any(c.kind == "Job" and c.name == created for c in observed.children):
-        return status.model_copy(update={"in_flight": None})
-    return status
+    if action.kind == ActionKind.RESTART_TRAINER_GANG:
+        created = trainer_job_name(job_name, status.attempt or 1)
+        done = any(c.kind == "Job" and c.name == created for c in observed.children)
+    elif action.kind == ActionKind.RESTART_POD:
+        uid = action.target.uid if action.target else None
+        done = not any(p.uid == uid and not p.deleting for p in observed.pods)
+    else:
+        done = False
+    return status.model_copy(update={"in_flight": None}) if done else status
 
 
 def gang_restart_event(status: RLJobStatus) -> tuple[str, EventSpec] | None:
