@@ -1,0 +1,86 @@
+"""The trainer's progress as Prometheus metrics, the signals the operator's detectors read:
+
+    progress = ProgressExporter()          # serves /metrics on RLJOB_METRICS_PORT (default 9400)
+    progress.phase("generating")           # heartbeat at every phase change
+    progress.step(1200)                    # heartbeat too
+    progress.checkpoint(1200)
+    progress.policy_generation(37)
+
+Phases the detectors know: `waiting_for_rollouts` (a stall is not a hang) and `checkpointing`."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+METRICS_PORT_ENV = "RLJOB_METRICS_PORT"
+DEFAULT_PORT = 9400
+PHASES = (
+    "starting",
+    "generating",
+    "waiting_for_rollouts",
+    "training",
+    "syncing_weights",
+    "checkpointing",
+)
+
+
+class ProgressExporter:
+    """rljob_trainer_step, rljob_trainer_heartbeat_timestamp_seconds, rljob_trainer_phase{phase},
+    rljob_policy_generation and rljob_checkpoint_step."""
+
+    def __init__(
+        self,
+        port: int | None = None,
+        registry: CollectorRegistry | None = None,
+        *,
+        serve: bool = True,
+    ) -> None:
+        self.registry = registry or CollectorRegistry()
+        self._step = Gauge(
+            "rljob_trainer_step", "Last completed training step.", registry=self.registry
+        )
+        self._heartbeat = Gauge(
+            "rljob_trainer_heartbeat_timestamp_seconds",
+            "Last sign of life.",
+            registry=self.registry,
+        )
+        self._phase = Gauge(
+            "rljob_trainer_phase", "1 for the current phase.", ["phase"], registry=self.registry
+        )
+        self._policy = Gauge(
+            "rljob_policy_generation",
+            "Weights generation served to engines.",
+            registry=self.registry,
+        )
+        self._checkpoint = Gauge(
+            "rljob_checkpoint_step",
+            "Step of the last committed checkpoint.",
+            registry=self.registry,
+        )
+        self.phase("starting")
+        if serve:
+            start_http_server(
+                port or int(os.environ.get(METRICS_PORT_ENV, DEFAULT_PORT)), registry=self.registry
+            )
+
+    def heartbeat(self) -> None:
+        self._heartbeat.set(time.time())
+
+    def step(self, step: int) -> None:
+        self._step.set(step)
+        self.heartbeat()
+
+    def phase(self, name: str) -> None:
+        for known in {*PHASES, name}:
+            self._phase.labels(phase=known).set(1 if known == name else 0)
+        self.heartbeat()
+
+    def policy_generation(self, generation: int) -> None:
+        self._policy.set(generation)
+
+    def checkpoint(self, step: int) -> None:
+        self._checkpoint.set(step)
+        self.heartbeat()

@@ -1,0 +1,73 @@
+"""The SDK's entrypoint wrapper writes a bounded root-cause summary (NCCL first) and passes the
+exit code through; the progress exporter publishes the signals the detectors read."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+
+from rljob.sdk.entrypoint import SUMMARY_LIMIT, root_cause, run
+from rljob.sdk.progress import ProgressExporter
+
+WATCHDOG = (
+    "[rank3]:[E ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=41, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out."
+)
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected_first"),
+    [
+        pytest.param(
+            ["step 10", WATCHDOG, "torch.distributed.elastic ChildFailedError"],
+            WATCHDOG,
+            id="nccl-first",
+        ),
+        pytest.param(
+            ["step 10", "Traceback (most recent call last):", "ValueError: bad"],
+            "Traceback (most recent call last):",
+            id="traceback",
+        ),
+        pytest.param(["just", "output"], "just", id="plain-tail"),
+    ],
+)
+def test_root_cause_leads_with_the_most_telling_line(lines: list[str], expected_first: str) -> None:
+    summary = root_cause(lines, 1)
+    assert summary.splitlines()[0] == expected_first
+    assert summary.endswith("exit code 1")
+
+
+def test_root_cause_is_bounded_and_keeps_the_end() -> None:
+    summary = root_cause(["Error " + "x" * 10_000, "Error last words"], 134)
+    assert len(summary.encode()) <= SUMMARY_LIMIT
+    assert summary.endswith("Error last words\nexit code 134")
+
+
+def test_wrapper_passes_the_exit_code_and_writes_the_summary(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    script = f"import sys; print('step 1'); print({WATCHDOG!r}, file=sys.stderr); sys.exit(3)"
+    assert run([sys.executable, "-c", script], log) == 3
+    assert WATCHDOG in log.read_text()
+
+
+def test_wrapper_writes_nothing_on_success(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    assert run([sys.executable, "-c", "print('done')"], log) == 0
+    assert not log.exists()
+
+
+def test_progress_exporter_publishes_step_phase_heartbeat_and_checkpoint() -> None:
+    progress = ProgressExporter(serve=False)
+    progress.step(120)
+    progress.phase("waiting_for_rollouts")
+    progress.checkpoint(100)
+    progress.policy_generation(7)
+    text = generate_latest(progress.registry).decode()
+    assert "rljob_trainer_step 120.0" in text
+    assert 'rljob_trainer_phase{phase="waiting_for_rollouts"} 1.0' in text
+    assert 'rljob_trainer_phase{phase="training"} 0.0' in text
+    assert "rljob_checkpoint_step 100.0" in text and "rljob_policy_generation 7.0" in text
+    assert "rljob_trainer_heartbeat_timestamp_seconds 1." in text
