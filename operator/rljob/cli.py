@@ -32,7 +32,10 @@ def _run(args: argparse.Namespace) -> int:
     from rljob.run import run_operator
 
     options = RuntimeOptions(
-        kubeconfig=args.kubeconfig, namespace=args.namespace, resync_seconds=args.resync_seconds
+        kubeconfig=args.kubeconfig,
+        namespace=args.namespace,
+        resync_seconds=args.resync_seconds,
+        lease_namespace=args.leader_election_namespace,
     )
     return run_operator(
         options,
@@ -63,6 +66,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--liveness-port", type=int, default=8081)
     run.add_argument("--resync-seconds", type=float, default=300.0, help="periodic pass per job")
     run.add_argument("--log-level", default="INFO")
+    run.add_argument(
+        "--leader-election-namespace",
+        help="hold a Lease there so that only one replica acts (default: off, one replica)",
+    )
     run.set_defaults(handler=_run)
 
     crd = commands.add_parser("crd", help="print the RLJob CustomResourceDefinition")

@@ -16,6 +16,7 @@ import structlog
 from rljob.adapters.checkpoints import Checkpoints
 from rljob.adapters.events import post_event
 from rljob.adapters.kube import Kube, KubeError, connect
+from rljob.adapters.leadership import Leadership
 from rljob.adapters.observe import JobKey, observed_from
 from rljob.adapters.paths import api_version_of, object_path
 from rljob.api import (
@@ -80,6 +81,7 @@ class RuntimeOptions:
     namespace: str | None = None
     resync_seconds: float = 300.0
     api_timeout: float = 10.0
+    lease_namespace: str | None = None  # leader election on: the Lease lives there
 
 
 # Tests only: stands in for "a new operator version renders templates differently".
@@ -150,8 +152,9 @@ def _now() -> dt.datetime:
 class Runtime:
     """Shared clients, the child indexes and the per-job workers of one operator process."""
 
-    def __init__(self, kube: Kube, options: RuntimeOptions) -> None:
+    def __init__(self, kube: Kube, options: RuntimeOptions, leadership: Leadership) -> None:
         self.kube = kube
+        self.leadership = leadership
         self.checkpoints = Checkpoints(timeout=options.api_timeout)
         self.options = options
         self.workers = JobWorkers(self.run_pass, resync_seconds=options.resync_seconds)
@@ -162,10 +165,20 @@ class Runtime:
 
     @classmethod
     async def start(cls, options: RuntimeOptions) -> Runtime:
-        kube = Kube(await connect(options.kubeconfig), timeout=options.api_timeout)
-        return cls(kube, options)
+        api = await connect(options.kubeconfig)
+        runtime = cls(
+            Kube(api, timeout=options.api_timeout),
+            options,
+            Leadership(api, options.lease_namespace),
+        )
+        runtime.leadership.start(runtime._elected)
+        return runtime
+
+    async def _elected(self) -> None:
+        self.workers.wake_all()  # a standby that takes over acts on every job at once
 
     async def stop(self) -> None:
+        await self.leadership.stop()
         await self.workers.stop()
         await self.kube.close()
 
@@ -188,6 +201,8 @@ class Runtime:
         return observed_from(children, pods)
 
     async def run_pass(self, body: dict[str, Any]) -> float | None:
+        if not self.leadership.acting():
+            return None  # a standby observes and waits; the leader acts
         meta = body["metadata"]
         bound = log.bind(namespace=meta["namespace"], name=meta["name"])
         with RECONCILE_SECONDS.time():
@@ -381,7 +396,10 @@ class Runtime:
         await self._write_status(body, _with_condition(job.status, state, _now(), job))
 
     async def _write_status(self, body: dict[str, Any], status: RLJobStatus) -> bool:
-        """Patches status only when it differs from both the observed and our last write."""
+        """Patches status only when it differs from both the observed and our last write, and
+        only while this replica still holds the lease."""
+        if not self.leadership.acting():
+            raise KubeError(0, "no longer the leader")
         meta = body["metadata"]
         observed = RLJobStatus.model_validate(body.get("status") or {})
         patch = status_patch(observed, status)

@@ -72,6 +72,10 @@ class JobWorkers:
         if uid is not None and uid in self._jobs:
             self._jobs[uid].wake.set()
 
+    def wake_all(self) -> None:
+        for job in self._jobs.values():
+            job.wake.set()
+
     def forget(self, body: Body) -> None:
         """The RLJob is gone: stop its worker after any pass in progress."""
         meta = body["metadata"]
