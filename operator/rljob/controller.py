@@ -38,6 +38,7 @@ from rljob.observability import (
     JOBS_BY_PHASE,
     RECONCILE_ERRORS,
     RECONCILE_SECONDS,
+    RESTARTS,
     SPEC_REJECTIONS,
 )
 from rljob.reconcile.acceptance import invalid_spec_status, with_accepted
@@ -121,6 +122,18 @@ def _failed_by_policy(
 ) -> RLJobStatus:
     state = ConditionState.of("Failed", True, "FailurePolicy", remedy.decision.message)
     return _with_condition(status, state, now, job)
+
+
+def _count_restarts(body: dict[str, Any], status: RLJobStatus) -> None:
+    """rljob_restarts_total for the restarts this write recorded (the ledger's new entries)."""
+    before = ((body.get("status") or {}).get("restarts") or {}).get("total", 0)
+    ledger = status.restarts
+    if ledger is None or ledger.total <= before:
+        return
+    meta = body["metadata"]
+    for record in ledger.recent[-(ledger.total - before) :]:
+        RESTARTS.labels(meta["namespace"], meta["name"], record.reason.value, record.role.value,
+                        record.action.value).inc()  # fmt: skip
 
 
 def _with_status(job: RLJob, status: RLJobStatus) -> RLJob:
@@ -230,6 +243,8 @@ class Runtime:
         # Status first, guarded by resourceVersion: what we are about to do is recorded before
         # we do it, and a stale copy of the job can never act twice.
         wrote = await self._write_status(body, with_accepted(plan.status, job, now))
+        if wrote:
+            _count_restarts(body, plan.status)
         await self._act(body, plan, observed, now)
         events += plan.events
         if order is not None:

@@ -30,10 +30,48 @@ CHECKPOINT_STEP = Gauge(
 CHECKPOINT_ERRORS = Counter(
     "rljob_checkpoint_store_errors_total", "Checkpoint store calls that failed, by kind.", ["kind"]
 )
+RESTARTS = Counter(
+    "rljob_restarts_total",
+    "Restarts the operator carried out, by job, reason, role and action.",
+    ["namespace", "job", "reason", "role", "action"],
+)
 SPEC_REJECTIONS = Counter(
     "rljob_spec_rejections_total",
     "RLJob specs the operator could not accept, by reason.",
     ["reason"],
+)
+
+
+# Health signals and detectors (rljob.adapters.metrics, rljob.health_scheduler). Labels are
+# bounded: source is prometheus|direct, signal a fixed quantity name (never a metric name, which
+# a custom engine chooses), detector the spec field names, outcome a fixed set.
+HEALTH_QUERIES = Counter(
+    "rljob_health_queries_total",
+    "Queries to health metrics sources (direct scrapes: one per pod page), by outcome.",
+    ["source", "signal", "outcome"],
+)
+HEALTH_QUERY_SECONDS = Histogram(
+    "rljob_health_query_duration_seconds",
+    "Time one health metrics query or page scrape took.",
+    ["source"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+HEALTH_REJECTED = Counter(
+    "rljob_health_rejected_total",
+    "Series, points or lines from a metrics source that were dropped as garbage, by kind.",
+    ["source", "kind"],
+)
+DETECTOR_EVALUATIONS = Counter(
+    "rljob_detector_evaluations_total",
+    "Detector evaluations (one per target and evaluation), by outcome.",
+    ["detector", "outcome"],
+)
+DETECTOR_VALUE = Gauge(
+    "rljob_detector_value",
+    "Worst value per job and detector at its last evaluation: kv_drift the lowest throughput "
+    "change against baseline (-0.3 = 30 % down), engine_stall the longest flat-counter seconds, "
+    "trainer_stall the heartbeat age in seconds, verifier_latency the highest p99 seconds.",
+    ["namespace", "job", "detector"],
 )
 
 
