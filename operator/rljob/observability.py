@@ -27,6 +27,11 @@ CHECKPOINT_STEP = Gauge(
     "Step of the checkpoint the current attempt resumed from.",
     ["namespace", "job"],
 )
+CHECKPOINT_SAVED = Gauge(
+    "rljob_checkpoint_saved_timestamp_seconds",
+    "When the newest known checkpoint was saved (age = time() - this).",
+    ["namespace", "job"],
+)
 CHECKPOINT_ERRORS = Counter(
     "rljob_checkpoint_store_errors_total", "Checkpoint store calls that failed, by kind.", ["kind"]
 )
