@@ -6,6 +6,7 @@ from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel, to_snake
+from typing_extensions import Unpack
 
 from rljob.api.rules import (
     CEL_RULES_KEY,
@@ -29,19 +30,23 @@ def _value_at(model: BaseModel, loc: tuple[str, ...]) -> Any:
     return value
 
 
-class SpecModel(BaseModel):
-    """Part of the user's spec: unknown fields are rejected and types are not coerced ("4" is not
-    an integer), as the API server's structural schema does."""
-
-    model_config = ConfigDict(
+def camel_case(**settings: Unpack[ConfigDict]) -> ConfigDict:
+    """camelCase on the wire, Python names accepted too; `settings` add to or override that."""
+    return ConfigDict(
         alias_generator=to_camel,
         validate_by_name=True,
         validate_by_alias=True,
         serialize_by_alias=True,
-        extra="forbid",
-        strict=True,
-        frozen=True,
-        json_schema_extra=_add_cel_rules,
+        **settings,
+    )
+
+
+class SpecModel(BaseModel):
+    """Part of the user's spec: unknown fields are rejected and types are not coerced ("4" is not
+    an integer), as the API server's structural schema does."""
+
+    model_config = camel_case(
+        extra="forbid", strict=True, frozen=True, json_schema_extra=_add_cel_rules
     )
 
     cel_rules: ClassVar[tuple[CrossFieldRule, ...]] = ()
@@ -62,10 +67,4 @@ class StatusModel(BaseModel):
     """Part of the status the operator writes: unknown fields are ignored so an older operator
     can read what a newer one wrote."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        extra="ignore",
-    )
+    model_config = camel_case(extra="ignore")

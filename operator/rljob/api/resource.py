@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
+from rljob.api.base import camel_case
 from rljob.api.rules import FieldViolation, field_path
 from rljob.api.spec import RLJobSpec
 from rljob.api.status import RLJobStatus
@@ -36,14 +36,7 @@ NAME_FORMAT_MESSAGE = (
 class ObjectMeta(BaseModel):
     """The parts of metadata the operator reads; the rest is ignored."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        extra="ignore",
-        frozen=True,
-    )
+    model_config = camel_case(extra="ignore", frozen=True)
 
     name: str = Field(description="Job name: a DNS-1035 label of at most 40 characters.")
     namespace: str | None = Field(default=None, description="Namespace of the job.")
@@ -68,14 +61,7 @@ class ObjectMeta(BaseModel):
 class RLJob(BaseModel):
     """An RLJob as read from the API."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        extra="ignore",
-        frozen=True,
-    )
+    model_config = camel_case(extra="ignore", frozen=True)
 
     api_version: Literal["rljob.io/v1alpha1"] = Field(description="rljob.io/v1alpha1.")
     kind: Literal["RLJob"] = Field(description="RLJob.")

@@ -12,14 +12,13 @@ from typing import Annotated, Any, Self
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
+from rljob.api.base import camel_case
 from rljob.checkpoints.layout import MAX_ATTEMPT, MAX_STEP, VersionId, check_shard_key
 
 FORMAT_VERSION = 1
@@ -35,14 +34,7 @@ class DocumentError(ValueError):
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        extra="ignore",
-        frozen=True,
-    )
+    model_config = camel_case(extra="ignore", frozen=True)
 
 
 class _Document(_Wire):
