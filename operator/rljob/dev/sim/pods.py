@@ -1,0 +1,116 @@
+"""Which pods get a simulated workload, read from pod objects (pure)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rljob.dev.sim.profiles import PROFILE_ANNOTATION, PROFILE_ENV, ROLES
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "rljob-operator"
+JOB_LABEL = "rljob.io/job"
+ROLE_LABEL = "rljob.io/role"
+ATTEMPT_LABEL = "rljob.io/attempt"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """What the simulator needs from one pod."""
+
+    namespace: str
+    name: str
+    uid: str
+    job: str
+    role: str
+    restarts: int
+    running: bool
+    terminating: bool
+    attempt: int | None = None
+    completion_index: int = 0
+    env: Mapping[str, str] = field(default_factory=dict)
+    profile: Mapping[str, Any] = field(default_factory=dict)
+    profile_error: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def instance(self) -> str:
+        """One run of the pod's containers: a container restart is a new instance."""
+        return f"{self.uid}#{self.restarts}"
+
+    @property
+    def attachable(self) -> bool:
+        return self.running and not self.terminating
+
+
+def _int(value: Any, default: int | None) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _profile(
+    annotations: Mapping[str, str], env: Mapping[str, str]
+) -> tuple[dict[str, Any], str | None]:
+    """Profile overrides: the container variable, then the annotation on top."""
+    merged: dict[str, Any] = {}
+    for source, text in (
+        (PROFILE_ENV, env.get(PROFILE_ENV)),
+        (PROFILE_ANNOTATION, annotations.get(PROFILE_ANNOTATION)),
+    ):
+        if not text:
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            return {}, f"{source} is not JSON: {exc}"
+        if not isinstance(value, dict):
+            return {}, f"{source} must be a JSON object"
+        merged.update(value)
+    return merged, None
+
+
+def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
+    """The pod as the simulator sees it, or None when it is not an rljob child it can serve."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
+        return None
+    role, job = labels.get(ROLE_LABEL), labels.get(JOB_LABEL)
+    if role not in ROLES or not job:
+        return None
+    annotations = meta.get("annotations") or {}
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    env: dict[str, str] = {}
+    for container in spec.get("containers") or []:
+        for var in container.get("env") or []:
+            if isinstance(var, Mapping) and "value" in var and var.get("name"):
+                env.setdefault(str(var["name"]), str(var["value"]))
+    restarts = sum(
+        _int(c.get("restartCount"), 0) or 0 for c in status.get("containerStatuses") or []
+    )
+    index = annotations.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX))
+    profile, error = _profile(annotations, env)
+    return PodInfo(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        job=str(job),
+        role=str(role),
+        restarts=restarts,
+        running=status.get("phase") == "Running",
+        terminating=meta.get("deletionTimestamp") is not None,
+        attempt=_int(labels.get(ATTEMPT_LABEL), None),
+        completion_index=_int(index, 0) or 0,
+        env=env,
+        profile=profile,
+        profile_error=error,
+    )

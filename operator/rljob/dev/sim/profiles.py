@@ -1,0 +1,224 @@
+"""Per-workload base behaviour of the simulated workloads (pure).
+
+A profile is what a healthy workload does; faults (rljob.dev.sim.faults) change it at run time.
+Profiles come from the simulator's defaults, overridden per pod by the `sim.rljob.io/profile`
+annotation or the `RLJOB_SIM_PROFILE` container variable (a JSON object of field names), and per
+selector through the control API. Engines may follow an RL generate/train cycle and load swings
+from rljob.health.traces, so the bed serves the same shapes the detectors are unit-tested on.
+
+Times are seconds; the defaults are second-scale so tests see phases within a test's deadline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    # Imported when a profile uses them: rljob.health pulls in pydantic, which the simulator
+    # process does not otherwise need.
+    from rljob.health.traces import Cycle, LoadSwings
+
+PROFILE_ANNOTATION = "sim.rljob.io/profile"
+PROFILE_ENV = "RLJOB_SIM_PROFILE"
+ROLES = ("rollout", "trainer", "reference", "verifier")
+EXPORTERS = ("vllm", "sglang")
+
+
+class ProfileError(ValueError):
+    """A profile override names an unknown field or holds a value of the wrong kind."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineProfile:
+    """A vLLM rollout engine. Saturated (requests running and waiting) it generates `throughput`
+    tokens/s with multiplicative per-second noise; unsaturated (queue empty) a `unsaturated_load`
+    share of it. Prefix-cache queries are `prompt_ratio` x generated tokens, hits a
+    `prefix_hit_rate` share of them. With `cache_symptoms` a drifting engine's hit rate falls and
+    its preemptions rise, as a fragmenting KV cache does. `exporter` picks vLLM's metric names
+    (default) or SGLang's."""
+
+    throughput: float = 800.0
+    noise: float = 0.05
+    max_running: int = 64
+    waiting: float = 16.0
+    kv_usage: float = 0.93
+    unsaturated_load: float = 0.4
+    prefix_hit_rate: float = 0.7
+    prompt_ratio: float = 2.0
+    preemptions_per_minute: float = 0.1
+    cache_symptoms: bool = True
+    tokens_per_request: float = 512.0
+    model_name: str = "sim-model"
+    engine: str = "0"
+    exporter: str = "vllm"  # or "sglang": SGLang's metric names and labels
+    cycle: Cycle | None = None
+    load_swings: LoadSwings | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerProfile:
+    """Steps of (wait for rollouts, train); every `checkpoint_every` steps a checkpoint phase.
+    The SDK heartbeats at each phase change and, when `heartbeat_interval` > 0, every that many
+    seconds in between (a training loop calling `heartbeat()` per micro-batch); a hung trainer
+    does neither."""
+
+    wait_for_rollouts: float = 2.0
+    step_seconds: float = 3.0
+    checkpoint_every: int = 5
+    checkpoint_seconds: float = 2.0
+    heartbeat_interval: float = 1.0
+    shard_bytes: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierProfile:
+    """Requests at `requests_per_second` (+-20 %) with log-normal latency; a share `error_rate`
+    of them fail."""
+
+    requests_per_second: float = 20.0
+    median_latency: float = 0.2
+    sigma: float = 0.5
+    error_rate: float = 0.0
+    bounds: tuple[float, ...] = (
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceProfile:
+    """A reference-model server scoring rollouts: tokens and requests per second."""
+
+    throughput: float = 2000.0
+    noise: float = 0.05
+    tokens_per_request: float = 1024.0
+
+
+@dataclass(frozen=True, slots=True)
+class Profiles:
+    """The defaults per role."""
+
+    rollout: EngineProfile = field(default_factory=EngineProfile)
+    trainer: TrainerProfile = field(default_factory=TrainerProfile)
+    verifier: VerifierProfile = field(default_factory=VerifierProfile)
+    reference: ReferenceProfile = field(default_factory=ReferenceProfile)
+
+    def for_role(self, role: str) -> AnyProfile:
+        if role not in ROLES:
+            raise ProfileError(f"unknown role {role!r}; known: {', '.join(ROLES)}")
+        profile: AnyProfile = getattr(self, role)
+        return profile
+
+    def with_role(self, role: str, profile: AnyProfile) -> Profiles:
+        self.for_role(role)
+        changes: dict[str, Any] = {role: profile}
+        return dataclasses.replace(self, **changes)
+
+
+AnyProfile = EngineProfile | TrainerProfile | VerifierProfile | ReferenceProfile
+P = TypeVar("P", bound=AnyProfile)
+
+_NESTED = ("cycle", "load_swings")
+
+
+def _nested(name: str, value: Any) -> Any:
+    from rljob.health.traces import Cycle, LoadSwings
+
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ProfileError(f"{name} must be an object or null")
+    kind: type[Cycle] | type[LoadSwings] = Cycle if name == "cycle" else LoadSwings
+    try:
+        return kind(**value)
+    except TypeError as exc:
+        raise ProfileError(f"{name}: {exc}") from None
+
+
+def _convert(name: str, value: Any, current: Any) -> Any:
+    if name in _NESTED:
+        return _nested(name, value)
+    if isinstance(current, bool):
+        if not isinstance(value, bool):
+            raise ProfileError(f"{name} must be true or false")
+        return value
+    if isinstance(current, int | float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ProfileError(f"{name} must be a number")
+        if not math.isfinite(value) or value < 0:
+            raise ProfileError(f"{name} must be a finite number >= 0")
+        return type(current)(value)
+    if isinstance(current, str):
+        if not isinstance(value, str) or len(value) > 128:
+            raise ProfileError(f"{name} must be a string of at most 128 characters")
+        return value
+    if isinstance(current, tuple):
+        if not isinstance(value, list | tuple) or not value or len(value) > 40:
+            raise ProfileError(f"{name} must be a list of 1 to 40 numbers")
+        numbers = tuple(float(v) for v in value)
+        if list(numbers) != sorted(set(numbers)) or numbers[0] <= 0:
+            raise ProfileError(f"{name} must be ascending positive numbers")
+        return numbers
+    raise ProfileError(f"{name} cannot be overridden")
+
+
+def override(profile: P, changes: Mapping[str, Any]) -> P:
+    """profile with `changes` (field name -> JSON value) applied; ProfileError on a bad one."""
+    known = {f.name for f in dataclasses.fields(profile)}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise ProfileError(
+            f"unknown {type(profile).__name__} field(s) {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(known))}"
+        )
+    values = {
+        name: _convert(name, value, getattr(profile, name)) for name, value in changes.items()
+    }
+    updated = dataclasses.replace(profile, **values)
+    _check(updated)
+    return updated
+
+
+def _check_engine(profile: EngineProfile) -> None:
+    if profile.max_running < 1:
+        raise ProfileError("max_running must be at least 1")
+    for name in ("kv_usage", "unsaturated_load", "prefix_hit_rate"):
+        if getattr(profile, name) > 1:
+            raise ProfileError(f"{name} must be between 0 and 1")
+    if profile.tokens_per_request <= 0:
+        raise ProfileError("tokens_per_request must be > 0")
+    if profile.exporter not in EXPORTERS:
+        raise ProfileError(f"exporter must be one of {', '.join(EXPORTERS)}")
+
+
+def _check(profile: AnyProfile) -> None:
+    if isinstance(profile, EngineProfile):
+        _check_engine(profile)
+    elif isinstance(profile, TrainerProfile):
+        if min(profile.wait_for_rollouts, profile.step_seconds, profile.checkpoint_seconds) <= 0:
+            raise ProfileError("phase durations must be > 0")
+        if profile.checkpoint_every < 1:
+            raise ProfileError("checkpoint_every must be >= 1")
+        if profile.shard_bytes > 1 << 20:
+            raise ProfileError("shard_bytes must be at most 1 MiB")
+    elif isinstance(profile, VerifierProfile):
+        if profile.median_latency <= 0 or profile.sigma <= 0 or profile.error_rate > 1:
+            raise ProfileError("median_latency and sigma must be > 0, error_rate at most 1")
+    elif profile.tokens_per_request <= 0:
+        raise ProfileError("tokens_per_request must be > 0")
+
+
+def as_json(profile: AnyProfile) -> dict[str, Any]:
+    """The profile as JSON values (for the control API's listings)."""
+    result: dict[str, Any] = {}
+    for f in dataclasses.fields(profile):
+        value = getattr(profile, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        result[f.name] = value
+    return result

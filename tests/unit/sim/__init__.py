@@ -1,0 +1,1 @@
+"""Unit tests of the simulated workloads (rljob.dev.sim)."""

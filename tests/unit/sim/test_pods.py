@@ -1,0 +1,84 @@
+"""Which pods the simulator serves and what it reads from them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rljob.dev.sim.pods import parse_pod
+
+LABELS = {
+    "app.kubernetes.io/managed-by": "rljob-operator",
+    "rljob.io/job": "job1",
+    "rljob.io/role": "rollout",
+}
+
+
+def pod(**changes: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "metadata": {
+            "namespace": "ns",
+            "name": "job1-rollout-abc",
+            "uid": "u1",
+            "labels": dict(LABELS),
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "engine",
+                    "env": [
+                        {"name": "RLJOB_ROLE", "value": "rollout"},
+                        {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": "x"}}},
+                    ],
+                }
+            ]
+        },
+        "status": {"phase": "Running", "containerStatuses": [{"restartCount": 2}]},
+    }
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        obj[section][field] = value
+    return obj
+
+
+def test_a_running_rollout_pod() -> None:
+    info = parse_pod(pod())
+    assert info is not None
+    assert (info.namespace, info.name, info.uid, info.job, info.role) == (
+        "ns", "job1-rollout-abc", "u1", "job1", "rollout",
+    )  # fmt: skip
+    assert info.restarts == 2 and info.instance == "u1#2" and info.key == "ns/job1-rollout-abc"
+    assert info.attachable and info.attempt is None
+    assert info.env == {"RLJOB_ROLE": "rollout"}
+
+
+def test_pods_that_are_not_served() -> None:
+    assert parse_pod(pod(metadata__labels={**LABELS, "app.kubernetes.io/managed-by": "x"})) is None
+    assert parse_pod(pod(metadata__labels={**LABELS, "rljob.io/role": "driver"})) is None
+    pending = parse_pod(pod(status__phase="Pending"))
+    assert pending is not None and not pending.attachable
+    deleting = parse_pod(pod(metadata__deletionTimestamp="2026-01-01T00:00:00Z"))
+    assert deleting is not None and not deleting.attachable
+
+
+def test_trainer_attempt_and_completion_index() -> None:
+    obj = pod()
+    obj["metadata"]["labels"] = {**LABELS, "rljob.io/role": "trainer", "rljob.io/attempt": "3"}
+    obj["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": "1"}
+    info = parse_pod(obj)
+    assert info is not None and info.attempt == 3 and info.completion_index == 1
+
+
+def test_profile_from_env_then_annotation() -> None:
+    obj = pod()
+    obj["spec"]["containers"][0]["env"].append(
+        {"name": "RLJOB_SIM_PROFILE", "value": json.dumps({"throughput": 500, "noise": 0})}
+    )
+    obj["metadata"]["annotations"] = {"sim.rljob.io/profile": json.dumps({"throughput": 900})}
+    info = parse_pod(obj)
+    assert info is not None and info.profile == {"throughput": 900, "noise": 0}
+    obj["metadata"]["annotations"] = {"sim.rljob.io/profile": "{not json"}
+    broken = parse_pod(obj)
+    assert (
+        broken is not None and broken.profile == {} and "not JSON" in (broken.profile_error or "")
+    )
