@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for the demo and the tests: uv (from PyPI, in a cache venv), the
-# project venv in .venv from uv.lock, and the upstream binaries (tools/build.sh, cached).
+# project venv in .venv from uv.lock, Prometheus (Debian's package) and the upstream binaries
+# built from Go modules (tools/build.sh), all cached.
 # Idempotent: a second run does almost nothing. Prints the bin folder on its last line.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,4 +21,5 @@ if [ ! -x "$uv" ]; then
 fi
 cd "$top"
 UV_PYTHON="$python" "$uv" sync -q --frozen --extra dev --extra test >&2
+bash "$top/tools/prometheus.sh" >&2   # Debian's prometheus + promtool, unpacked, no service
 bash "$top/tools/build.sh"
