@@ -24,7 +24,10 @@ from rljob.dev.controlplane import (
 )
 from rljob.dev.kubeapi import ApiError, KubeApi
 from rljob.dev.processes import tail
+from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.s3server import S3Server
+from rljob.dev.sim import Simulator
+from rljob.dev.sim.launcher import start_with_prometheus
 from tests.helpers import wait_for
 from tests.integration.s3_fixtures import (  # noqa: F401 - fixtures for every integration test
     private_s3_fixture,
@@ -129,6 +132,32 @@ def operator(operator_session: Operator) -> Iterator[Operator]:
     """The running operator; restored to its default configuration after each test."""
     yield operator_session
     operator_session.ensure_default()
+
+
+@pytest.fixture(scope="session")
+def stack(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Simulator, PrometheusServer]]:
+    """The simulator (every namespace) and Prometheus (1 s scrape and evaluation), for the run."""
+    sim, prometheus = start_with_prometheus(
+        tmp_path_factory.mktemp("sim-prometheus"),
+        cluster.run.kubeconfig,
+        scrape_interval="1s",
+        evaluation_interval="1s",
+    )
+    yield sim, prometheus
+    prometheus.stop()
+    sim.stop()
+
+
+@pytest.fixture(scope="session")
+def simulator(stack: tuple[Simulator, PrometheusServer]) -> Simulator:
+    return stack[0]
+
+
+@pytest.fixture(scope="session")
+def prometheus(stack: tuple[Simulator, PrometheusServer]) -> PrometheusServer:
+    return stack[1]
 
 
 @pytest.fixture

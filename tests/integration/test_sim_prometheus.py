@@ -21,7 +21,6 @@ import pytest
 
 from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.sim import SimClient, Simulator
-from rljob.dev.sim.launcher import start_with_prometheus
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster
 
@@ -33,32 +32,6 @@ THROUGHPUT = 1000.0  # tokens/s, from the pods' profile annotation
 TRAINERS = 2
 RATE_WINDOW = "10s"
 MANAGED = {"app.kubernetes.io/managed-by": "rljob-operator", "rljob.io/job": JOB}
-
-
-@pytest.fixture(scope="module")
-def stack(
-    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Simulator, PrometheusServer]]:
-    """The simulator (every namespace) and Prometheus (1 s scrape and evaluation)."""
-    sim, prometheus = start_with_prometheus(
-        tmp_path_factory.mktemp("sim-prometheus"),
-        cluster.run.kubeconfig,
-        scrape_interval="1s",
-        evaluation_interval="1s",
-    )
-    yield sim, prometheus
-    prometheus.stop()
-    sim.stop()
-
-
-@pytest.fixture(scope="module")
-def simulator(stack: tuple[Simulator, PrometheusServer]) -> Simulator:
-    return stack[0]
-
-
-@pytest.fixture(scope="module")
-def prometheus(stack: tuple[Simulator, PrometheusServer]) -> PrometheusServer:
-    return stack[1]
 
 
 def _labels(role: str, **extra: str) -> dict[str, str]:
