@@ -198,7 +198,8 @@ def test_suspend_removes_pods_and_resume_starts_a_new_uncounted_attempt(
     suspended = wait_condition(cluster, namespace, NAME, "Suspended")
     assert suspended["status"]["phase"] == "Suspended"
     wait_for(lambda: not children(cluster, namespace, PODS, NAME), 60, "every pod to be gone")
-    assert not children(cluster, namespace, JOBS, NAME)
+    # Foreground deletion: the Job object goes after its pods.
+    wait_for(lambda: not children(cluster, namespace, JOBS, NAME), 60, "the trainer Job to be gone")
     assert all(d["spec"]["replicas"] == 0 for d in children(cluster, namespace, DEPLOYMENTS, NAME))
 
     patch_spec(cluster, namespace, NAME, {"suspend": False})
