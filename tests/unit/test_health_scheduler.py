@@ -1,0 +1,578 @@
+"""The health scheduler with a fake metrics source (no I/O): simulated engines, trainers and
+verifiers from rljob.health.traces scraped on a grid, a fake clock, and a recorder of the
+evaluations handed to the caller."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from rljob.adapters.metrics import (
+    Collected,
+    PodKey,
+    Queries,
+    SignalData,
+    SourceKey,
+    SourceUnavailable,
+)
+from rljob.api import RLJob, parse_rljob
+from rljob.api.enums import FailureReason
+from rljob.health import INSUFFICIENT_DATA, EngineSample, Evaluation
+from rljob.health.profiles import (
+    GENERATION_TOKENS,
+    KV_CACHE_USAGE,
+    PREEMPTIONS,
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
+    REQUESTS_RUNNING,
+    REQUESTS_WAITING,
+    SLEEP_STATE,
+    TRAINER_HEARTBEAT,
+    TRAINER_PHASE,
+    TRAINER_STEP,
+    VERIFIER_BUCKETS,
+    VERIFIER_ERRORS,
+    Series,
+    Signal,
+)
+from rljob.health.traces import (
+    EngineProfile,
+    SimulatedEngine,
+    SimulatedTrainer,
+    SimulatedVerifier,
+    TrainerProfile,
+    VerifierProfile,
+)
+from rljob.health_scheduler import HealthScheduler, JobKey, next_slot
+
+PROM = "http://prom:9090"
+ENGINE_VALUES: dict[str, Callable[[EngineSample], float | None]] = {
+    GENERATION_TOKENS: lambda s: s.generated_tokens_total,
+    REQUESTS_RUNNING: lambda s: s.running,
+    REQUESTS_WAITING: lambda s: s.waiting,
+    KV_CACHE_USAGE: lambda s: s.kv_usage,
+    PREFIX_CACHE_HITS: lambda s: s.prefix_hits_total,
+    PREFIX_CACHE_QUERIES: lambda s: s.prefix_queries_total,
+    PREEMPTIONS: lambda s: s.preemptions_total,
+    SLEEP_STATE: lambda s: 0.0 if s.sleeping else 1.0,
+}
+PHASES = ("waiting_for_rollouts", "train", "checkpointing")
+
+
+class World:
+    """Simulated pods scraped every `scrape` seconds, and the clock."""
+
+    def __init__(self, scrape: float = 1.0) -> None:
+        self.now = 0.0
+        self.scrape = scrape
+        self.engines: dict[PodKey, SimulatedEngine] = {}
+        self.trainers: dict[PodKey, SimulatedTrainer] = {}
+        self.verifiers: dict[PodKey, SimulatedVerifier] = {}
+        self._engine_samples: dict[PodKey, list[EngineSample]] = {}
+        self._verifier_samples: dict[PodKey, list[Any]] = {}
+
+    def clock(self) -> float:
+        return self.now
+
+    def _grid(self, start: float, end: float) -> list[float]:
+        first = max(0, math.floor(start / self.scrape) + 1)
+        last = math.floor(end / self.scrape + 1e-9)
+        return [k * self.scrape for k in range(first, last + 1)]
+
+    def _cached(
+        self, cache: dict[PodKey, list[Any]], sim: Any, pod: PodKey, end: float
+    ) -> list[Any]:
+        samples = cache.setdefault(pod, [])
+        next_t = samples[-1].t + self.scrape if samples else 0.0
+        while next_t <= end + 1e-9:
+            samples.append(sim.sample(next_t))
+            next_t += self.scrape
+        return samples
+
+    def series(self, signal: Signal, pod: PodKey, start: float, end: float) -> list[Series]:
+        if pod in self.engines and signal.name in ENGINE_VALUES:
+            value = ENGINE_VALUES[signal.name]
+            samples = self._cached(self._engine_samples, self.engines[pod], pod, end)
+            points = [
+                (s.t, v) for s in samples if start < s.t <= end and (v := value(s)) is not None
+            ]
+            return [Series((("engine", "0"),), tuple(points))] if points else []
+        if pod in self.trainers:
+            return self._trainer(signal, self.trainers[pod], start, end)
+        if pod in self.verifiers and signal.name in (VERIFIER_BUCKETS, VERIFIER_ERRORS):
+            snaps = self._cached(self._verifier_samples, self.verifiers[pod], pod, end)
+            window = [s for s in snaps if start < s.t <= end]
+            if signal.name == VERIFIER_ERRORS:
+                return [Series((), tuple((s.t, s.errors_total or 0.0) for s in window))]
+            bounds = [bound for bound, _ in window[0].buckets] if window else []
+            return [
+                Series(
+                    (("le", "+Inf" if math.isinf(b) else repr(b)),),
+                    tuple((s.t, dict(s.buckets)[b]) for s in window),
+                )
+                for b in bounds
+            ]
+        return []
+
+    def _trainer(
+        self, signal: Signal, trainer: SimulatedTrainer, start: float, end: float
+    ) -> list[Series]:
+        times = self._grid(start, end)
+        states = [(t, trainer.state(t)) for t in times]
+        if signal.name == TRAINER_HEARTBEAT:
+            return [Series((), tuple((t, s.heartbeat_at) for t, s in states))]
+        if signal.name == TRAINER_STEP:
+            return [Series((), tuple((t, float(s.step)) for t, s in states))]
+        if signal.name == TRAINER_PHASE:
+            return [
+                Series((("phase", phase),), tuple((t, float(s.phase == phase)) for t, s in states))
+                for phase in PHASES
+            ]
+        return []
+
+
+def copy(queries: Queries) -> dict[Signal, dict[str, set[str]]]:
+    return {signal: {ns: set(pods) for ns, pods in q.items()} for signal, q in queries.items()}
+
+
+@dataclass
+class FakeSource:
+    world: World
+    kind: str = "prometheus"
+    supports_history: bool = True
+    down: bool = False
+    calls: list[tuple[str, dict[Signal, dict[str, set[str]]]]] = field(default_factory=list)
+    closed: bool = False
+
+    def _answer(self, queries: Queries, start: float, end: float) -> Collected:
+        collected: Collected = {}
+        for signal, selectors in queries.items():
+            if self.down:
+                collected[signal] = SourceUnavailable("connection refused")
+                continue
+            data: SignalData = {}
+            for namespace, pods in selectors.items():
+                for pod in pods:
+                    found = self.world.series(signal, (namespace, pod), start, end)
+                    if found:
+                        data[namespace, pod] = found
+            collected[signal] = data
+        return collected
+
+    async def collect(self, queries: Queries, *, lookback: float, at: float) -> Collected:
+        self.calls.append(
+            ("collect", {s: {n: set(p) for n, p in q.items()} for s, q in queries.items()})
+        )
+        return self._answer(queries, at - lookback, at)
+
+    async def history(
+        self, queries: Queries, *, start: float, end: float, step: float
+    ) -> Collected:
+        self.calls.append(
+            ("history", {s: {n: set(p) for n, p in q.items()} for s, q in queries.items()})
+        )
+        return self._answer(queries, start, end)
+
+    async def close(self) -> None:
+        self.closed = True
+
+    def collects(self) -> int:
+        return sum(1 for kind, _ in self.calls if kind == "collect")
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, JobKey, list[Evaluation]]] = []
+        self.clock: Callable[[], float] = lambda: 0.0
+
+    async def __call__(self, key: JobKey, evaluations: list[Evaluation]) -> None:
+        self.calls.append((self.clock(), key, evaluations))
+
+    def for_job(self, key: JobKey) -> list[tuple[float, list[Evaluation]]]:
+        return [(t, evaluations) for t, k, evaluations in self.calls if k == key]
+
+    def findings(self) -> list[tuple[float, JobKey, Evaluation]]:
+        return [(t, k, e) for t, k, evals in self.calls for e in evals if e.is_finding]
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    role: str
+    phase: str = "Running"
+    ready: bool = True
+    attempt: int | None = None
+
+
+def make_job(
+    name: str,
+    namespace: str = "ns1",
+    *,
+    uid: str | None = None,
+    interval: str = "5s",
+    url: str | None = PROM,
+    rollout: int = 4,
+    verifier: bool = False,
+    **health: Any,
+) -> RLJob:
+    roles: dict[str, Any] = {"rollout": {"replicas": rollout}, "trainer": {"nodes": 1}}
+    if verifier:
+        roles["verifier"] = {"replicas": 1}
+    spec_health: dict[str, Any] = {"interval": interval, **health}
+    if url is not None:
+        spec_health["source"] = {"prometheus": {"url": url}}
+    body = {
+        "apiVersion": "rljob.io/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"},
+        "spec": {"image": "img", "roles": roles, "health": spec_health},
+    }
+    return parse_rljob(body)
+
+
+def rollout_pods(job: RLJob, count: int) -> list[Pod]:
+    return [Pod(f"{job.metadata.name}-rollout-{i}", "rollout") for i in range(count)]
+
+
+class Bed:
+    """A scheduler over a world with a fake source per source key."""
+
+    def __init__(self, scrape: float = 1.0, history: bool = True, **options: Any) -> None:
+        self.world = World(scrape)
+        self.history = history
+        self.sources: dict[SourceKey, FakeSource] = {}
+        self.recorder = Recorder()
+        self.recorder.clock = self.world.clock
+        self.scheduler = HealthScheduler(
+            self.factory, self.recorder, clock=self.world.clock, **options
+        )
+
+    def factory(self, key: SourceKey) -> FakeSource:
+        source = self.sources[key] = FakeSource(self.world, supports_history=self.history)
+        return source
+
+    def source(self, url: str = PROM) -> FakeSource:
+        return self.sources[SourceKey("prometheus", url=url)]
+
+    def add_engines(
+        self, job: RLJob, profiles: dict[int, EngineProfile] | None = None, count: int = 4
+    ) -> list[Pod]:
+        pods = rollout_pods(job, count)
+        for index, pod in enumerate(pods):
+            profile = (profiles or {}).get(index, EngineProfile())
+            key = (job.metadata.namespace or "", pod.name)
+            self.world.engines[key] = SimulatedEngine(profile, seed=pod.name)
+        return pods
+
+    async def run_until(self, end: float, step: float = 1.0) -> None:
+        while self.world.now + step <= end + 1e-9:
+            self.world.now += step
+            await self.scheduler.tick()
+
+
+def evaluations_total(detector: str, outcome: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "rljob_detector_evaluations_total", {"detector": detector, "outcome": outcome}
+    )
+    return value or 0.0
+
+
+def insufficient_total() -> float:
+    detectors = ("kv_drift", "engine_stall", "trainer_stall", "verifier_latency")
+    return sum(evaluations_total(detector, INSUFFICIENT_DATA) for detector in detectors)
+
+
+# ------------------------------------------------------------------ tests
+
+
+def test_next_slot_is_on_the_interval_grid() -> None:
+    assert next_slot(0.0, 5.0) == 5.0
+    assert next_slot(12.3, 5.0) == 15.0
+    assert next_slot(15.0, 5.0) == 20.0
+
+
+async def test_each_job_is_due_at_its_own_interval() -> None:
+    bed = Bed()
+    fast, slow = make_job("fast", interval="10s"), make_job("slow", interval="30s")
+    for job in (fast, slow):
+        bed.scheduler.register(job, {"rollout": bed.add_engines(job, count=1)})
+    await bed.scheduler.tick()  # t=0: both are new, so due at once
+    await bed.run_until(60)
+    times = {
+        key: [t for t, _ in bed.recorder.for_job(key)] for key in (("ns1", "fast"), ("ns1", "slow"))
+    }
+    assert times["ns1", "fast"] == [0, 10, 20, 30, 40, 50, 60]
+    assert times["ns1", "slow"] == [0, 30, 60]
+
+
+async def test_one_query_per_signal_for_all_due_jobs_of_a_source() -> None:
+    bed = Bed()
+    jobs = [make_job(f"job{i}", namespace=f"ns{i % 2}") for i in range(3)]
+    other = make_job("elsewhere", url="http://other-prom:9090")
+    for job in [*jobs, other]:
+        bed.scheduler.register(job, {"rollout": bed.add_engines(job, count=2)})
+    await bed.scheduler.tick()
+    shared = bed.source()
+    assert len(bed.sources) == 2
+    kinds = [kind for kind, _ in shared.calls]
+    assert kinds == ["history", "collect"]  # the new jobs' backfill, then the round
+    _, queries = shared.calls[1]
+    metrics = [signal.metric for signal in queries]
+    assert len(metrics) == len(set(metrics)) == 8  # every vLLM signal once
+    for selectors in queries.values():
+        assert selectors == {
+            "ns0": {"job0-rollout-0", "job0-rollout-1", "job2-rollout-0", "job2-rollout-1"},
+            "ns1": {"job1-rollout-0", "job1-rollout-1"},
+        }
+    # Every later round: still one collect per source per tick for all three jobs.
+    await bed.run_until(20)
+    assert shared.collects() == 5  # t=0, 5, 10, 15, 20
+    assert bed.source("http://other-prom:9090").collects() == 5
+    assert len(bed.recorder.calls) == 4 * 5
+
+
+async def test_signals_go_only_to_pods_of_the_roles_that_need_them() -> None:
+    bed = Bed()
+    job = make_job("mixed", verifier=True)
+    pods = {
+        "rollout": bed.add_engines(job, count=1),
+        "trainer": [Pod("mixed-trainer-0", "trainer", attempt=1)],
+        "verifier": [Pod("mixed-verifier-0", "verifier")],
+    }
+    bed.scheduler.register(job, pods)
+    await bed.scheduler.tick()
+    _, queries = bed.source().calls[-1]
+    by_metric = {signal.metric: selectors["ns1"] for signal, selectors in queries.items()}
+    assert by_metric["vllm:generation_tokens_total"] == {"mixed-rollout-0"}
+    assert by_metric["rljob_trainer_heartbeat_timestamp_seconds"] == {"mixed-trainer-0"}
+    assert by_metric["rljob_verifier_request_duration_seconds_bucket"] == {"mixed-verifier-0"}
+
+
+async def test_drift_finding_reaches_on_evaluations() -> None:
+    bed = Bed()
+    job = make_job("drifty", kvDrift={"window": "2m", "warmup": "1m", "threshold": 0.2})
+    pods = bed.add_engines(job, {3: EngineProfile(drop=0.4, drop_at=300.0)})
+    bed.scheduler.register(job, {"rollout": pods})
+    before = evaluations_total("kv_drift", "finding")
+    await bed.run_until(600)
+    findings = bed.recorder.findings()
+    assert findings, "the drifting engine was never reported"
+    assert {(k, e.target, e.reason) for _, k, e in findings} == {
+        (("ns1", "drifty"), "drifty-rollout-3", FailureReason.KV_CACHE_DRIFT)
+    }
+    first = findings[0]
+    assert 300 < first[0] <= 300 + 2 * 120  # within two windows of the drop
+    assert first[2].evidence["change"] == pytest.approx(-0.4, abs=0.08)
+    assert evaluations_total("kv_drift", "finding") - before == len(findings)
+    value = REGISTRY.get_sample_value(
+        "rljob_detector_value", {"namespace": "ns1", "job": "drifty", "detector": "kv_drift"}
+    )
+    assert value is not None and value < -0.3
+
+
+async def test_source_down_makes_every_evaluation_insufficient() -> None:
+    bed = Bed()
+    job = make_job("dark", kvDrift={"window": "2m", "warmup": "1m"}, verifier=True)
+    pods = {
+        "rollout": bed.add_engines(job, {3: EngineProfile(drop=0.5, drop_at=200.0)}),
+        "trainer": [Pod("dark-trainer-0", "trainer", attempt=1)],
+        "verifier": [Pod("dark-verifier-0", "verifier")],
+    }
+    bed.world.trainers["ns1", "dark-trainer-0"] = SimulatedTrainer(TrainerProfile())
+    bed.world.verifiers["ns1", "dark-verifier-0"] = SimulatedVerifier(VerifierProfile())
+    bed.scheduler.register(job, pods)
+    await bed.run_until(190)
+    assert bed.scheduler.source_error(("ns1", "dark")) is None
+    bed.source().down = True
+    before = sum(
+        evaluations_total(d, INSUFFICIENT_DATA)
+        for d in ("kv_drift", "engine_stall", "trainer_stall", "verifier_latency")
+    )
+    bed.recorder.calls.clear()
+    await bed.run_until(600)  # the drift would be found by now
+    assert bed.recorder.findings() == []
+    rounds = bed.recorder.for_job(("ns1", "dark"))
+    assert len(rounds) == 82
+    for _, evaluations in rounds:
+        assert len(evaluations) == 4 * 2 + 1 + 1
+        assert {e.outcome for e in evaluations} == {INSUFFICIENT_DATA}
+        assert all("connection refused" in e.message for e in evaluations)
+        assert all("source_error" in e.evidence for e in evaluations)
+    after = sum(
+        evaluations_total(d, INSUFFICIENT_DATA)
+        for d in ("kv_drift", "engine_stall", "trainer_stall", "verifier_latency")
+    )
+    assert after - before == 82 * 10
+    error = bed.scheduler.source_error(("ns1", "dark"))
+    assert error is not None and "connection refused" in error
+    # Back up: findings resume.
+    bed.source().down = False
+    await bed.run_until(900)
+    assert bed.scheduler.source_error(("ns1", "dark")) is None
+    assert {e.target for _, _, e in bed.recorder.findings()} == {"dark-rollout-3"}
+
+
+async def test_backfill_resumes_detection_after_an_operator_restart() -> None:
+    """The operator restarts 60 s after an engine started to drift: the backfilled baseline
+    predates the drop, so the drift is found; without history it never is (the new baseline
+    would be the degraded throughput)."""
+    found: dict[bool, list[float]] = {}
+    for history in (True, False):
+        bed = Bed(history=history)
+        job = make_job("resumed", kvDrift={"window": "2m", "warmup": "1m"})
+        pods = bed.add_engines(job, {3: EngineProfile(drop=0.4, drop_at=440.0)})
+        bed.world.now = 500.0
+        bed.scheduler.register(job, {"rollout": pods})
+        await bed.scheduler.tick()
+        first = bed.recorder.for_job(("ns1", "resumed"))[0][1]
+        warming = [e for e in first if e.detector == "kv_drift" and "warming up" in e.message]
+        assert bool(warming) is not history
+        await bed.run_until(700)
+        found[history] = [t for t, _, e in bed.recorder.findings() if e.target.endswith("-3")]
+        assert sum(1 for kind, _ in bed.source().calls if kind == "history") == int(history)
+    assert found[True] and found[True][0] <= 440 + 2 * 120
+    assert found[False] == []
+
+
+async def test_note_restart_starts_the_engine_over() -> None:
+    bed = Bed()
+    job = make_job("restarted", kvDrift={"window": "2m", "warmup": "1m"})
+    pods = bed.add_engines(job, {3: EngineProfile(drop=0.4, drop_at=100.0)})
+    bed.scheduler.register(job, {"rollout": pods})
+    await bed.run_until(400)
+    assert bed.recorder.findings()
+    bed.scheduler.note_restart(("ns1", "restarted"), "rollout", "restarted-rollout-3", 400.0)
+    bed.recorder.calls.clear()
+    await bed.run_until(450)
+    assert bed.recorder.findings() == []
+    last = bed.recorder.for_job(("ns1", "restarted"))[-1][1]
+    drift = next(e for e in last if e.detector == "kv_drift" and e.target == "restarted-rollout-3")
+    assert drift.outcome == INSUFFICIENT_DATA
+    assert "warming up" in drift.message
+
+
+async def test_trainer_stall_is_found_from_a_frozen_heartbeat() -> None:
+    bed = Bed()
+    job = make_job("hung", rollout=1, trainerStall={"timeout": "30s", "startupGrace": "10s"})
+    trainer = Pod("hung-trainer-0", "trainer", attempt=1)
+    profile = TrainerProfile(wait_for_rollouts=5, step_seconds=5, checkpoint_every=100, hang_at=67)
+    bed.world.trainers["ns1", trainer.name] = SimulatedTrainer(profile)
+    bed.scheduler.register(job, {"rollout": bed.add_engines(job, count=1), "trainer": [trainer]})
+    await bed.run_until(90)
+    assert bed.recorder.findings() == []
+    await bed.run_until(130)
+    findings = bed.recorder.findings()
+    assert findings
+    assert {e.reason for _, _, e in findings} == {FailureReason.TRAINER_STALLED}
+    assert findings[0][0] >= 65 + 30
+
+
+async def test_pods_that_left_are_forgotten_and_new_pods_are_reported_missing() -> None:
+    bed = Bed()
+    job = make_job("churn")
+    pods = bed.add_engines(job, count=2)
+    bed.scheduler.register(job, {"rollout": pods})
+    await bed.run_until(10)
+    replacement = Pod("churn-rollout-9", "rollout")  # no metrics yet
+    bed.scheduler.register(
+        job, {"rollout": [pods[0], replacement, Pod("churn-rollout-1", "rollout", phase="Pending")]}
+    )
+    await bed.run_until(15)
+    last = bed.recorder.for_job(("ns1", "churn"))[-1][1]
+    targets = Counter(e.target for e in last)
+    assert targets == {"churn-rollout-0": 2, "churn-rollout-9": 2}
+    missing = [e for e in last if e.target == "churn-rollout-9"]
+    assert all(
+        e.outcome == INSUFFICIENT_DATA and "no vllm:generation_tokens_total" in e.message
+        for e in missing
+    )
+
+
+async def test_forget_and_replace_by_uid() -> None:
+    bed = Bed()
+    job = make_job("gone")
+    bed.scheduler.register(job, {"rollout": bed.add_engines(job, count=1)})
+    await bed.run_until(5)
+    assert len(bed.scheduler) == 1
+    bed.scheduler.forget(("ns1", "gone"))
+    bed.recorder.calls.clear()
+    await bed.run_until(20)
+    assert bed.recorder.calls == []
+    assert len(bed.scheduler) == 0
+    assert bed.source().closed  # no job uses it any more
+    assert (
+        REGISTRY.get_sample_value(
+            "rljob_detector_value", {"namespace": "ns1", "job": "gone", "detector": "engine_stall"}
+        )
+        is None
+    )
+    first = make_job("same", uid="one")
+    bed.scheduler.register(first, {"rollout": bed.add_engines(first, count=1)})
+    second = make_job("same", uid="two")
+    bed.scheduler.register(second, {"rollout": bed.add_engines(second, count=1)})
+    assert len(bed.scheduler) == 1
+
+
+async def test_jobs_without_a_source_or_pods() -> None:
+    bed = Bed()
+    sourceless = make_job("nosource", url=None)
+    bed.scheduler.register(sourceless, {"rollout": rollout_pods(sourceless, 1)})
+    idle = make_job("idle")
+    bed.scheduler.register(idle, {"rollout": []})
+    await bed.scheduler.tick()
+    ((_, key, evaluations),) = bed.recorder.calls
+    assert key == ("ns1", "nosource")
+    assert {e.outcome for e in evaluations} == {INSUFFICIENT_DATA}
+    assert "no metrics source" in evaluations[0].message
+    # With an operator default the same job is queried there.
+    default = SourceKey("prometheus", url="http://default:9090")
+    bed2 = Bed(default_source=default)
+    bed2.scheduler.register(sourceless, {"rollout": bed2.add_engines(sourceless, count=1)})
+    await bed2.scheduler.tick()
+    assert list(bed2.sources) == [default]
+
+
+async def test_a_failing_callback_or_factory_does_not_stop_the_scheduler() -> None:
+    bed = Bed()
+    calls = 0
+
+    async def explode(key: JobKey, evaluations: list[Evaluation]) -> None:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("boom")
+
+    def broken_factory(key: SourceKey) -> FakeSource:
+        raise RuntimeError("no client")
+
+    scheduler = HealthScheduler(broken_factory, explode, clock=bed.world.clock)
+    job = make_job("fragile")
+    scheduler.register(job, {"rollout": bed.add_engines(job, count=1)})
+    for t in range(0, 11):
+        bed.world.now = float(t)
+        await scheduler.tick()
+    assert calls == 3
+    assert scheduler.source_error(("ns1", "fragile")) == "no client"
+
+
+async def test_run_loop_polls_and_closes_its_sources() -> None:
+    bed = Bed(tick=0.01)
+    job = make_job("looped", interval="1s")
+    bed.scheduler.register(job, {"rollout": bed.add_engines(job, count=1)})
+    task = asyncio.create_task(bed.scheduler.run())
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        bed.world.now += 0.5
+        if len(bed.recorder.calls) >= 3:
+            break
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(bed.recorder.calls) >= 3
+    assert bed.source().closed
