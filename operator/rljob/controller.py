@@ -4,6 +4,7 @@ The Runtime owns the shared clients and the per-job workers; kopf handlers only 
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import os
 import signal
@@ -17,6 +18,7 @@ from rljob.adapters.checkpoints import Checkpoints
 from rljob.adapters.events import post_event
 from rljob.adapters.kube import Kube, KubeError, connect
 from rljob.adapters.leadership import Leadership
+from rljob.adapters.metrics import MetricsSources
 from rljob.adapters.observe import JobKey, observed_from
 from rljob.adapters.paths import api_version_of, object_path
 from rljob.api import (
@@ -25,14 +27,17 @@ from rljob.api import (
     FailureAction,
     FailureReason,
     InvalidRLJobError,
+    JobPhase,
     RLJob,
     RLJobStatus,
     RoleName,
     parse_rljob,
 )
 from rljob.checkpoints.errors import StoreError
+from rljob.health.evaluation import Evaluation
 from rljob.health.policy import Failure, decide
 from rljob.health.termination import CrashRepeatTracker
+from rljob.health_scheduler import HealthScheduler, pods_by_role
 from rljob.observability import (
     CHECKPOINT_ERRORS,
     JOBS_BY_PHASE,
@@ -60,6 +65,7 @@ from rljob.reconcile.remediation import (
     journal_pod_restart,
     pod_to_delete,
     remedy_for,
+    remedy_for_finding,
     settle_journal,
 )
 from rljob.reconcile.requests import RestartOrder, mark_handled, pending_restart
@@ -70,6 +76,7 @@ _INDEXES = ("deployments_idx", "jobs_idx", "services_idx", "pods_idx")
 _STALE_RETRY_SECONDS = 0.2
 _STORE_RETRY_SECONDS = 15.0
 _REJECTED_RETRY_SECONDS = 60.0
+SIGNALS = "HealthSignalsAvailable"
 RESTARTED_AT = "rljob.io/restarted-at"
 RESTART_FIELD_MANAGER = "rljob-operator-restart"
 
@@ -136,6 +143,15 @@ def _count_restarts(body: dict[str, Any], status: RLJobStatus) -> None:
                         record.action.value).inc()  # fmt: skip
 
 
+def _signals_condition(job: RLJob, error: str | None, now: dt.datetime) -> RLJobStatus:
+    """HealthSignalsAvailable: False (no restart from metrics) while the source fails."""
+    if error is None:
+        state = ConditionState.of(SIGNALS, True, "SourceAnswers", "the metrics source answers")
+    else:
+        state = ConditionState.of(SIGNALS, False, "SourceUnavailable", error[:200])
+    return _with_condition(job.status, state, now, job)
+
+
 def _with_status(job: RLJob, status: RLJobStatus) -> RLJob:
     return job.model_copy(update={"status": status})
 
@@ -175,6 +191,9 @@ class Runtime:
         self._written: dict[str, dict[str, Any]] = {}  # uid -> last status we wrote
         self._phases: dict[str, str] = {}
         self._crash_trackers: dict[str, CrashRepeatTracker] = {}
+        self._findings: dict[JobKey, list[Evaluation]] = {}
+        self.health = HealthScheduler(MetricsSources(), self._on_health)
+        self._health_task: asyncio.Task[None] | None = None
 
     @classmethod
     async def start(cls, options: RuntimeOptions) -> Runtime:
@@ -185,12 +204,22 @@ class Runtime:
             Leadership(api, options.lease_namespace),
         )
         runtime.leadership.start(runtime._elected)
+        runtime._health_task = asyncio.create_task(runtime.health.run(), name="rljob:health")
         return runtime
+
+    async def _on_health(self, key: JobKey, evaluations: list[Evaluation]) -> None:
+        """One health round of a job: keep its findings for its next pass, and wake it."""
+        findings = [e for e in evaluations if e.is_finding]
+        if findings or key in self._findings:
+            self._findings[key] = findings
+            self.workers.wake(key)
 
     async def _elected(self) -> None:
         self.workers.wake_all()  # a standby that takes over acts on every job at once
 
     async def stop(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
         await self.leadership.stop()
         await self.workers.stop()
         await self.kube.close()
@@ -270,6 +299,8 @@ class Runtime:
         job, extras, remedy = _remediate_trainer(job, observed, now)
         job, pod_events = self._remediate_pods(job, observed, now)
         events += pod_events
+        job, health_events = self._act_on_health(job, observed, now)
+        events += health_events
         plan: Plan = reconcile(job, observed, now, extras)
         if any(child.kind == "Job" for child in plan.apply) and job.spec.checkpoint is not None:
             job, plan, checkpoint_events = await self._start_attempt(
@@ -306,6 +337,28 @@ class Runtime:
             await self.kube.apply(_with_render_marker(child.body))
         if journaled is not None and any(c.kind == "Job" for c in plan.apply):
             crash_point("gang-restart:new-job-created")
+
+    def _act_on_health(
+        self, job: RLJob, observed: Observed, now: dt.datetime
+    ) -> tuple[RLJob, list[EventSpec]]:
+        """Registers the job with the health scheduler and acts on its latest findings through
+        the policy: an engine restart or a trainer gang restart, journaled like any other."""
+        key = (job.metadata.namespace or "", job.metadata.name)
+        if job.spec.suspend or job.status.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
+            self.health.forget(key)
+            self._findings.pop(key, None)
+            return job, []
+        self.health.register(job, pods_by_role(observed.pods))
+        job = _with_status(job, _signals_condition(job, self.health.source_error(key), now))
+        findings = self._findings.pop(key, [])
+        if not findings or job.status.in_flight is not None:
+            return job, []
+        remedy = remedy_for_finding(job, observed, findings[0], now)
+        if remedy.status is not None:
+            job = _with_status(job, remedy.status)
+            role, pod = remedy.restarted
+            self.health.note_restart(key, role, pod, now.timestamp())
+        return job, list(remedy.events)
 
     def _remediate_pods(
         self, job: RLJob, observed: Observed, now: dt.datetime

@@ -103,6 +103,59 @@ def remedy_for(
     return TrainerRemedy(decision, status=journal_gang_restart(job, decision, failed, root, now))
 
 
+@dataclass(frozen=True)
+class FindingRemedy:
+    """What the policy made of a health finding: a new status (journaled restart) with the
+    restarted (role, pod) for the detectors, and the Events to post."""
+
+    status: RLJobStatus | None
+    restarted: tuple[str, str | None]
+    events: tuple[EventSpec, ...]
+
+
+def remedy_for_finding(
+    job: RLJob, observed: Observed, finding: Evaluation, now: datetime
+) -> FindingRemedy:
+    """A detector's finding through the failure policy: an engine restart (its pod deleted
+    after the journal) or a trainer gang restart; anything else is reported."""
+    reason = finding.reason or FailureReason.CONTAINER_FAILED
+    trainer = finding.target == "trainer"
+    role = RoleName.TRAINER if trainer else _finding_role(finding, observed)
+    pod = None if trainer else next((p for p in observed.pods if p.name == finding.target), None)
+    failure = Failure(
+        reason, role, target=None if trainer else finding.target, message=finding.message
+    )
+    decision = decide(failure, job.spec.failure_policy, job.status.restarts, now, _context(job))
+    report = (EventSpec("Warning", reason.value, decision.message),)
+    if decision.delay_seconds > 0:
+        return FindingRemedy(None, (role.value, None), report)
+    if decision.action == FailureAction.RESTART_POD and pod is not None:
+        status = journal_pod_restart(job, decision, pod, now)
+        return FindingRemedy(
+            status,
+            (role.value, pod.name),
+            (EventSpec("Warning", "PodRestarted", decision.message),),
+        )
+    current = _current_job(job, observed)
+    if decision.action == FailureAction.RESTART_TRAINER_GANG and current is not None:
+        status = journal_gang_restart(job, decision, current, None, now)
+        return FindingRemedy(status, (RoleName.TRAINER.value, None), ())
+    return FindingRemedy(None, (role.value, None), report)
+
+
+def _finding_role(finding: Evaluation, observed: Observed) -> RoleName:
+    pod = next((p for p in observed.pods if p.name == finding.target), None)
+    return RoleName(pod.role) if pod is not None and pod.role else RoleName.ROLLOUT
+
+
+def _current_job(job: RLJob, observed: Observed) -> ObservedChild | None:
+    name = trainer_job_name(job.metadata.name, job.status.attempt or 1)
+    return next(
+        (c for c in observed.children if c.kind == "Job" and c.name == name and not c.deleting),
+        None,
+    )
+
+
 def journal_gang_restart(
     job: RLJob, decision: Decision, failed: ObservedChild, root: ObservedPod | None, now: datetime
 ) -> RLJobStatus:

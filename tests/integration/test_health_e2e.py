@@ -1,0 +1,215 @@
+"""Health detection end to end: simulated engines and trainers scraped by a real Prometheus,
+the operator's health scheduler querying it, and the failure policy acting (second-scale
+windows in the spec)."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pytest
+
+from rljob.dev.prometheus import PrometheusServer
+from rljob.dev.sim import Simulator
+from tests.helpers import wait_for
+from tests.integration.conftest import Cluster, Operator
+from tests.integration.rljobs import (
+    JOBS,
+    PODS,
+    apply_rljob,
+    children,
+    condition,
+    example,
+    get_rljob,
+    kubectl,
+    wait_condition,
+)
+
+pytestmark = pytest.mark.integration
+
+NAME = "grpo-minimal"
+WINDOW = 20.0
+WARMUP = 10.0
+DROP = 0.30
+
+
+def _health_job(prometheus_url: str, engines: int = 4) -> dict[str, Any]:
+    return example(
+        roles={"rollout": {"replicas": engines, "gpus": 1}, "trainer": {"nodes": 1, "gpus": 8}},
+        health={
+            "source": {"prometheus": {"url": prometheus_url}},
+            "interval": "1s",
+            "kvDrift": {
+                "threshold": 0.2,
+                "window": f"{WINDOW:.0f}s",
+                "warmup": f"{WARMUP:.0f}s",
+                "cooldown": "10m",
+            },
+            "engineStall": {"timeout": "15s"},
+            "trainerStall": {"timeout": "10s", "startupGrace": "5s"},
+        },
+        failurePolicy={"backoff": {"initial": "1s", "max": "2s"}},
+    )
+
+
+def _uids(cluster: Cluster, namespace: str, role: str) -> dict[str, str]:
+    return {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in children(cluster, namespace, PODS, NAME, role)
+    }
+
+
+def _evaluations(operator: Operator, outcome: str) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(operator.metrics_url, timeout=5) as resp:
+        lines = resp.read().decode().splitlines()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith("rljob_detector_evaluations_total{") and f'outcome="{outcome}"' in line
+    )
+
+
+def _drift_value(operator: Operator, namespace: str) -> float | None:
+    import urllib.request
+
+    with urllib.request.urlopen(operator.metrics_url, timeout=5) as resp:
+        lines = resp.read().decode().splitlines()
+    wanted = ('rljob_detector_value{detector="kv_drift"', f'namespace="{namespace}"')
+    found = [float(line.rsplit(" ", 1)[1]) for line in lines if all(w in line for w in wanted)]
+    return found[0] if found else None
+
+
+def _events(cluster: Cluster, namespace: str, reason: str) -> str:
+    selector = f"reason={reason}"
+    columns = "custom-columns=MSG:.message"
+    return kubectl(
+        cluster, "get", "events", "-n", namespace, "--field-selector", selector, "-o", columns
+    )
+
+
+def _running(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    apply_rljob(cluster, namespace, body)
+    return wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+
+
+def _quiet_for(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    wait_for(
+        lambda: time.monotonic() >= deadline, seconds + 5, f"{seconds:.0f}s to pass", interval=1
+    )
+
+
+def test_one_drifting_engine_is_restarted_alone(
+    cluster: Cluster,
+    operator: Operator,
+    namespace: str,
+    simulator: Simulator,
+    prometheus: PrometheusServer,
+) -> None:
+    _running(cluster, namespace, _health_job(prometheus.url))
+    engines = _uids(cluster, namespace, "rollout")
+    (trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
+    victim = sorted(engines)[0]
+    # Inject only once every engine has its post-warm-up baseline (the detector reports a value).
+    wait_for(lambda: _drift_value(operator, namespace) is not None, WARMUP + 60, "drift baselines")
+    baseline = simulator.client().workloads(namespace=namespace, pod=victim)[0]["state"][
+        "expected_tokens_per_second"
+    ]
+    simulator.client().inject("drift", namespace=namespace, pod=victim, drop=DROP)
+
+    wait_for(
+        lambda: victim not in _uids(cluster, namespace, "rollout"),
+        3 * WINDOW + 30,
+        f"{victim} to be restarted",
+    )
+    message = _events(cluster, namespace, "PodRestarted")
+    numbers = re.search(r"(\d+) tok/s vs baseline (\d+)", message)
+    assert numbers is not None, message
+    measured, measured_baseline = float(numbers[1]), float(numbers[2])
+    assert abs(measured_baseline - baseline) <= 0.1 * baseline
+    assert abs(measured - baseline * (1 - DROP)) <= 0.1 * baseline * (1 - DROP)
+
+    survivors = {name: uid for name, uid in engines.items() if name != victim}
+    _quiet_for(2 * WINDOW)
+    now = _uids(cluster, namespace, "rollout")
+    assert {name: now.get(name) for name in survivors} == survivors
+    (same_trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
+    assert same_trainer["metadata"]["uid"] == trainer["metadata"]["uid"]
+    restarts = get_rljob(cluster, namespace, NAME)["status"]["restarts"]
+    assert restarts["byReason"] == {"KVCacheDrift": 1}
+
+
+@pytest.mark.parametrize("fault", ["load", "sleep"])
+def test_engines_slowing_together_unsaturated_or_asleep_are_not_restarted(
+    cluster: Cluster,
+    operator: Operator,
+    namespace: str,
+    simulator: Simulator,
+    prometheus: PrometheusServer,
+    fault: str,
+) -> None:
+    _running(cluster, namespace, _health_job(prometheus.url))
+    engines = _uids(cluster, namespace, "rollout")
+    params = {"waiting": 0, "fraction": 0.5} if fault == "load" else {"on": True}
+    simulator.client().inject(fault, namespace=namespace, job=NAME, role="rollout", **params)
+    before = _evaluations(operator, "healthy") + _evaluations(operator, "insufficient_data")
+    _quiet_for(3 * WINDOW)
+    after = _evaluations(operator, "healthy") + _evaluations(operator, "insufficient_data")
+    assert after > before
+    assert _uids(cluster, namespace, "rollout") == engines
+    assert get_rljob(cluster, namespace, NAME)["status"]["restarts"]["total"] == 0
+
+
+def test_a_hung_trainer_is_gang_restarted_after_the_timeout(
+    cluster: Cluster,
+    operator: Operator,
+    namespace: str,
+    simulator: Simulator,
+    prometheus: PrometheusServer,
+) -> None:
+    _running(cluster, namespace, _health_job(prometheus.url))
+    simulator.client().inject("hang", namespace=namespace, job=NAME, role="trainer")
+    wait_for(
+        lambda: any(
+            j["metadata"]["name"].endswith("-a2") for j in children(cluster, namespace, JOBS, NAME)
+        ),
+        90,
+        "a gang restart (attempt 2) after the heartbeat went stale",
+    )
+    job = get_rljob(cluster, namespace, NAME)
+    assert job["status"]["restarts"]["byReason"] == {"TrainerStalled": 1}
+
+
+def test_with_prometheus_down_nothing_restarts_from_metrics_but_nccl_is_still_handled(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    _running(cluster, namespace, _health_job("http://127.0.0.1:9"))
+    job = wait_condition(
+        cluster, namespace, NAME, "HealthSignalsAvailable", status="False", timeout=60
+    )
+    assert "127.0.0.1:9" in condition(job, "HealthSignalsAvailable")["message"]
+    wait_for(
+        lambda: _evaluations(operator, "insufficient_data") > 0, 30, "insufficient-data evaluations"
+    )
+    assert get_rljob(cluster, namespace, NAME)["status"]["restarts"]["total"] == 0
+
+    fault = {
+        "sim.rljob.io/fail-exit-code": "1",
+        "sim.rljob.io/fail-message": "Watchdog caught collective operation timeout: WorkNCCL",
+    }
+    (pod,) = children(cluster, namespace, PODS, NAME, "trainer")
+    cluster.api.merge_patch(
+        f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}",
+        {"metadata": {"annotations": fault}},
+    )
+    wait_for(
+        lambda: (
+            get_rljob(cluster, namespace, NAME)["status"]["restarts"].get("byReason")
+            == {"NCCLTimeout": 1}
+        ),
+        60,
+        "the NCCL failure to be handled without metrics",
+    )
