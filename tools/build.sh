@@ -4,6 +4,7 @@
 #   kube: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #   kwok: kwok
 #   s3:   versitygw (the S3-compatible server)
+#   helm: helm (chart lint, template and install tests)
 # Each tool has its own cache key (its go.mod/go.sum, this script and `go version`): a hit
 # builds nothing, a changed key rebuilds only that tool. Concurrent runs wait on a lock.
 set -euo pipefail
@@ -45,8 +46,19 @@ build_s3() {
     -o "$1/versitygw" "$vgw/cmd/versitygw")
 }
 
+build_helm() { # helm with its version and the Kubernetes minor of its client-go
+  local version minor ld p
+  version=$(sed -n 's#^[[:space:]]*helm\.sh/helm/v3 \(v[0-9.]*\).*#\1#p' "$here/helm/go.mod" | head -n1)
+  minor=$(sed -n 's#^[[:space:]]*k8s\.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$here/helm/go.mod" | head -n1)
+  ld="-s -w -X helm.sh/helm/v3/internal/version.version=$version"
+  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ld="$ld -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$minor"
+  done
+  (cd "$here/helm" && go build -trimpath -ldflags "$ld" -o "$1/helm" helm.sh/helm/v3/cmd/helm)
+}
+
 keys=""
-for tool in kube kwok s3; do
+for tool in kube kwok s3 helm; do
   key=$(tool_key "$tool")
   keys="$keys $tool-$key"
   out="$cache_root/tools/$tool-$key"

@@ -49,6 +49,8 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure_settings(settings)
     options: RuntimeOptions = memo["options"]
+    # A namespaced install has no cluster-wide namespace list: do not let kopf try it.
+    settings.scanning.disabled = options.namespace is not None
     memo["runtime"] = await Runtime.start(options)
 
 

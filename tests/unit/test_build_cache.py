@@ -58,8 +58,8 @@ def test_cache_hit_builds_nothing_and_a_changed_key_rebuilds_only_its_tool(
     sandbox: dict[str, str],
 ) -> None:
     first, builds = _build(sandbox)
-    assert len(builds) == 4, builds  # kube (two go builds), kwok, s3
-    assert {"kube-apiserver", "etcd", "kwok", "kubectl", "versitygw"} <= {
+    assert len(builds) == 5, builds  # kube (two go builds), kwok, s3, helm
+    assert {"kube-apiserver", "etcd", "kwok", "kubectl", "versitygw", "helm"} <= {
         p.name for p in first.iterdir()
     }
 
