@@ -171,7 +171,15 @@ def test_a_hung_trainer_is_gang_restarted_after_the_timeout(
     prometheus: PrometheusServer,
 ) -> None:
     _running(cluster, namespace, _health_job(prometheus.url))
-    simulator.client().inject("hang", namespace=namespace, job=NAME, role="trainer")
+    # Hang it while training: a trainer waiting for rollouts is exempt from the stall rule.
+    client = simulator.client()
+
+    def training() -> bool:
+        (trainer,) = client.workloads(namespace=namespace, role="trainer")
+        return bool(trainer["state"].get("phase") == "training")
+
+    wait_for(training, 30, "the trainer to be training", interval=0.1)
+    client.inject("hang", namespace=namespace, job=NAME, role="trainer")
     wait_for(
         lambda: any(
             j["metadata"]["name"].endswith("-a2") for j in children(cluster, namespace, JOBS, NAME)
