@@ -7,6 +7,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,10 @@ from rljob.dev.controlplane import ControlPlane, ControlPlaneError, wait_until
 from rljob.dev.kubeapi import ApiError, KubeApi
 from rljob.dev.launcher import env_lines, fresh_run_dir
 from rljob.dev.processes import free_ports
+from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.s3server import S3Server
+from rljob.dev.sim import Simulator
+from rljob.dev.sim.launcher import start_with_prometheus
 
 DEMO_NAMESPACE = "rl-demo"
 DEMO_BUCKET = "rljob-demo"
@@ -32,7 +36,7 @@ def _example() -> dict[str, Any]:
     return body
 
 
-def _apply_demo_job(api: KubeApi, store: S3Server) -> str:
+def _apply_demo_job(api: KubeApi, store: S3Server, prometheus_url: str) -> str:
     try:
         api.create("/api/v1/namespaces", {"metadata": {"name": DEMO_NAMESPACE}})
     except ApiError as exc:
@@ -46,6 +50,7 @@ def _apply_demo_job(api: KubeApi, store: S3Server) -> str:
     body = _example()
     body["metadata"]["namespace"] = DEMO_NAMESPACE
     body["spec"]["checkpoint"]["endpoint"] = store.endpoint  # the bed's own S3 server
+    body["spec"]["health"]["source"] = {"prometheus": {"url": prometheus_url}}
     name = str(body["metadata"]["name"])
     path = (
         f"/apis/rljob.io/v1alpha1/namespaces/{DEMO_NAMESPACE}/rljobs/{name}?fieldValidation=Strict"
@@ -65,29 +70,86 @@ def _kubectl(kubeconfig: Path, *args: str) -> None:
     subprocess.run([str(bin_dir() / "kubectl"), f"--kubeconfig={kubeconfig}", *args], check=False)
 
 
+class DemoBed:
+    """Everything the demo runs: control plane, S3, simulated workloads scraped by Prometheus,
+    and the operator under its ServiceAccount."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.plane = ControlPlane(run_dir, bin_dir(), "demo")
+        self.store = S3Server(run_dir, bin_dir(), free_ports(1)[0])
+        self.sim: Simulator | None = None
+        self.prometheus: PrometheusServer | None = None
+        self.operator: OperatorProcess | None = None
+
+    def start(self, started: float) -> KubeApi:
+        self.plane.start()
+        print(
+            f"control plane ready in {time.monotonic() - started:.1f}s (4 nodes x 8 H100)",
+            flush=True,
+        )
+        api = self.plane.api()
+        install_crd(api)
+        self.store.start()
+        self.store.create_bucket(DEMO_BUCKET)
+        print(f"S3 server (versitygw) at {self.store.endpoint}, bucket {DEMO_BUCKET}", flush=True)
+        self.sim, self.prometheus = start_with_prometheus(
+            self.run_dir / "metrics", self.plane.dir.kubeconfig
+        )
+        print(f"simulated workloads scraped by Prometheus at {self.prometheus.url}", flush=True)
+        self.operator = start_operator(
+            api, self.plane.dir, self.run_dir / "operator", env=self.store.env()
+        )
+        print(f"operator running as its ServiceAccount; log: {self.operator.log}", flush=True)
+        return api
+
+    def stop(self) -> None:
+        for part in (self.operator, self.prometheus, self.sim, self.store, self.plane):
+            if part is not None:
+                part.stop()
+
+
+def _drift_value(metrics_url: str) -> float | None:
+    with urllib.request.urlopen(metrics_url, timeout=5) as resp:
+        lines = resp.read().decode().splitlines()
+    wanted = ('rljob_detector_value{detector="kv_drift"', f'namespace="{DEMO_NAMESPACE}"')
+    found = [float(line.rsplit(" ", 1)[1]) for line in lines if all(w in line for w in wanted)]
+    return found[0] if found else None
+
+
+def _rollout_pods(api: KubeApi) -> list[str]:
+    path = f"/api/v1/namespaces/{DEMO_NAMESPACE}/pods?labelSelector=rljob.io/role=rollout"
+    return sorted(p["metadata"]["name"] for p in api.get(path)["items"])
+
+
+def _show_drift_repair(bed: DemoBed, api: KubeApi, name: str) -> None:
+    """Injects a KV-cache-fragmentation drift into one engine and waits for the operator to
+    restart exactly that engine."""
+    assert bed.operator is not None and bed.sim is not None
+    metrics_url = bed.operator.metrics_url
+    print("\nwaiting for the engines' throughput baselines (warm-up) ...", flush=True)
+    wait_until(lambda: _drift_value(metrics_url) is not None, 120, "drift baselines", interval=1.0)
+    victim = _rollout_pods(api)[0]
+    bed.sim.client().inject("drift", namespace=DEMO_NAMESPACE, pod=victim, drop=0.3)
+    print(f"injected a 30% throughput drift into {victim}; the operator detects it ...", flush=True)
+    wait_until(
+        lambda: victim not in _rollout_pods(api), 180, f"{victim} to be restarted", interval=1.0
+    )
+    print(f"the operator restarted {victim} (and nothing else):", flush=True)
+    _kubectl(bed.plane.dir.kubeconfig, "describe", "rlj", name, "-n", DEMO_NAMESPACE)
+
+
 def run_demo(run_dir: Path, *, once: bool = False, timeout: float = 180.0) -> int:
     fresh_run_dir(run_dir)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    plane = ControlPlane(run_dir, bin_dir(), "demo")
-    operator: OperatorProcess | None = None
-    store = S3Server(run_dir, bin_dir(), free_ports(1)[0])
+    bed = DemoBed(run_dir)
     started = time.monotonic()
     try:
-        plane.start()
-        print(
-            f"control plane ready in {time.monotonic() - started:.1f}s (4 nodes x 8 H100)",
-            flush=True,
-        )
-        api = plane.api()
-        install_crd(api)
-        store.start()
-        store.create_bucket(DEMO_BUCKET)
-        print(f"S3 server (versitygw) at {store.endpoint}, bucket {DEMO_BUCKET}", flush=True)
-        operator = start_operator(api, plane.dir, run_dir / "operator", env=store.env())
-        print(f"operator running as its ServiceAccount; log: {operator.log}", flush=True)
-        name = _apply_demo_job(api, store)
+        api = bed.start(started)
+        assert bed.prometheus is not None and bed.operator is not None
+        name = _apply_demo_job(api, bed.store, bed.prometheus.url)
         print(
             f"applied examples/rljob-demo.yaml as {DEMO_NAMESPACE}/{name}; waiting for Ready",
             flush=True,
@@ -96,20 +158,19 @@ def run_demo(run_dir: Path, *, once: bool = False, timeout: float = 180.0) -> in
             lambda: _ready(api, name), timeout, f"RLJob {name} to become Ready", interval=1.0
         )
         print(f"RLJob Ready {time.monotonic() - started:.1f}s after start", flush=True)
-        _kubectl(plane.dir.kubeconfig, "get", "rlj", "-n", DEMO_NAMESPACE, "-o", "wide")
-        _kubectl(plane.dir.kubeconfig, "get", "pods", "-n", DEMO_NAMESPACE, "-o", "wide")
-        _kubectl(plane.dir.kubeconfig, "describe", "rlj", name, "-n", DEMO_NAMESPACE)
+        kubeconfig = bed.plane.dir.kubeconfig
+        _kubectl(kubeconfig, "get", "rlj", "-n", DEMO_NAMESPACE, "-o", "wide")
+        _kubectl(kubeconfig, "get", "pods", "-n", DEMO_NAMESPACE, "-o", "wide")
+        _kubectl(kubeconfig, "describe", "rlj", name, "-n", DEMO_NAMESPACE)
+        _show_drift_repair(bed, api, name)
         if not once:
             print(f"\nTry it yourself:\n  {env_lines(run_dir)}\n  kubectl get rlj -A")
             print("Ctrl-C stops everything.", flush=True)
             while not stop.wait(1.0):
-                if operator.process.poll() is not None:
+                if bed.operator.process.poll() is not None:
                     print("the operator exited; stopping", flush=True)
                     return 1
         return 0
     finally:
-        if operator is not None:
-            operator.stop()
-        store.stop()
-        plane.stop()
+        bed.stop()
         print("demo stopped", flush=True)
