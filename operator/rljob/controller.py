@@ -37,7 +37,7 @@ from rljob.checkpoints.errors import StoreError
 from rljob.health.evaluation import Evaluation
 from rljob.health.policy import Failure, decide
 from rljob.health.termination import CrashRepeatTracker
-from rljob.health_scheduler import HealthScheduler, pods_by_role
+from rljob.health_scheduler import CHECKPOINT_STEP_EVIDENCE, HealthScheduler, pods_by_role
 from rljob.observability import (
     CHECKPOINT_ERRORS,
     JOBS_BY_PHASE,
@@ -52,6 +52,7 @@ from rljob.reconcile.checkpoint_status import (
     checkpoint_conditions,
     checkpoint_status,
     store_down,
+    with_latest,
 )
 from rljob.reconcile.conditions import ConditionState, set_condition
 from rljob.reconcile.events import EventSpec
@@ -192,6 +193,8 @@ class Runtime:
         self._phases: dict[str, str] = {}
         self._crash_trackers: dict[str, CrashRepeatTracker] = {}
         self._findings: dict[JobKey, list[Evaluation]] = {}
+        self._saved_steps: dict[JobKey, int] = {}  # the trainer's checkpoint-step metric
+        self._listed: dict[JobKey, int] = {}  # the saved step we last listed the store for
         self.health = HealthScheduler(MetricsSources(), self._on_health)
         self._health_task: asyncio.Task[None] | None = None
 
@@ -209,6 +212,7 @@ class Runtime:
 
     async def _on_health(self, key: JobKey, evaluations: list[Evaluation]) -> None:
         """One health round of a job: keep its findings for its next pass, and wake it."""
+        self._note_saved_step(key, evaluations)
         findings = [e for e in evaluations if e.is_finding]
         if findings or key in self._findings:
             self._findings[key] = findings
@@ -216,6 +220,37 @@ class Runtime:
 
     async def _elected(self) -> None:
         self.workers.wake_all()  # a standby that takes over acts on every job at once
+
+    def _note_saved_step(self, key: JobKey, evaluations: list[Evaluation]) -> None:
+        """The trainer's checkpoint-step metric: a new save wakes the job to refresh latest."""
+        steps = [e.evidence.get(CHECKPOINT_STEP_EVIDENCE) for e in evaluations]
+        saved = max((int(s) for s in steps if isinstance(s, int | float)), default=None)
+        if saved is not None and self._saved_steps.get(key) != saved:
+            self._saved_steps[key] = saved
+            self.workers.wake(key)
+
+    async def _refresh_latest(self, job: RLJob, now: dt.datetime) -> RLJob:
+        """Lists the store only when the trainer reported a save newer than status knows."""
+        key = (job.metadata.namespace or "", job.metadata.name)
+        saved = self._saved_steps.get(key)
+        latest = job.status.checkpoint.latest if job.status.checkpoint else None
+        if saved is None or job.spec.checkpoint is None or self._listed.get(key) == saved:
+            return job
+        if latest is not None and latest.step >= saved:
+            return job
+        self._listed[key] = saved
+        try:
+            ref = await self.checkpoints.newest(job, now)
+        except StoreError as exc:
+            CHECKPOINT_ERRORS.labels(kind=type(exc).__name__).inc()
+            self._listed.pop(key, None)  # try again on the next report
+            return job
+        if ref is None:
+            return job
+        return _with_status(
+            job,
+            job.status.model_copy(update={"checkpoint": with_latest(job.status.checkpoint, ref)}),
+        )
 
     async def stop(self) -> None:
         if self._health_task is not None:
@@ -295,6 +330,7 @@ class Runtime:
         if order is not None:
             job = _with_status(job, mark_handled(job.status, order, now))
         job, events = await self._continue_attempts(job)
+        job = await self._refresh_latest(job, now)
         observed = self.observed((job.metadata.namespace or "", job.metadata.name))
         job, extras, remedy = _remediate_trainer(job, observed, now)
         job, pod_events = self._remediate_pods(job, observed, now)

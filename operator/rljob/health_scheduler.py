@@ -83,6 +83,7 @@ from rljob.observability import DETECTOR_EVALUATIONS, DETECTOR_VALUE
 log = structlog.get_logger("rljob.health")
 
 TICK_SECONDS = 1.0
+CHECKPOINT_STEP_EVIDENCE = "checkpoint_step"
 # Added to every instant query's range: a scrape taken just before a query can be ingested
 # just after it; the detectors drop samples they already have.
 LOOKBACK_SLACK = 5.0
@@ -797,7 +798,11 @@ class HealthScheduler:
             phase=freshest.phase if freshest is not None else None,
             step=max(steps) if steps else None,
         )
-        return state.trainer.evaluate(signals, now)
+        evaluation = state.trainer.evaluate(signals, now)
+        saved = [r.checkpoint_step for r in readings if r.checkpoint_step is not None]
+        if saved:  # lets the operator list checkpoints only when the trainer saved a new one
+            evaluation.evidence[CHECKPOINT_STEP_EVIDENCE] = max(saved)
+        return evaluation
 
     def _verifiers(
         self, state: _JobState, pods: Sequence[str], problem: str | None, source: str, now: float

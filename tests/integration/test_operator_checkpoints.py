@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from rljob.checkpoints.layout import CheckpointLocation
+from rljob.dev.prometheus import PrometheusServer
 from rljob.sdk.checkpoint import CheckpointWriter
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
@@ -161,3 +162,30 @@ def test_a_store_outage_makes_the_attempt_wait_with_a_condition(
     wait_condition(
         cluster, namespace, NAME, "CheckpointStoreUnavailable", status="False", timeout=60
     )
+
+
+def test_a_save_reported_by_the_trainer_refreshes_latest_without_a_restart(
+    cluster: Cluster,
+    operator: Operator,
+    namespace: str,
+    s3_bucket: S3Bucket,
+    prometheus: PrometheusServer,
+) -> None:
+    body = _job_with_checkpoints(s3_bucket)
+    body["spec"]["health"] = {"source": {"prometheus": {"url": prometheus.url}}, "interval": "1s"}
+    apply_rljob(cluster, namespace, body)
+    wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    _commit(_writer(s3_bucket, namespace, attempt=1), 100)
+
+    def latest() -> str | None:
+        checkpoint = get_rljob(cluster, namespace, NAME)["status"].get("checkpoint") or {}
+        return (checkpoint.get("latest") or {}).get("version")
+
+    # The simulated trainer's rljob_checkpoint_step moves as it "saves": the operator lists then.
+    assert (
+        wait_for(latest, 90, "status.checkpoint.latest from the trainer's report")
+        == "v000000000100-a000001"
+    )
+    assert get_rljob(cluster, namespace, NAME)["status"]["attempt"] == 1
+    listing = kubectl(cluster, "get", "rlj", NAME, "-n", namespace)
+    assert "CHECKPOINT" in listing.splitlines()[0]

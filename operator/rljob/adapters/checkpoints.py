@@ -20,7 +20,7 @@ from rljob.checkpoints.store import (
     StoreEndpoint,
 )
 from rljob.checkpoints.validity import Validity
-from rljob.observability import CHECKPOINT_STEP
+from rljob.observability import CHECKPOINT_SAVED, CHECKPOINT_STEP
 from rljob.reconcile.events import EventSpec
 
 RESUME_LATEST = "Latest"
@@ -131,6 +131,30 @@ class Checkpoints:
         )
         result = await store.apply_retention(plan)
         return "" if result.ok else result.message()
+
+    async def newest(self, job: RLJob, now: dt.datetime) -> CheckpointRef | None:
+        """The newest eligible valid version of the current attempt's lineage (one pointer read
+        and one listing after it): asked for only when the trainer reports a new save."""
+        store, location = self.store(job), self.location(job)
+        if store is None or location is None:
+            return None
+        markers = await store.read_markers()
+        lineage = Lineage(
+            job.status.attempt or 1, {m.attempt: m.resumed_from_step for m in markers.values()}
+        )
+        history = [VersionId.parse(ref.version) for ref in _history(job)]
+        chosen = (await store.discover(lineage, history=history)).chosen
+        if chosen is None:
+            return None
+        ref = checkpoint_ref(location, chosen, validated_at=now)
+        self._export(job, ref)
+        return ref
+
+    def _export(self, job: RLJob, ref: CheckpointRef) -> None:
+        labels = {"namespace": job.metadata.namespace, "job": job.metadata.name}
+        CHECKPOINT_STEP.labels(**labels).set(ref.step)
+        if ref.saved_at is not None:
+            CHECKPOINT_SAVED.labels(**labels).set(ref.saved_at.timestamp())
 
     async def _choose(
         self,

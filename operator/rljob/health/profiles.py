@@ -241,6 +241,7 @@ class TrainerMetrics:
             TRAINER_STEP: Signal(TRAINER_STEP, self.step),
             TRAINER_PHASE: Signal(TRAINER_PHASE, self.phase),
             POLICY_GENERATION: Signal(POLICY_GENERATION, self.policy_generation),
+            CHECKPOINT_STEP: Signal(CHECKPOINT_STEP, self.checkpoint_step),
         }
 
 
@@ -459,6 +460,7 @@ class TrainerReading:
     phase: str | None
     step: float | None
     policy_generation: float | None
+    checkpoint_step: float | None = None
 
 
 def _latest(series: Iterable[Series]) -> tuple[float, float] | None:
@@ -479,6 +481,7 @@ def trainer_reading(
     heartbeat = _latest(series.get(TRAINER_HEARTBEAT, ()))
     step = _latest(series.get(TRAINER_STEP, ()))
     generation = _latest(series.get(POLICY_GENERATION, ()))
+    checkpoint = _latest(series.get(CHECKPOINT_STEP, ()))
     phases: dict[str, tuple[float, float]] = {}
     for one in series.get(TRAINER_PHASE, ()):
         phase = one.label(profile.phase_label)
@@ -508,4 +511,5 @@ def trainer_reading(
         phase=current,
         step=step[1] if step is not None else None,
         policy_generation=generation[1] if generation is not None else None,
+        checkpoint_step=checkpoint[1] if checkpoint is not None else None,
     )

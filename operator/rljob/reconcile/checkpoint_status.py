@@ -47,6 +47,16 @@ def checkpoint_status(
     )
 
 
+def with_latest(previous: CheckpointStatus | None, ref: CheckpointRef) -> CheckpointStatus:
+    """status.checkpoint with a newer committed version the trainer saved (no resume)."""
+    old = previous or CheckpointStatus()
+    if old.latest is not None and old.latest.step >= ref.step:
+        return old
+    keep = MAX_CHECKPOINT_HISTORY - 1
+    history = [h for h in old.history if h.version != ref.version][-keep:]
+    return old.model_copy(update={"latest": ref, "history": [*history, ref]})
+
+
 def checkpoint_conditions(
     previous: Sequence[Condition], outcome: AttemptCheckpoint
 ) -> list[ConditionState]:
