@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from rljob.dev.prometheus import PrometheusServer
+from rljob.dev.scrape import metric_values
 from rljob.dev.sim import Simulator
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
@@ -61,24 +62,16 @@ def _uids(cluster: Cluster, namespace: str, role: str) -> dict[str, str]:
 
 
 def _evaluations(operator: Operator, outcome: str) -> float:
-    import urllib.request
-
-    with urllib.request.urlopen(operator.metrics_url, timeout=5) as resp:
-        lines = resp.read().decode().splitlines()
     return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in lines
-        if line.startswith("rljob_detector_evaluations_total{") and f'outcome="{outcome}"' in line
+        metric_values(
+            operator.metrics_url, "rljob_detector_evaluations_total", f'outcome="{outcome}"'
+        )
     )
 
 
 def _drift_value(operator: Operator, namespace: str) -> float | None:
-    import urllib.request
-
-    with urllib.request.urlopen(operator.metrics_url, timeout=5) as resp:
-        lines = resp.read().decode().splitlines()
-    wanted = ('rljob_detector_value{detector="kv_drift"', f'namespace="{namespace}"')
-    found = [float(line.rsplit(" ", 1)[1]) for line in lines if all(w in line for w in wanted)]
+    matchers = ('detector="kv_drift"', f'namespace="{namespace}"')
+    found = metric_values(operator.metrics_url, "rljob_detector_value", *matchers)
     return found[0] if found else None
 
 

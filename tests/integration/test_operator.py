@@ -5,13 +5,13 @@ failure, reports unschedulable GPUs, and stays quiet when nothing changes."""
 from __future__ import annotations
 
 import datetime as dt
-import urllib.request
 from typing import Any
 
 import pytest
 
 from rljob.dev.audit import writes_by_user
 from rljob.dev.kubeapi import ApiError, Credentials, KubeApi
+from rljob.dev.scrape import metric_values
 from rljob.kubectl_plugin import render_status
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
@@ -47,13 +47,7 @@ def _ready_job(
 
 
 def _metric(op: Operator, name: str) -> float:
-    with urllib.request.urlopen(op.metrics_url, timeout=5) as resp:
-        text = resp.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name) and not line.startswith("#")
-    )
+    return sum(metric_values(op.metrics_url, name))
 
 
 def test_valid_job_is_accepted_and_semantically_invalid_one_is_marked(

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +20,13 @@ from rljob.dev.launcher import env_lines, fresh_run_dir
 from rljob.dev.processes import free_ports
 from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.s3server import S3Server
+from rljob.dev.scrape import metric_values
 from rljob.dev.sim import Simulator
 from rljob.dev.sim.launcher import start_with_prometheus
 
 DEMO_NAMESPACE = "rl-demo"
 DEMO_BUCKET = "rljob-demo"
+KV_DRIFT = 'detector="kv_drift"'
 
 
 def _example() -> dict[str, Any]:
@@ -110,10 +111,9 @@ class DemoBed:
 
 
 def _drift_value(metrics_url: str) -> float | None:
-    with urllib.request.urlopen(metrics_url, timeout=5) as resp:
-        lines = resp.read().decode().splitlines()
-    wanted = ('rljob_detector_value{detector="kv_drift"', f'namespace="{DEMO_NAMESPACE}"')
-    found = [float(line.rsplit(" ", 1)[1]) for line in lines if all(w in line for w in wanted)]
+    found = metric_values(
+        metrics_url, "rljob_detector_value", KV_DRIFT, f'namespace="{DEMO_NAMESPACE}"'
+    )
     return found[0] if found else None
 
 
