@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 _PR_SET_PDEATHSIG = 1
 
@@ -33,6 +34,34 @@ class Managed:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+
+class ServerProcess:
+    """The stop/running/context-manager half of a dev server (S3, Prometheus, simulator):
+    subclasses start `self.process` in `start()`."""
+
+    process: Managed | None = None
+    stop_grace: float = 10.0
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.process.poll() is None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            terminate(self.process.pid, grace=self.stop_grace)
+            with contextlib.suppress(Exception):
+                self.process.process.wait(timeout=1)
+            self.process = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
 
 
 def spawn(

@@ -13,7 +13,6 @@ file, `static_file`, changeable at any time with `set_static_targets` without a 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -28,7 +27,7 @@ from typing import Any
 import yaml
 
 from rljob.dev.controlplane import wait_until
-from rljob.dev.processes import Managed, spawn, tail, terminate
+from rljob.dev.processes import Managed, ServerProcess, spawn, tail
 
 BINARY = "prometheus"
 PROMTOOL = "promtool"
@@ -66,7 +65,7 @@ def _seconds(duration: str) -> float:
     raise ValueError(f"unsupported duration {duration!r} (use ms, s, m or h)")
 
 
-class PrometheusServer:
+class PrometheusServer(ServerProcess):
     """One Prometheus process: `start()`, `stop()`, `url`, `targets_file`, queries."""
 
     def __init__(  # noqa: PLR0917 - the launcher's positional form: dirs, port, intervals
@@ -231,23 +230,6 @@ class PrometheusServer:
         with urllib.request.urlopen(request, timeout=30) as response:
             if response.status != 200:
                 raise PrometheusError(f"reload answered {response.status}")
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.process.poll() is None
-
-    def stop(self) -> None:
-        if self.process is not None:
-            terminate(self.process.pid, grace=10.0)
-            with contextlib.suppress(Exception):
-                self.process.process.wait(timeout=1)
-            self.process = None
-
-    def __enter__(self) -> PrometheusServer:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
 
     # ---------------------------------------------------------------- HTTP API
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rljob.dev.controlplane import wait_until
-from rljob.dev.processes import Managed, spawn, tail, terminate
+from rljob.dev.processes import Managed, ServerProcess, spawn, tail
 
 if TYPE_CHECKING:
     from rljob.checkpoints.store import StoreEndpoint
@@ -46,8 +46,10 @@ def _xattrs_supported(folder: Path) -> bool:
         probe.unlink(missing_ok=True)
 
 
-class S3Server:
+class S3Server(ServerProcess):
     """One versitygw process: `start()`, `stop()`, `endpoint`, credentials, `create_bucket()`."""
+
+    stop_grace = 5.0
 
     def __init__(
         self,
@@ -146,16 +148,6 @@ class S3Server:
         except (urllib.error.URLError, OSError):
             return False
 
-    def stop(self) -> None:
-        if self.process is not None:
-            terminate(self.process.pid, grace=5.0)
-            with contextlib.suppress(Exception):
-                self.process.process.wait(timeout=1)
-            self.process = None
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.process.poll() is None
-
     def store_endpoint(self) -> StoreEndpoint:
         """How rljob.checkpoints.store reaches this server, with its root credentials."""
         from rljob.checkpoints.store import StoreCredentials, StoreEndpoint
@@ -180,13 +172,6 @@ class S3Server:
         client = self.client()
         with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
             client.create_bucket(Bucket=name)
-
-    def __enter__(self) -> S3Server:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
 
 
 def _stable_secret(run_dir: Path) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import urllib.request
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rljob.dev.controlplane import wait_until
-from rljob.dev.processes import Managed, free_ports, spawn, tail, terminate
+from rljob.dev.processes import Managed, ServerProcess, free_ports, spawn, tail
 from rljob.dev.sim.client import SimClient
 
 if TYPE_CHECKING:
@@ -24,7 +23,7 @@ class SimulatorError(RuntimeError):
     """The simulator could not start; the message carries its log tail."""
 
 
-class Simulator:
+class Simulator(ServerProcess):
     """One simulator process: `start()`, `stop()`, `url`, `client()`, `targets_file`."""
 
     def __init__(
@@ -107,23 +106,6 @@ class Simulator:
             )
         with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as response:
             return bool(response.status == 200) and self.targets_file.exists()
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.process.poll() is None
-
-    def stop(self) -> None:
-        if self.process is not None:
-            terminate(self.process.pid, grace=10.0)
-            with contextlib.suppress(Exception):
-                self.process.process.wait(timeout=1)
-            self.process = None
-
-    def __enter__(self) -> Simulator:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
 
 
 def start_with_prometheus(
