@@ -5,6 +5,7 @@ failure, reports unschedulable GPUs, and stays quiet when nothing changes."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import pytest
@@ -374,7 +375,7 @@ def test_kubectl_plugin_shows_one_screen_status(
     job = _ready_job(cluster, namespace)
     text = render_status(job)
     assert f"RLJob {namespace}/{NAME}: Running (attempt 1)" in text
-    assert "rollout     2/2" in text and "Ready=True" in text
+    assert re.search(r"^rollout\s+2/2\s+0$", text, re.MULTILINE) and "Ready=True" in text
 
 
 def _request_restart(cluster: Cluster, namespace: str, value: str) -> None:

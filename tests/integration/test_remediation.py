@@ -5,6 +5,7 @@ journaled restart instead of repeating it."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -161,12 +162,7 @@ def test_a_rollout_pod_oom_killed_repeatedly_is_restarted_alone(
     path = f"/api/v1/namespaces/{namespace}/pods/{victim[0]}"
     oom = {"sim.rljob.io/fail-exit-code": "137", "sim.rljob.io/fail-reason": "OOMKilled"}
     for restarts in (1, 2):
-        cluster.api.merge_patch(path, {"metadata": {"annotations": oom}})
-        wait_for(
-            lambda n=restarts: _restart_count(cluster, path) >= n,
-            60,
-            f"{victim[0]} to restart in place {restarts} time(s)",
-        )
+        _crash_in_place(cluster, path, oom, restarts)
 
     def replaced() -> bool:
         uids = {p["metadata"]["uid"] for p in children(cluster, namespace, PODS, NAME, "rollout")}
@@ -179,6 +175,22 @@ def test_a_rollout_pod_oom_killed_repeatedly_is_restarted_alone(
     assert restarts["recent"][-1]["pod"] == victim[0]
     (same_trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
     assert same_trainer["metadata"]["uid"] == trainer["metadata"]["uid"]
+
+
+def _crash_in_place(cluster: Cluster, path: str, fault: dict[str, str], restarts: int) -> None:
+    """Annotates the pod until its container has restarted `restarts` times (the kwok stage
+    consumes the annotation; a patch racing its removal is simply repeated)."""
+    patched_at = [-1e9]
+
+    def restarted() -> bool:
+        if _restart_count(cluster, path) >= restarts:
+            return True
+        if time.monotonic() - patched_at[0] > 15:
+            cluster.api.merge_patch(path, {"metadata": {"annotations": fault}})
+            patched_at[0] = time.monotonic()
+        return False
+
+    wait_for(restarted, 90, f"{path} to restart in place {restarts} time(s)")
 
 
 def _restart_count(cluster: Cluster, path: str) -> int:

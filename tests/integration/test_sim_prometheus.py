@@ -21,6 +21,7 @@ import pytest
 
 from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.sim import SimClient, Simulator
+from rljob.dev.sim.launcher import start_with_prometheus
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster
 
@@ -32,6 +33,30 @@ THROUGHPUT = 1000.0  # tokens/s, from the pods' profile annotation
 TRAINERS = 2
 RATE_WINDOW = "10s"
 MANAGED = {"app.kubernetes.io/managed-by": "rljob-operator", "rljob.io/job": JOB}
+
+
+@pytest.fixture(scope="module")
+def stack(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Simulator, PrometheusServer]]:
+    """A simulator and Prometheus of this module's own: these tests count targets and series,
+    which the session's stack, attached to every earlier test's pods, would blur."""
+    sim, prometheus = start_with_prometheus(
+        tmp_path_factory.mktemp("sim-prometheus-module"), cluster.run.kubeconfig
+    )
+    yield sim, prometheus
+    prometheus.stop()
+    sim.stop()
+
+
+@pytest.fixture(scope="module")
+def simulator(stack: tuple[Simulator, PrometheusServer]) -> Simulator:
+    return stack[0]
+
+
+@pytest.fixture(scope="module")
+def prometheus(stack: tuple[Simulator, PrometheusServer]) -> PrometheusServer:
+    return stack[1]
 
 
 def _labels(role: str, **extra: str) -> dict[str, str]:
