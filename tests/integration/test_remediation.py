@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from rljob.controller import CRASH_POINT_ENV, CRASH_POINTS
+from rljob.dev.kubeapi import ApiError
+from rljob.dev.scrape import metric_values
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
 from tests.integration.rljobs import (
@@ -106,6 +108,8 @@ def test_nccl_watchdog_abort_gang_restarts_from_the_newest_checkpoint(
     assert [j["metadata"]["name"] for j in children(cluster, namespace, JOBS, NAME)] == [
         f"{NAME}-trainer-a2"
     ]
+    matchers = (f'namespace="{namespace}"', 'reason="NCCLTimeout"', 'action="RestartTrainerGang"')
+    assert sum(metric_values(operator.metrics_url, "rljob_restarts_total", *matchers)) == 1.0
 
 
 def test_a_restart_storm_exhausts_the_budget_and_fails_the_job(
@@ -183,7 +187,8 @@ def _crash_in_place(cluster: Cluster, path: str, fault: dict[str, str], restarts
     patched_at = [-1e9]
 
     def restarted() -> bool:
-        if _restart_count(cluster, path) >= restarts:
+        count = _restart_count(cluster, path)
+        if count >= restarts or count == GONE:  # the operator may replace it at once
             return True
         if time.monotonic() - patched_at[0] > 15:
             cluster.api.merge_patch(path, {"metadata": {"annotations": fault}})
@@ -193,9 +198,14 @@ def _crash_in_place(cluster: Cluster, path: str, fault: dict[str, str], restarts
     wait_for(restarted, 90, f"{path} to restart in place {restarts} time(s)")
 
 
+GONE = -1
+
+
 def _restart_count(cluster: Cluster, path: str) -> int:
     try:
         statuses = cluster.api.get(path)["status"].get("containerStatuses") or []
-    except Exception:
-        return -1
+    except ApiError as exc:
+        if exc.status == 404:
+            return GONE
+        raise
     return sum(int(s.get("restartCount", 0)) for s in statuses)
