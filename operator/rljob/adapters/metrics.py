@@ -331,7 +331,24 @@ def parse_matrix(
 TokenProvider = Callable[[], Awaitable[str | None]]
 
 
-class PrometheusSource:
+class _HttpSource:
+    """The aiohttp session of a source: borrowed when given, else created on first use and
+    owned (closed by `close`)."""
+
+    _session: aiohttp.ClientSession | None
+    _owns_session: bool
+
+    def _adopt(self, session: aiohttp.ClientSession | None) -> None:
+        self._session = session
+        self._owns_session = session is None
+
+    async def close(self) -> None:
+        if self._session is not None and self._owns_session:
+            await self._session.close()
+        self._session = None
+
+
+class PrometheusSource(_HttpSource):
     """The Prometheus HTTP API at `url` (the base URL, without /api/v1)."""
 
     kind: SourceKind = "prometheus"
@@ -361,17 +378,11 @@ class PrometheusSource:
         self._token_read_at = -math.inf
         self._concurrency = max(1, concurrency)
         self._semaphore: asyncio.Semaphore | None = None
-        self._session = session
-        self._owns_session = session is None
+        self._adopt(session)
 
     @property
     def supports_history(self) -> bool:
         return True
-
-    async def close(self) -> None:
-        if self._session is not None and self._owns_session:
-            await self._session.close()
-        self._session = None
 
     # ---------------------------------------------------------------- queries
 
@@ -617,7 +628,7 @@ class _Page:
     samples: list[tuple[str, dict[str, str], float]]
 
 
-class DirectSource:
+class DirectSource(_HttpSource):
     """Scrapes each pod's metrics page; `resolver(namespace, pod)` gives its URL (or
     host:port, for /metrics). Samples are timestamped with the scrape time; there is no
     history to backfill from."""
@@ -639,17 +650,11 @@ class DirectSource:
         self.max_body = max_body
         self._clock = clock
         self._concurrency = max(1, concurrency)
-        self._session = session
-        self._owns_session = session is None
+        self._adopt(session)
 
     @property
     def supports_history(self) -> bool:
         return False
-
-    async def close(self) -> None:
-        if self._session is not None and self._owns_session:
-            await self._session.close()
-        self._session = None
 
     async def history(
         self, queries: Queries, *, start: float, end: float, step: float
