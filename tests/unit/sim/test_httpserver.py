@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -93,3 +94,29 @@ async def test_closing_a_listener_closes_its_open_connections() -> None:
     assert await asyncio.wait_for(conn[0].read(), 5) == b""
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", listener.port)
+
+
+async def test_closing_is_bounded_when_a_connection_swallows_its_cancellation() -> None:
+    """Python 3.11's wait_for can swallow a cancel; close() must still return, and drop the
+    keep-alive connection a scraper would otherwise keep reusing."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def stubborn(_: Request) -> Response:
+        entered.set()
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await release.wait()
+        return Response.text("late")
+
+    listener = await listen(stubborn)
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+    writer.write(b"GET / HTTP/1.1\r\n\r\n")
+    await writer.drain()
+    await asyncio.wait_for(entered.wait(), 5)
+    closing = asyncio.create_task(listener.close())
+    done, _ = await asyncio.wait({closing}, timeout=10)
+    release.set()  # let the stubborn handler end either way
+    await closing
+    assert closing in done, "close() waited on a connection that ignores cancellation"
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()

@@ -20,6 +20,7 @@ MAX_HEADER_BYTES = 16 * 1024
 MAX_BODY_BYTES = 256 * 1024
 IDLE_TIMEOUT = 30.0
 MAX_CONNECTIONS = 64
+CLOSE_TIMEOUT = 2.0
 
 _REASONS = {
     200: "OK",
@@ -79,17 +80,19 @@ class Listener:
 
     server: asyncio.Server
     port: int
-    connections: set[asyncio.Task[None]] = field(default_factory=set)
+    connections: dict[asyncio.Task[None], asyncio.StreamWriter] = field(default_factory=dict)
 
     async def close(self) -> None:
+        """Stops listening and drops every connection, bounded: a connection task that swallows
+        its cancellation (Python 3.11's wait_for can) must not hang the caller."""
         self.server.close()
-        for task in list(self.connections):
+        for task, writer in list(self.connections.items()):
+            writer.transport.abort()
             task.cancel()
-        for task in list(self.connections):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self.connections:
+            await asyncio.wait(list(self.connections), timeout=CLOSE_TIMEOUT)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.server.wait_closed(), 2.0)
+            await asyncio.wait_for(self.server.wait_closed(), CLOSE_TIMEOUT)
 
 
 async def _read_request(reader: asyncio.StreamReader) -> tuple[Request, bool] | None:
@@ -181,18 +184,18 @@ async def listen(
     max_connections: int = MAX_CONNECTIONS,
 ) -> Listener:
     """Serves handler on host:port (0: a free port the kernel picks) and returns the listener."""
-    connections: set[asyncio.Task[None]] = set()
+    connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
     async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is None or len(connections) >= max_connections:
             writer.close()
             return
-        connections.add(task)
+        connections[task] = writer
         try:
             await _serve(handler, reader, writer)
         finally:
-            connections.discard(task)
+            connections.pop(task, None)
 
     server = await asyncio.start_server(
         connected, host, port, limit=MAX_HEADER_BYTES, reuse_address=True, backlog=64

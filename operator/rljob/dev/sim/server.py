@@ -207,7 +207,11 @@ class SimulatorApp:
 
     async def _poll_loop(self) -> None:
         while True:
-            await self.sync()
+            try:
+                await self.sync()
+            except Exception:  # one bad pod or listener must not end the polling for good
+                self.metrics.polls.labels("crashed").inc()
+                log.exception("applying the pod list failed; retrying next poll")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._poll_now.wait(), self.config.poll_interval)
             self._poll_now.clear()
