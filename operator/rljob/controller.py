@@ -36,7 +36,7 @@ from rljob.api import (
 from rljob.checkpoints.errors import StoreError
 from rljob.health.evaluation import Evaluation
 from rljob.health.policy import Failure, decide
-from rljob.health.termination import CrashRepeatTracker
+from rljob.health.termination import DISRUPTION_REASONS, CrashRepeatTracker
 from rljob.health_scheduler import CHECKPOINT_STEP_EVIDENCE, HealthScheduler, pods_by_role
 from rljob.observability import (
     CHECKPOINT_ERRORS,
@@ -61,13 +61,16 @@ from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile, status_patch
 from rljob.reconcile.remediation import (
     TrainerRemedy,
     crash_findings,
+    disrupted_serving_pods,
     failed_attempt,
     gang_restart_event,
-    journal_pod_restart,
+    journal_serving_restart,
     pod_to_delete,
     remedy_for,
     remedy_for_finding,
+    role_to_roll,
     settle_journal,
+    stuck_pods,
 )
 from rljob.reconcile.requests import RestartOrder, mark_handled, pending_restart
 from rljob.workers import JobWorkers
@@ -195,6 +198,7 @@ class Runtime:
         self._findings: dict[JobKey, list[Evaluation]] = {}
         self._saved_steps: dict[JobKey, int] = {}  # the trainer's checkpoint-step metric
         self._listed: dict[JobKey, int] = {}  # the saved step we last listed the store for
+        self._disruptions_reported: dict[JobKey, set[str]] = {}  # pod uids
         self.health = HealthScheduler(MetricsSources(), self._on_health)
         self._health_task: asyncio.Task[None] | None = None
 
@@ -369,10 +373,69 @@ class Runtime:
         victim = pod_to_delete(plan.status, observed)
         if victim is not None:
             await self.kube.delete("v1", "Pod", meta["namespace"], victim.name, victim.uid)
+        rolling = role_to_roll(plan.status)
+        if rolling is not None:
+            await self._roll(meta["namespace"], *rolling)
+        await self._force_delete(body, plan, observed, now)
+        await self._report_disruptions(body, observed, now)
         for child in plan.apply:
             await self.kube.apply(_with_render_marker(child.body))
         if journaled is not None and any(c.kind == "Job" for c in plan.apply):
             crash_point("gang-restart:new-job-created")
+
+    async def _force_delete(
+        self, body: dict[str, Any], plan: Plan, observed: Observed, now: dt.datetime
+    ) -> None:
+        """Old attempts' pods stuck terminating past teardownTimeout (their node no longer
+        confirms deletions) are force-deleted, each with a Warning Event, so the next attempt
+        can start; the attempt never overlaps a live old pod before that."""
+        meta = body["metadata"]
+        job = _with_status(parse_rljob(body), plan.status)
+        for pod in stuck_pods(job, observed, now):
+            await self.kube.delete(
+                "v1", "Pod", meta["namespace"], pod.name, pod.uid, grace_period_seconds=0
+            )
+            timeout = job.spec.failure_policy.teardown_timeout
+            message = (
+                f"pod {pod.name} on node {pod.node or '?'} still terminating after {timeout} "
+                "(teardownTimeout): force-deleted"
+            )
+            event = EventSpec("Warning", "PodForceDeleted", message)
+            await post_event(self.kube, body, event, now, name=f"{meta['name']}.force-{pod.uid}")
+
+    async def _report_disruptions(
+        self, body: dict[str, Any], observed: Observed, now: dt.datetime
+    ) -> None:
+        """One Event per disrupted serving pod (its ReplicaSet replaces it)."""
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
+        reported = self._disruptions_reported.get(key, set())
+        current = disrupted_serving_pods(observed)
+        for pod in current:
+            if pod.uid in reported:
+                continue
+            reason = DISRUPTION_REASONS.get(pod.disruption, FailureReason.EVICTED).value
+            message = (
+                f"{pod.role} pod {pod.name} on {pod.node or 'no node'}: {pod.disruption}: "
+                f"{pod.disruption_message} (replaced by its Deployment; not counted)"
+            )[:1000]
+            name = f"{meta['name']}.disrupted-{pod.uid}"
+            await post_event(self.kube, body, EventSpec("Warning", reason, message), now, name=name)
+            reported.add(pod.uid)
+        self._disruptions_reported[key] = reported & {pod.uid for pod in current}
+
+    async def _roll(self, namespace: str, deployment: str, nonce: str) -> None:
+        """Rolls a Deployment the way `kubectl rollout restart` does, under a field manager of
+        its own so that our server-side applies leave the annotation alone; the same nonce
+        twice is a no-op."""
+        patch = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: nonce}}}}}
+        await self.kube.request(
+            "patch",
+            object_path("apps/v1", "Deployment", namespace, deployment),
+            patch,
+            content_type="application/merge-patch+json",
+            field_manager=RESTART_FIELD_MANAGER,
+        )
 
     def _act_on_health(
         self, job: RLJob, observed: Observed, now: dt.datetime
@@ -409,9 +472,9 @@ class Runtime:
         reason = evaluation.reason or FailureReason.CRASH_LOOP
         failure = Failure(reason, RoleName(pod.role), pod.name, pod.exit_code, evaluation.message)
         decision = decide(failure, job.spec.failure_policy, job.status.restarts, now)
-        if decision.action == FailureAction.RESTART_POD and decision.delay_seconds <= 0:
-            job = _with_status(job, journal_pod_restart(job, decision, pod, now))
-            return job, [EventSpec("Warning", "PodRestarted", decision.message)]
+        serving = journal_serving_restart(job, decision, pod, now)
+        if serving is not None:
+            return _with_status(job, serving[0]), [serving[1]]
         return job, [EventSpec("Warning", decision.reason.value, decision.message)]
 
     async def _continue_attempts(self, job: RLJob) -> tuple[RLJob, list[EventSpec]]:
@@ -466,9 +529,7 @@ class Runtime:
         return job, replace(plan, status=status), list(start.events)
 
     async def _carry_out(self, job: RLJob, order: RestartOrder) -> EventSpec:
-        """A trainer restart is already in the plan (attempt + 1); a serving role is rolled
-        the way `kubectl rollout restart` does, under a field manager of its own so that our
-        server-side applies leave the annotation alone."""
+        """A trainer restart is already in the plan (attempt + 1); a serving role is rolled."""
         if order.gang:
             return EventSpec(
                 "Normal",
@@ -482,14 +543,7 @@ class Runtime:
                 f"no {order.role.value} role to restart ({order.nonce})",
             )
         meta = job.metadata
-        patch = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: order.nonce}}}}}
-        await self.kube.request(
-            "patch",
-            object_path("apps/v1", "Deployment", meta.namespace, f"{meta.name}-{order.role.value}"),
-            patch,
-            content_type="application/merge-patch+json",
-            field_manager=RESTART_FIELD_MANAGER,
-        )
+        await self._roll(meta.namespace or "", f"{meta.name}-{order.role.value}", order.nonce)
         return EventSpec(
             "Normal", "RestartRequested", f"rolling {order.role.value} ({order.nonce})"
         )

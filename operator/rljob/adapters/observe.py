@@ -15,6 +15,7 @@ JOB_LABEL = "rljob.io/job"
 ROLE_LABEL = "rljob.io/role"
 ATTEMPT_LABEL = "rljob.io/attempt"
 SPEC_HASH_ANNOTATION = "rljob.io/spec-hash"
+RESTARTED_AT_ANNOTATION = "rljob.io/restarted-at"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 _MESSAGE_LIMIT = 4096
 
@@ -52,6 +53,9 @@ def summarize_child(body: Body) -> ObservedChild:
     replicas = spec.get("parallelism" if kind == "Job" else "replicas", 0) or 0
     ready = status.get("ready" if kind == "Job" else "readyReplicas", 0) or 0
     failed = _condition(status, "Failed")
+    template_annotations = ((spec.get("template") or {}).get("metadata") or {}).get(
+        "annotations"
+    ) or {}
     return ObservedChild(
         kind=kind,
         name=meta["name"],
@@ -67,6 +71,7 @@ def summarize_child(body: Body) -> ObservedChild:
         failed_message=str(failed.get("message", ""))[:_MESSAGE_LIMIT],
         deleting=bool(meta.get("deletionTimestamp")),
         created_at=_time(meta.get("creationTimestamp")),
+        restarted_at=str(template_annotations.get(RESTARTED_AT_ANNOTATION, "")),
     )
 
 
@@ -90,6 +95,8 @@ def summarize_pod(body: Body) -> ObservedPod:
     )
     terminated = _termination(status)
     containers = status.get("containerStatuses") or []
+    disruption = _condition(status, "DisruptionTarget")
+    disrupted = disruption.get("status") == "True"
     return ObservedPod(
         name=meta["name"],
         uid=meta["uid"],
@@ -108,6 +115,10 @@ def summarize_pod(body: Body) -> ObservedPod:
         completion_index=_int_or_none(annotations.get(COMPLETION_INDEX_ANNOTATION)),
         deleting=bool(meta.get("deletionTimestamp")),
         created_at=_time(meta.get("creationTimestamp")),
+        disruption=str(disruption.get("reason", "") or "DisruptionTarget") if disrupted else "",
+        disruption_message=str(disruption.get("message", "") or "")[:_MESSAGE_LIMIT]
+        if disrupted
+        else "",
     )
 
 

@@ -19,6 +19,7 @@ MANAGED_TYPES = (
     ConditionType.PROGRESSING.value,
     ConditionType.DEGRADED.value,
     ConditionType.SUSPENDED.value,
+    ConditionType.RESTARTING.value,
     PODS_SCHEDULED,
     ConditionType.SUCCEEDED.value,
     ConditionType.FAILED.value,

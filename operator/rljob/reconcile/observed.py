@@ -27,6 +27,7 @@ class ObservedChild:
     failed_message: str = ""
     deleting: bool = False
     created_at: datetime | None = None
+    restarted_at: str = ""  # the pod template's rljob.io/restarted-at (a role roll's action id)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class ObservedPod:
     completion_index: int | None
     deleting: bool
     created_at: datetime | None
+    disruption: str = ""  # reason of a DisruptionTarget=True condition (preempted, node lost)
+    disruption_message: str = ""
 
     @property
     def terminal(self) -> bool:

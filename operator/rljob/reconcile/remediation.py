@@ -20,10 +20,17 @@ from rljob.api import (
     RoleName,
     SuspectNode,
 )
+from rljob.api.durations import parse_duration
 from rljob.api.status import MAX_SUSPECT_NODES
 from rljob.health.evaluation import Evaluation
 from rljob.health.policy import Decision, Failure, PolicyContext, decide, record_restart
-from rljob.health.termination import ContainerTermination, CrashRepeatTracker, classify_termination
+from rljob.health.termination import (
+    ContainerTermination,
+    CrashRepeatTracker,
+    PodCondition,
+    classify_disruption,
+    classify_termination,
+)
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.lifecycle import TrainerHold
 from rljob.reconcile.names import trainer_job_name
@@ -61,12 +68,17 @@ def failed_attempt(
     ranks = [
         p
         for p in observed.pods
-        if p.role == RoleName.TRAINER.value and p.attempt == attempt and p.phase == "Failed"
-        and p.exit_code not in (None, 0)
+        if p.role == RoleName.TRAINER.value and p.attempt == attempt
+        and (p.disruption or (p.phase == "Failed" and p.exit_code not in (None, 0)))
     ]  # fmt: skip
-    root = min(
+    root = min(  # a disrupted rank (preempted, node lost) explains the others' failures
         ranks,
-        key=lambda p: (p.deleting, p.completion_index is None, p.completion_index or 0),
+        key=lambda p: (
+            not p.disruption,
+            p.deleting,
+            p.completion_index is None,
+            p.completion_index or 0,
+        ),
         default=None,
     )
     return failed, root
@@ -79,13 +91,15 @@ def trainer_failure(failed: ObservedChild, root: ObservedPod | None) -> Failure:
             FailureReason.CONTAINER_FAILED, RoleName.TRAINER, message=failed.failed_message
         )
     termination = ContainerTermination(root.exit_code, root.reason or None, root.message or None)
-    classified = classify_termination(termination)
+    disruption = PodCondition("DisruptionTarget", "True", root.disruption, root.disruption_message)
+    classified = (
+        classify_disruption([disruption]) if root.disruption else None
+    ) or classify_termination(termination)
     reason = classified.reason if classified else FailureReason.CONTAINER_FAILED
     rank = "?" if root.completion_index is None else str(root.completion_index)
     evidence = classified.message if classified else root.message
-    message = (
-        f"rank {rank} ({root.name} on {root.node or 'no node'}) exited {root.exit_code}: {evidence}"
-    )
+    ended = "was disrupted" if root.disruption else f"exited {root.exit_code}"
+    message = f"rank {rank} ({root.name} on {root.node or 'no node'}) {ended}: {evidence}"
     return Failure(
         reason, RoleName.TRAINER, target=root.name, exit_code=root.exit_code, message=message
     )
@@ -129,13 +143,8 @@ def remedy_for_finding(
     report = (EventSpec("Warning", reason.value, decision.message),)
     if decision.delay_seconds > 0:
         return FindingRemedy(None, (role.value, None), report)
-    if decision.action == FailureAction.RESTART_POD and pod is not None:
-        status = journal_pod_restart(job, decision, pod, now)
-        return FindingRemedy(
-            status,
-            (role.value, pod.name),
-            (EventSpec("Warning", "PodRestarted", decision.message),),
-        )
+    if pod is not None and (serving := journal_serving_restart(job, decision, pod, now)):
+        return FindingRemedy(serving[0], (role.value, pod.name), (serving[1],))
     current = _current_job(job, observed)
     if decision.action == FailureAction.RESTART_TRAINER_GANG and current is not None:
         status = journal_gang_restart(job, decision, current, None, now)
@@ -224,6 +233,74 @@ def journal_pod_restart(
     return status.model_copy(update={"restarts": ledger, "in_flight": action})
 
 
+def journal_role_restart(
+    job: RLJob, decision: Decision, role: RoleName, now: datetime
+) -> RLJobStatus:
+    """The roll of a whole serving role, counted and journaled before its Deployment's template
+    is annotated (Kubernetes then rolls it keeping `replicas - maxUnavailable` ready)."""
+    status = job.status
+    ledger = record_restart(status.restarts, decision, now, job.spec.failure_policy)
+    action = InFlightAction(
+        id=f"role-{role.value}-{ledger.total}",
+        kind=ActionKind.RESTART_ROLE,
+        target=ActionTarget(role=role, name=f"{job.metadata.name}-{role.value}"),
+        reason=decision.reason,
+        step="Journaled",
+        started_at=now,
+    )
+    return status.model_copy(update={"restarts": ledger, "in_flight": action})
+
+
+def journal_serving_restart(
+    job: RLJob, decision: Decision, pod: ObservedPod, now: datetime
+) -> tuple[RLJobStatus, EventSpec] | None:
+    """A serving pod's restart or its role's roll, journaled; None for any other decision or
+    while the policy's backoff runs."""
+    if decision.delay_seconds > 0 or pod.role not in SERVING_ROLES:
+        return None
+    if decision.action == FailureAction.RESTART_POD:
+        status = journal_pod_restart(job, decision, pod, now)
+        return status, EventSpec("Warning", "PodRestarted", decision.message)
+    if decision.action == FailureAction.RESTART_ROLE:
+        status = journal_role_restart(job, decision, RoleName(pod.role), now)
+        return status, EventSpec("Warning", "RoleRestarted", decision.message)
+    return None
+
+
+def role_to_roll(status: RLJobStatus) -> tuple[str, str] | None:
+    """(Deployment name, action id) of a journaled role roll."""
+    action = status.in_flight
+    if action is None or action.kind != ActionKind.RESTART_ROLE or action.target is None:
+        return None
+    return action.target.name or "", action.id
+
+
+def stuck_pods(job: RLJob, observed: Observed, now: datetime) -> list[ObservedPod]:
+    """Older attempts' trainer pods still terminating `teardownTimeout` after a gang restart
+    began: their node stopped confirming deletions, so they are force-deleted."""
+    action = job.status.in_flight
+    if action is None or action.kind != ActionKind.RESTART_TRAINER_GANG:
+        return []
+    timeout = parse_duration(job.spec.failure_policy.teardown_timeout)
+    if (now - action.started_at).total_seconds() < timeout:
+        return []
+    attempt = job.status.attempt or 1
+    return [
+        pod
+        for pod in observed.pods
+        if pod.role == RoleName.TRAINER.value
+        and pod.deleting
+        and pod.attempt is not None
+        and pod.attempt < attempt
+    ]
+
+
+def disrupted_serving_pods(observed: Observed) -> list[ObservedPod]:
+    """Serving pods that Kubernetes disrupted (preempted, evicted, node lost): their
+    ReplicaSet replaces them; the operator only tells the story, outside the restart budget."""
+    return [p for p in observed.pods if p.role in SERVING_ROLES and p.disruption]
+
+
 def pod_to_delete(status: RLJobStatus, observed: Observed) -> ObservedPod | None:
     """The pod a journaled pod restart still has to delete."""
     action = status.in_flight
@@ -235,7 +312,7 @@ def pod_to_delete(status: RLJobStatus, observed: Observed) -> ObservedPod | None
 
 def settle_journal(status: RLJobStatus, observed: Observed, job_name: str) -> RLJobStatus:
     """Clears the journal once the action is done: a gang restart when the new attempt's Job
-    exists, a pod restart when the pod is gone."""
+    exists, a pod restart when the pod is gone, a role roll when its Deployment was rolled."""
     action = status.in_flight
     if action is None:
         return status
@@ -245,9 +322,22 @@ def settle_journal(status: RLJobStatus, observed: Observed, job_name: str) -> RL
     elif action.kind == ActionKind.RESTART_POD:
         uid = action.target.uid if action.target else None
         done = not any(p.uid == uid and not p.deleting for p in observed.pods)
+    elif action.kind == ActionKind.RESTART_ROLE:
+        done = any(_rolled(c, action) for c in observed.children)
     else:
         done = False
     return status.model_copy(update={"in_flight": None}) if done else status
+
+
+def _rolled(child: ObservedChild, action: InFlightAction) -> bool:
+    """The Deployment carries the action's restart annotation and every replica was replaced."""
+    named = action.target is not None and child.name == action.target.name
+    return (
+        named
+        and child.kind == "Deployment"
+        and child.restarted_at == action.id
+        and child.updated_replicas >= child.replicas
+    )
 
 
 def gang_restart_event(status: RLJobStatus) -> tuple[str, EventSpec] | None:

@@ -156,6 +156,7 @@ def _condition_states(
         _progressing_state(job, decision, roles, phase),
         _degraded_state(roles, phase),
         _suspended_state(decision),
+        _restarting_state(job),
         _pods_scheduled_state(job, observed, decision),
         *_terminal_states(decision),
     ]
@@ -207,6 +208,18 @@ def _degraded_state(roles: RolesStatus, phase: JobPhase | None) -> ConditionStat
     if phase == JobPhase.RUNNING and short:
         return ConditionState.of(kind, True, "RolesUnavailable", _summary(short))
     return ConditionState.of(kind, False, "AsExpected", "no role is degraded")
+
+
+def _restarting_state(job: RLJob) -> ConditionState:
+    """True while a journaled restart is under way (status.inFlight)."""
+    kind = ConditionType.RESTARTING.value
+    action = job.status.in_flight
+    if action is None:
+        return ConditionState.of(kind, False, "NoRestart", "no restart in progress")
+    target = action.target.name if action.target and action.target.name else ""
+    reason = action.reason.value if action.reason else action.kind.value
+    message = f"{action.kind.value} {target} ({action.id}) since {action.started_at:%H:%M:%SZ}"
+    return ConditionState.of(kind, True, reason, message.replace("  ", " "))
 
 
 def _suspended_state(decision: TrainerDecision) -> ConditionState:

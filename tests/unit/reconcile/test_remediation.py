@@ -1,0 +1,213 @@
+"""Remediation (pure): which failed rank explains an attempt, serving restarts and role rolls
+journaled before their side effects, when a journal settles, stuck pods after teardownTimeout,
+disrupted serving pods, and the Restarting condition."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from rljob.api import (
+    ActionKind,
+    FailureAction,
+    FailureReason,
+    InFlightAction,
+    RLJob,
+    RoleName,
+)
+from rljob.health.policy import Decision
+from rljob.reconcile import Observed, ObservedChild, reconcile
+from rljob.reconcile.remediation import (
+    disrupted_serving_pods,
+    failed_attempt,
+    journal_serving_restart,
+    role_to_roll,
+    settle_journal,
+    stuck_pods,
+    trainer_failure,
+)
+from tests.unit.reconcile.world import T0, example_job, pod
+
+NAME = "grpo-demo"  # examples/rljob-demo.yaml
+TRAINER_JOB = ObservedChild(
+    "Job", f"{NAME}-trainer-a1", "job-a1", "trainer", "h", 1, replicas=2, failed=True
+)
+
+
+def decision(action: FailureAction, delay: float = 0.0) -> Decision:
+    return Decision(
+        action, FailureReason.OOM_KILLED, RoleName.ROLLOUT, "p", True, delay, f"{action} now"
+    )
+
+
+def with_in_flight(job: RLJob, **fields: Any) -> RLJob:
+    action = InFlightAction(**{"id": "a1", "step": "Journaled", "started_at": T0, **fields})
+    return job.model_copy(update={"status": job.status.model_copy(update={"in_flight": action})})
+
+
+@pytest.mark.parametrize(
+    ("ranks", "root", "reason"),
+    [
+        pytest.param(
+            [("t-0", {"exit_code": 1, "message": "boom"}), ("t-1", {"exit_code": 1})],
+            "t-0",
+            FailureReason.CONTAINER_FAILED,
+            id="lowest-failed-rank",
+        ),
+        pytest.param(
+            [
+                ("t-0", {"exit_code": 1}),
+                ("t-1", {"disruption": "DeletionByTaintManager", "phase": "Running"}),
+            ],
+            "t-1",
+            FailureReason.NODE_LOST,
+            id="a-disrupted-rank-explains-the-others",
+        ),
+        pytest.param(
+            [("t-1", {"disruption": "PreemptionByScheduler", "exit_code": 137})],
+            "t-1",
+            FailureReason.PREEMPTED,
+            id="preempted-rank",
+        ),
+    ],
+)
+def test_the_root_cause_rank(
+    ranks: list[tuple[str, dict[str, Any]]], root: str, reason: FailureReason
+) -> None:
+    pods = tuple(
+        pod(
+            name,
+            "trainer",
+            attempt=1,
+            completion_index=int(name[-1]),
+            **{"phase": "Failed", **fields},
+        )
+        for name, fields in ranks
+    )
+    found = failed_attempt(example_job(), Observed((TRAINER_JOB,), pods))
+    assert found is not None and found[1] is not None
+    assert found[1].name == root
+    assert trainer_failure(*found).reason == reason
+
+
+@pytest.mark.parametrize(
+    ("action", "role", "delay", "kind", "event"),
+    [
+        pytest.param(
+            FailureAction.RESTART_POD,
+            "rollout",
+            0,
+            ActionKind.RESTART_POD,
+            "PodRestarted",
+            id="pod",
+        ),
+        pytest.param(
+            FailureAction.RESTART_ROLE,
+            "verifier",
+            0,
+            ActionKind.RESTART_ROLE,
+            "RoleRestarted",
+            id="role",
+        ),
+        pytest.param(FailureAction.RESTART_POD, "rollout", 30, None, None, id="backoff-waits"),
+        pytest.param(FailureAction.REPORT, "rollout", 0, None, None, id="report-only"),
+        pytest.param(FailureAction.RESTART_POD, "trainer", 0, None, None, id="not-serving"),
+    ],
+)
+def test_serving_restarts_are_journaled_and_counted(
+    action: FailureAction, role: str, delay: float, kind: ActionKind | None, event: str | None
+) -> None:
+    job = example_job()
+    result = journal_serving_restart(job, decision(action, delay), pod("p", role), T0)
+    if kind is None:
+        assert result is None
+        return
+    assert result is not None
+    status, posted = result
+    assert status.in_flight is not None and status.in_flight.kind == kind
+    assert status.restarts is not None and status.restarts.total == 1
+    assert posted.reason == event
+
+
+def test_a_role_roll_targets_its_deployment_and_settles_once_rolled() -> None:
+    job = example_job()
+    journaled = journal_serving_restart(
+        job, decision(FailureAction.RESTART_ROLE), pod("v", "verifier"), T0
+    )
+    assert journaled is not None
+    status = journaled[0]
+    rolling = role_to_roll(status)
+    assert rolling == (f"{NAME}-verifier", "role-verifier-1")
+
+    def deployment(restarted_at: str, updated: int) -> Observed:
+        child = ObservedChild(
+            "Deployment", f"{NAME}-verifier", "d", "verifier", "h", None,
+            replicas=2, updated_replicas=updated, restarted_at=restarted_at,
+        )  # fmt: skip
+        return Observed((child,))
+
+    assert settle_journal(status, deployment("", 2), NAME).in_flight is not None
+    assert settle_journal(status, deployment("role-verifier-1", 1), NAME).in_flight
+    assert settle_journal(status, deployment("role-verifier-1", 2), NAME).in_flight is None
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "pods", "stuck"),
+    [
+        pytest.param(dt.timedelta(minutes=9), [("old", 1, True)], [], id="before-timeout"),
+        pytest.param(dt.timedelta(minutes=10), [("old", 1, True)], ["old"], id="at-timeout"),
+        pytest.param(
+            dt.timedelta(hours=1),
+            [("old", 1, True), ("live", 1, False), ("new", 2, True)],
+            ["old"],
+            id="only-older-attempts-terminating",
+        ),
+    ],
+)
+def test_stuck_pods_after_the_teardown_timeout(
+    elapsed: dt.timedelta, pods: list[tuple[str, int, bool]], stuck: list[str]
+) -> None:
+    job = example_job(failurePolicy={"teardownTimeout": "10m"})
+    job = with_in_flight(job, kind=ActionKind.RESTART_TRAINER_GANG)
+    job = job.model_copy(update={"status": job.status.model_copy(update={"attempt": 2})})
+    observed = Observed(pods=tuple(pod(n, "trainer", attempt=a, deleting=d) for n, a, d in pods))
+    assert [p.name for p in stuck_pods(job, observed, T0 + elapsed)] == stuck
+
+
+def test_no_stuck_pods_without_a_gang_restart_in_flight() -> None:
+    observed = Observed(pods=(pod("old", "trainer", attempt=1, deleting=True),))
+    assert stuck_pods(example_job(), observed, T0 + dt.timedelta(days=1)) == []
+
+
+def test_disrupted_serving_pods_only() -> None:
+    observed = Observed(
+        pods=(
+            pod("r", "rollout", disruption="PreemptionByScheduler"),
+            pod("t", "trainer", disruption="PreemptionByScheduler"),
+            pod("ok", "rollout"),
+        )
+    )
+    assert [p.name for p in disrupted_serving_pods(observed)] == ["r"]
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "status", "reason"),
+    [
+        pytest.param(None, "False", "NoRestart", id="idle"),
+        pytest.param(
+            {"kind": ActionKind.RESTART_TRAINER_GANG, "reason": FailureReason.NCCL_TIMEOUT},
+            "True",
+            "NCCLTimeout",
+            id="gang-restart",
+        ),
+    ],
+)
+def test_the_restarting_condition(
+    in_flight: dict[str, Any] | None, status: str, reason: str
+) -> None:
+    job = example_job() if in_flight is None else with_in_flight(example_job(), **in_flight)
+    plan = reconcile(job, Observed(), T0)
+    (condition,) = [c for c in plan.status.conditions or [] if c.type == "Restarting"]
+    assert (condition.status, condition.reason) == (status, reason)
