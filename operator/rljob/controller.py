@@ -34,10 +34,10 @@ from rljob.api import (
     parse_rljob,
 )
 from rljob.checkpoints.errors import StoreError
-from rljob.health.evaluation import Evaluation
+from rljob.health.evaluation import CHECKPOINT_STEP_EVIDENCE, Evaluation
 from rljob.health.policy import Failure, decide
 from rljob.health.termination import DISRUPTION_REASONS, CrashRepeatTracker
-from rljob.health_scheduler import CHECKPOINT_STEP_EVIDENCE, HealthScheduler, pods_by_role
+from rljob.health_scheduler import HealthScheduler, pods_by_role
 from rljob.observability import (
     CHECKPOINT_ERRORS,
     JOBS_BY_PHASE,
@@ -58,6 +58,12 @@ from rljob.reconcile.conditions import ConditionState, set_condition
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile, status_patch
+from rljob.reconcile.progress import (
+    ProgressReading,
+    engine_policy_env,
+    progress_reading,
+    with_progress,
+)
 from rljob.reconcile.remediation import (
     TrainerRemedy,
     crash_findings,
@@ -120,12 +126,13 @@ def _remediate_trainer(
     """A failed trainer attempt through the failure policy (see reconcile.remediation)."""
     job = _with_status(job, settle_journal(job.status, observed, job.metadata.name))
     found = failed_attempt(job, observed) if job.status.in_flight is None else None
+    extras = ReconcileExtras(policy_env=engine_policy_env(job))
     if found is None:
-        return job, ReconcileExtras(), None
+        return job, extras, None
     remedy = remedy_for(job, *found, now)
     if remedy.status is not None:
         job = _with_status(job, remedy.status)
-    return job, ReconcileExtras(trainer_hold=remedy.hold), remedy
+    return job, replace(extras, trainer_hold=remedy.hold), remedy
 
 
 def _failed_by_policy(
@@ -198,6 +205,7 @@ class Runtime:
         self._findings: dict[JobKey, list[Evaluation]] = {}
         self._saved_steps: dict[JobKey, int] = {}  # the trainer's checkpoint-step metric
         self._listed: dict[JobKey, int] = {}  # the saved step we last listed the store for
+        self._progress: dict[JobKey, ProgressReading] = {}  # the latest health round's
         self._disruptions_reported: dict[JobKey, set[str]] = {}  # pod uids
         self.health = HealthScheduler(MetricsSources(), self._on_health)
         self._health_task: asyncio.Task[None] | None = None
@@ -217,6 +225,7 @@ class Runtime:
     async def _on_health(self, key: JobKey, evaluations: list[Evaluation]) -> None:
         """One health round of a job: keep its findings for its next pass, and wake it."""
         self._note_saved_step(key, evaluations)
+        self._progress[key] = progress_reading(evaluations)
         findings = [e for e in evaluations if e.is_finding]
         if findings or key in self._findings:
             self._findings[key] = findings
@@ -330,12 +339,14 @@ class Runtime:
         self, job: RLJob, now: dt.datetime
     ) -> tuple[RLJob, Observed, Plan, list[EventSpec], RestartOrder | None]:
         """Everything this pass will do, as a plan and a status (no Kubernetes writes yet)."""
+        key = (job.metadata.namespace or "", job.metadata.name)
         order = pending_restart(job.metadata.annotations, job.status)
         if order is not None:
             job = _with_status(job, mark_handled(job.status, order, now))
         job, events = await self._continue_attempts(job)
         job = await self._refresh_latest(job, now)
-        observed = self.observed((job.metadata.namespace or "", job.metadata.name))
+        job = _with_status(job, with_progress(job.status, self._progress.get(key), now))
+        observed = self.observed(key)
         job, extras, remedy = _remediate_trainer(job, observed, now)
         job, pod_events = self._remediate_pods(job, observed, now)
         events += pod_events
@@ -446,6 +457,7 @@ class Runtime:
         if job.spec.suspend or job.status.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
             self.health.forget(key)
             self._findings.pop(key, None)
+            self._progress.pop(key, None)
             return job, []
         self.health.register(job, pods_by_role(observed.pods))
         job = _with_status(job, _signals_condition(job, self.health.source_error(key), now))

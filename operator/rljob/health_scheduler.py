@@ -63,7 +63,12 @@ from rljob.health import (
     VerifierLatencyDetector,
     freshest_heartbeat,
 )
-from rljob.health.evaluation import insufficient
+from rljob.health.evaluation import (
+    CHECKPOINT_STEP_EVIDENCE,
+    POLICY_GENERATION_EVIDENCE,
+    TRAINER_STEP_EVIDENCE,
+    insufficient,
+)
 from rljob.health.profiles import (
     TRAINER,
     VERIFIER,
@@ -83,7 +88,6 @@ from rljob.observability import DETECTOR_EVALUATIONS, DETECTOR_VALUE
 log = structlog.get_logger("rljob.health")
 
 TICK_SECONDS = 1.0
-CHECKPOINT_STEP_EVIDENCE = "checkpoint_step"
 # Added to every instant query's range: a scrape taken just before a query can be ingested
 # just after it; the detectors drop samples they already have.
 LOOKBACK_SLACK = 5.0
@@ -802,6 +806,11 @@ class HealthScheduler:
         saved = [r.checkpoint_step for r in readings if r.checkpoint_step is not None]
         if saved:  # lets the operator list checkpoints only when the trainer saved a new one
             evaluation.evidence[CHECKPOINT_STEP_EVIDENCE] = max(saved)
+        if steps:
+            evaluation.evidence[TRAINER_STEP_EVIDENCE] = max(steps)
+        generations = [r.policy_generation for r in readings if r.policy_generation is not None]
+        if generations:
+            evaluation.evidence[POLICY_GENERATION_EVIDENCE] = max(generations)
         return evaluation
 
     def _verifiers(

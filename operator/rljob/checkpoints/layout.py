@@ -45,6 +45,8 @@ ENV_S3_ADDRESSING_STYLE = "RLJOB_S3_ADDRESSING_STYLE"
 ENV_RESUME_URI = "RLJOB_RESUME_URI"
 ENV_RESUME_STEP = "RLJOB_RESUME_STEP"
 ENV_RESUME_VERSION = "RLJOB_RESUME_VERSION"
+ENV_POLICY_URI = "RLJOB_POLICY_URI"
+ENV_POLICY_GENERATION = "RLJOB_POLICY_GENERATION"
 
 
 @total_ordering
@@ -254,3 +256,12 @@ def resume_env(location: CheckpointLocation, version: VersionId) -> dict[str, st
         ENV_RESUME_STEP: str(version.step),
         ENV_RESUME_VERSION: version.name,
     }
+
+
+def policy_env(location: CheckpointLocation, generation: int | None) -> dict[str, str]:
+    """The weight-sync variables of an engine the operator starts: where the trainer's
+    versions live (the engine loads the newest) and the lowest generation it may serve."""
+    env = {ENV_POLICY_URI: location.uri}
+    if generation is not None:
+        env[ENV_POLICY_GENERATION] = str(generation)
+    return env

@@ -22,6 +22,11 @@ CONTAINER_RESTARTS = "container_restarts"
 
 Evidence = dict[str, float | str]
 
+# Evidence keys the scheduler adds to the trainer's evaluation for status and checkpoints.
+CHECKPOINT_STEP_EVIDENCE = "checkpoint_step"
+TRAINER_STEP_EVIDENCE = "trainer_step"
+POLICY_GENERATION_EVIDENCE = "policy_generation"
+
 
 @dataclass(frozen=True, slots=True)
 class Evaluation:

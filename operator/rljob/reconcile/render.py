@@ -17,6 +17,7 @@ from rljob.api import RLJob, Role, RoleName, RolloutRole, ServingRole, TrainerRo
 from rljob.checkpoints.layout import (
     ENV_CHECKPOINT_URI,
     ENV_JOB_UID,
+    ENV_POLICY_GENERATION,
     ENV_S3_ADDRESSING_STYLE,
     ENV_S3_ENDPOINT,
     ENV_S3_REGION,
@@ -163,12 +164,15 @@ def _deployment(
     image = _image(job, role)
     scaled_to_zero = job.spec.suspend or ctx.finished
     policy_env = ctx.policy_env if role_name == RoleName.ROLLOUT else {}
+    # A new generation alone never rolls the engines: it rides along whenever the template
+    # is applied for another reason (engines load the newest version from the URI anyway).
+    hashed_env = {k: v for k, v in policy_env.items() if k != ENV_POLICY_GENERATION}
     digest = serving_role_hash(
         role_name.value,
         role,
         image,
         scaled_to_zero=scaled_to_zero,
-        policy_env=policy_env,
+        policy_env=hashed_env,
     )
     labels = names.child_labels(ctx.name, role_name)
     template = pod_template(

@@ -94,7 +94,12 @@ def test_default_image_change_spares_a_role_with_its_own_image() -> None:
         pytest.param({"resume_env": {"RLJOB_RESUME_STEP": "10"}}, {"trainer"}, id="resume-env"),
         pytest.param({"avoid_nodes": ("gpu-1",)}, {"trainer"}, id="avoid-nodes"),
         pytest.param(
-            {"policy_env": {"RLJOB_POLICY_GENERATION": "3"}}, {"rollout"}, id="policy-env"
+            {"policy_env": {"RLJOB_POLICY_URI": "s3://b/rl/j/"}}, {"rollout"}, id="policy-uri"
+        ),
+        pytest.param(
+            {"policy_env": {"RLJOB_POLICY_GENERATION": "3"}},
+            set(),
+            id="generation-alone-rolls-none",
         ),
         pytest.param({"trainer_master_port": 29600}, set(), id="master-port-only-trainer-service"),
     ],

@@ -1,0 +1,99 @@
+"""Training progress and the policy generation in status, from the health rounds' evidence:
+refreshed at most every 5 minutes (live values are metrics), so a healthy job costs one status
+write per refresh and nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from rljob.api import Progress, RLJob, RLJobStatus
+from rljob.checkpoints.layout import CheckpointLocation, policy_env
+from rljob.health.evaluation import (
+    KV_DRIFT,
+    POLICY_GENERATION_EVIDENCE,
+    TRAINER_STEP_EVIDENCE,
+    Evaluation,
+)
+
+PROGRESS_REFRESH = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class ProgressReading:
+    """What the latest health round saw; None where nothing was reported."""
+
+    step: int | None = None
+    tokens_per_second: float | None = None
+    baseline_tokens_per_second: float | None = None
+    policy_generation: int | None = None
+
+
+def progress_reading(evaluations: Sequence[Evaluation]) -> ProgressReading:
+    """The trainer's step and policy generation, and rollout throughput summed over engines."""
+
+    def number(key: str) -> float | None:
+        values = [e.evidence.get(key) for e in evaluations]
+        found = [float(v) for v in values if isinstance(v, int | float)]
+        return max(found) if found else None
+
+    def total(key: str) -> float | None:
+        values = [e.evidence.get(key) for e in evaluations if e.detector == KV_DRIFT]
+        found = [float(v) for v in values if isinstance(v, int | float) and v >= 0]
+        return round(sum(found), 1) if found else None
+
+    step, generation = number(TRAINER_STEP_EVIDENCE), number(POLICY_GENERATION_EVIDENCE)
+    return ProgressReading(
+        step=int(step) if step is not None and step >= 0 else None,
+        tokens_per_second=total("throughput"),
+        baseline_tokens_per_second=total("baseline"),
+        policy_generation=int(generation) if generation is not None and generation >= 0 else None,
+    )
+
+
+def with_progress(
+    status: RLJobStatus, reading: ProgressReading | None, now: datetime
+) -> RLJobStatus:
+    """status.progress and status.policyGeneration from the reading, at most every 5 minutes
+    (a newer policy generation is recorded at once: engines started next must serve it)."""
+    if reading is None:
+        return status
+    generation = _newer(status.policy_generation, reading.policy_generation)
+    status = status.model_copy(update={"policy_generation": generation})
+    old = status.progress
+    if old is not None and old.updated_at is not None and now - old.updated_at < PROGRESS_REFRESH:
+        return status
+    fresh = Progress(
+        step=reading.step if reading.step is not None else (old.step if old else None),
+        last_step_time=_last_step_time(old, reading.step, now),
+        tokens_per_second=reading.tokens_per_second,
+        baseline_tokens_per_second=reading.baseline_tokens_per_second,
+        updated_at=now,
+    )
+    if old is not None and fresh.model_copy(update={"updated_at": old.updated_at}) == old:
+        return status  # nothing moved: no write
+    return status.model_copy(update={"progress": fresh})
+
+
+def engine_policy_env(job: RLJob) -> dict[str, str]:
+    """RLJOB_POLICY_URI/RLJOB_POLICY_GENERATION for the engines (none without a checkpoint
+    store)."""
+    if job.spec.checkpoint is None:
+        return {}
+    location = CheckpointLocation.from_uri(
+        job.spec.checkpoint.uri, job.metadata.namespace or "default", job.metadata.name
+    )
+    return policy_env(location, job.status.policy_generation)
+
+
+def _newer(current: int | None, seen: int | None) -> int | None:
+    if seen is None:
+        return current
+    return seen if current is None else max(current, seen)
+
+
+def _last_step_time(old: Progress | None, step: int | None, now: datetime) -> datetime | None:
+    if old is None or step is None or old.step != step:
+        return now if step is not None else None
+    return old.last_step_time

@@ -1,0 +1,96 @@
+"""status.progress and status.policyGeneration from health evidence: at most every 5 minutes,
+no write when nothing moved, a newer policy generation at once; the engines' weight-sync env."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from rljob.api import Progress, RLJobStatus
+from rljob.health.evaluation import (
+    KV_DRIFT,
+    POLICY_GENERATION_EVIDENCE,
+    TRAINER_STALL,
+    TRAINER_STEP_EVIDENCE,
+    healthy,
+    insufficient,
+)
+from rljob.reconcile.progress import (
+    ProgressReading,
+    engine_policy_env,
+    progress_reading,
+    with_progress,
+)
+from tests.unit.reconcile.world import T0, example_job
+
+MINUTE = dt.timedelta(minutes=1)
+
+
+def test_a_reading_sums_engines_and_takes_the_trainers_step() -> None:
+    evaluations = [
+        healthy(KV_DRIFT, "r-0", "", {"throughput": 800.0, "baseline": 840.0}),
+        healthy(KV_DRIFT, "r-1", "", {"throughput": 820.0, "baseline": 830.0}),
+        insufficient(KV_DRIFT, "r-2", "warming up"),
+        healthy(TRAINER_STALL, "trainer", "", {TRAINER_STEP_EVIDENCE: 120.0,
+                                               POLICY_GENERATION_EVIDENCE: 7.0}),
+    ]  # fmt: skip
+    assert progress_reading(evaluations) == ProgressReading(120, 1620.0, 1670.0, 7)
+
+
+def test_garbage_evidence_reads_as_unknown() -> None:
+    evaluations = [
+        healthy(TRAINER_STALL, "trainer", "", {TRAINER_STEP_EVIDENCE: -5.0}),
+        healthy(KV_DRIFT, "r-0", "", {"throughput": "fast"}),
+    ]
+    assert progress_reading(evaluations) == ProgressReading()
+
+
+OLD = Progress(step=100, last_step_time=T0, tokens_per_second=1600.0, updated_at=T0)
+
+
+@pytest.mark.parametrize(
+    ("old", "reading", "later", "expected_step", "updated"),
+    [
+        pytest.param(None, ProgressReading(step=5), MINUTE, 5, True, id="first-reading"),
+        pytest.param(OLD, ProgressReading(step=130), 4 * MINUTE, 100, False, id="within-5m"),
+        pytest.param(OLD, ProgressReading(step=130), 5 * MINUTE, 130, True, id="after-5m"),
+        pytest.param(
+            OLD,
+            ProgressReading(step=100, tokens_per_second=1600.0),
+            30 * MINUTE,
+            100,
+            False,
+            id="nothing-moved-no-write",
+        ),
+    ],
+)
+def test_progress_is_refreshed_at_most_every_five_minutes(
+    old: Progress | None,
+    reading: ProgressReading,
+    later: dt.timedelta,
+    expected_step: int,
+    updated: bool,
+) -> None:
+    status = with_progress(RLJobStatus(progress=old), reading, T0 + later)
+    assert status.progress is not None and status.progress.step == expected_step
+    assert (status.progress.updated_at == T0 + later) is updated
+
+
+def test_a_newer_policy_generation_is_recorded_at_once_and_never_goes_back() -> None:
+    status = RLJobStatus(progress=OLD, policy_generation=4)
+    assert with_progress(status, ProgressReading(policy_generation=6), T0).policy_generation == 6
+    assert with_progress(status, ProgressReading(policy_generation=2), T0).policy_generation == 4
+
+
+def test_engines_get_the_policy_uri_and_generation() -> None:
+    job = example_job()
+    job = job.model_copy(update={"status": RLJobStatus(policy_generation=9)})
+    env = engine_policy_env(job)
+    assert env["RLJOB_POLICY_URI"].startswith("s3://")
+    assert env["RLJOB_POLICY_URI"].endswith(f"/rl/{job.metadata.name}/")
+    assert env["RLJOB_POLICY_GENERATION"] == "9"
+
+
+def test_no_policy_env_without_a_checkpoint_store() -> None:
+    assert engine_policy_env(example_job(checkpoint=None)) == {}
