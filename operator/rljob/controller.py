@@ -306,6 +306,9 @@ class Runtime:
             except KubeError as exc:
                 if exc.conflict:  # our copy of the RLJob was stale: the fresh one is on its way
                     return _STALE_RETRY_SECONDS
+                if exc.namespace_terminating:  # the job goes with its namespace: nothing to do
+                    bound.info("namespace is being deleted; not acting", error=exc.message)
+                    return _REJECTED_RETRY_SECONDS
                 if exc.status in (400, 422):  # a child the API rejects: say so, retry slowly
                     await self._report_rejection(body, exc.message)
                     bound.warning("child rejected by the API", error=exc.message)

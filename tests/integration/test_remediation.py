@@ -5,6 +5,7 @@ journaled restart instead of repeating it."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from rljob.dev.kubeapi import ApiError
 from rljob.dev.scrape import metric_values
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
+from tests.integration.pod_history import PodHistory, trainer_pod_history
 from tests.integration.rljobs import (
     JOBS,
     PODS,
@@ -88,12 +90,14 @@ def _events(cluster: Cluster, namespace: str, reason: str) -> list[str]:
 def test_nccl_watchdog_abort_gang_restarts_from_the_newest_checkpoint(
     cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
 ) -> None:
-    apply_rljob(cluster, namespace, _spec(s3_bucket))
-    wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
-    _commit(_writer(s3_bucket, namespace, attempt=1), 50)
-    _fail_rank0(cluster, namespace, 1)
-
-    env = _trainer_env(cluster, namespace, 2)
+    with trainer_pod_history(cluster, namespace) as history:
+        apply_rljob(cluster, namespace, _spec(s3_bucket))
+        wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+        _commit(_writer(s3_bucket, namespace, attempt=1), 50)
+        _fail_rank0(cluster, namespace, 1)
+        env = _trainer_env(cluster, namespace, 2)
+        wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    _assert_one_attempt_at_a_time(history, attempts={"1", "2"})
     assert env["RLJOB_RESUME_STEP"] == "50"
     job = wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
     restarts = job["status"]["restarts"]
@@ -127,21 +131,107 @@ def test_a_restart_storm_exhausts_the_budget_and_fails_the_job(
     assert len(_events(cluster, namespace, "GangRestarted")) == 2
 
 
+def test_gang_restarts_resuming_from_the_same_step_end_the_job(
+    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
+) -> None:
+    """noProgressRestarts: attempts that keep resuming from the same place (here: scratch,
+    no checkpoint is ever written) fail the job long before the restart budget is spent."""
+    always_fails = {"metadata": {"annotations": {**FAULT, "sim.rljob.io/fail-after": "1s"}}}
+    body = _spec(s3_bucket, maxRestarts=10, noProgressRestarts=2)
+    body["spec"]["roles"]["trainer"]["podTemplate"] = always_fails
+    apply_rljob(cluster, namespace, body)
+
+    job = wait_phase(cluster, namespace, NAME, "Failed", timeout=120)
+    failed = condition(job, "Failed")
+    assert failed["reason"] == "FailurePolicy"
+    assert "no progress: the last 2 gang restarts all resumed from scratch" in failed["message"]
+    assert job["status"]["restarts"]["counted"] == 2
+    assert len(_events(cluster, namespace, "GangRestarted")) == 2
+
+
+def test_old_pods_stuck_terminating_are_force_deleted_after_the_teardown_timeout(
+    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
+) -> None:
+    """A node that never confirms deletions (kwok holds them for an hour): after
+    teardownTimeout the operator force-deletes the old attempt's pods, then starts the next."""
+    body = _spec(s3_bucket, teardownTimeout="5s")
+    never_confirmed = {"metadata": {"annotations": {"sim.rljob.io/delete-after": "1h"}}}
+    body["spec"]["roles"]["trainer"]["podTemplate"] = never_confirmed
+    try:
+        with trainer_pod_history(cluster, namespace) as history:
+            apply_rljob(cluster, namespace, body)
+            wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+            _fail_rank0(cluster, namespace, 1)
+            _trainer_env(cluster, namespace, 2)
+    finally:  # attempt 2's pods would hold the namespace's deletion for the hour
+        _force_delete_pods(cluster, namespace)
+    _assert_one_attempt_at_a_time(history, attempts={"1", "2"})
+    # The rank still running when the Job failed, and the failed rank unless kwok ended it first.
+    forced = _events(cluster, namespace, "PodForceDeleted")
+    assert 1 <= len(forced) <= 2, forced
+    assert [j["metadata"]["name"] for j in children(cluster, namespace, JOBS, NAME)] == [
+        f"{NAME}-trainer-a2"
+    ]
+
+
+def test_a_role_restart_rule_rolls_every_engine_and_leaves_the_trainer(
+    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
+) -> None:
+    rule = {"roles": ["rollout"], "onReasons": ["OOMKilled"], "action": "RestartRole"}
+    body = _spec(s3_bucket, rules=[rule])
+    body["spec"]["roles"]["rollout"]["replicas"] = 2
+    apply_rljob(cluster, namespace, body)
+    wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    before = {p["metadata"]["uid"] for p in children(cluster, namespace, PODS, NAME, "rollout")}
+    (trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
+    victim = sorted(
+        p["metadata"]["name"] for p in children(cluster, namespace, PODS, NAME, "rollout")
+    )[0]
+    oom = {"sim.rljob.io/fail-exit-code": "137", "sim.rljob.io/fail-reason": "OOMKilled"}
+    path = f"/api/v1/namespaces/{namespace}/pods/{victim}"
+    for restarts in (1, 2):
+        _crash_in_place(cluster, path, oom, restarts)
+
+    def rolled() -> bool:
+        pods = children(cluster, namespace, PODS, NAME, "rollout")
+        uids = {p["metadata"]["uid"] for p in pods if not p["metadata"].get("deletionTimestamp")}
+        return len(uids) == 2 and not uids & before
+
+    wait_for(rolled, 90, "every rollout pod replaced by the roll")
+    job = wait_condition(cluster, namespace, NAME, "Ready", timeout=60)
+    recent = job["status"]["restarts"]["recent"][-1]
+    assert (recent["reason"], recent["action"]) == ("OOMKilled", "RestartRole")
+    assert len(_events(cluster, namespace, "RoleRestarted")) == 1
+    deployment = cluster.api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{NAME}-rollout")
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["rljob.io/restarted-at"] == "role-rollout-1"
+    (same_trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
+    assert same_trainer["metadata"]["uid"] == trainer["metadata"]["uid"]
+    wait_for(
+        lambda: condition(get_rljob(cluster, namespace, NAME), "Restarting")["status"] == "False",
+        60,
+        "the Restarting condition to clear once rolled",
+    )
+
+
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_sigkill_at_a_crash_point_resumes_the_gang_restart_exactly_once(
     cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket, point: str
 ) -> None:
-    apply_rljob(cluster, namespace, _spec(s3_bucket))
-    wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
-    operator.restart(env={CRASH_POINT_ENV: point})
-    _fail_rank0(cluster, namespace, 1)
-    wait_for(
-        lambda: operator.current.process.poll() is not None, 60, f"the operator to die at {point}"
-    )
-    operator.restart()
-
-    _trainer_env(cluster, namespace, 2)
-    job = wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    with trainer_pod_history(cluster, namespace) as history:
+        apply_rljob(cluster, namespace, _spec(s3_bucket))
+        wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+        operator.restart(env={CRASH_POINT_ENV: point})
+        _fail_rank0(cluster, namespace, 1)
+        wait_for(
+            lambda: operator.current.process.poll() is not None,
+            60,
+            f"the operator to die at {point}",
+        )
+        operator.restart()
+        _trainer_env(cluster, namespace, 2)
+        job = wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    _assert_one_attempt_at_a_time(history, attempts={"1", "2"})
     assert job["status"]["attempt"] == 2
     assert job["status"]["restarts"]["total"] == 1
     assert len(_events(cluster, namespace, "GangRestarted")) == 1
@@ -209,3 +299,17 @@ def _restart_count(cluster: Cluster, path: str) -> int:
             return GONE
         raise
     return sum(int(s.get("restartCount", 0)) for s in statuses)
+
+
+def _assert_one_attempt_at_a_time(history: PodHistory, attempts: set[str]) -> None:
+    """From the watch: every attempt's pods were seen, never two attempts' pods at once."""
+    assert history.attempts_seen == attempts, history.attempts_seen
+    assert history.overlaps == [], history.overlaps[:3]
+
+
+def _force_delete_pods(cluster: Cluster, namespace: str) -> None:
+    pods = cluster.api.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+    for pod in pods:
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}"
+        with contextlib.suppress(ApiError):
+            cluster.api.delete(path, {"gracePeriodSeconds": 0})

@@ -50,3 +50,23 @@ async def test_delete_of_a_gone_object_is_success_but_other_errors_raise() -> No
     await _Recorder(fail_with=404).delete("batch/v1", "Job", "ns", "x", "u1")
     with pytest.raises(KubeError):
         await _Recorder(fail_with=409).delete("batch/v1", "Job", "ns", "x", "u1")
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "terminating"),
+    [
+        pytest.param(
+            403,
+            'events "j.1" is forbidden: unable to create new content in namespace rl because it '
+            "is being terminated",
+            True,
+            id="namespace-terminating",
+        ),
+        pytest.param(403, "forbidden: RBAC says no", False, id="plain-forbidden"),
+        pytest.param(409, "being terminated", False, id="not-a-403"),
+    ],
+)
+def test_a_terminating_namespace_is_told_apart(
+    status: int, message: str, terminating: bool
+) -> None:
+    assert KubeError(status, message).namespace_terminating is terminating

@@ -35,6 +35,11 @@ class KubeError(Exception):
     def not_found(self) -> bool:
         return self.status == 404
 
+    @property
+    def namespace_terminating(self) -> bool:
+        """The namespace is being deleted: nothing can be created in it any more."""
+        return self.status == 403 and "being terminated" in self.message
+
 
 def _error_message(body: object) -> str:
     try:

@@ -52,7 +52,9 @@ def summarize_child(body: Body) -> ObservedChild:
     kind = body["kind"]
     replicas = spec.get("parallelism" if kind == "Job" else "replicas", 0) or 0
     ready = status.get("ready" if kind == "Job" else "readyReplicas", 0) or 0
-    failed = _condition(status, "Failed")
+    # FailureTarget comes first: Failed waits for every pod to end, and a rank on a dead node
+    # never does, so waiting for Failed would hang the gang restart with it.
+    failed = _condition(status, "FailureTarget") or _condition(status, "Failed")
     template_annotations = ((spec.get("template") or {}).get("metadata") or {}).get(
         "annotations"
     ) or {}

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from rljob.api import RLJob, RLJobStatus, RoleName
+from rljob.api import ActionKind, RLJob, RLJobStatus, RoleName
+from rljob.api.durations import parse_duration
 from rljob.reconcile.events import EventSpec, transition_events
 from rljob.reconcile.lifecycle import (
     TERMINAL_PHASES,
@@ -183,6 +184,9 @@ def _timing(
     """(requeue_after, delete_job): the next deadline, and whether the TTL has expired. The job
     is deleted only on a pass after the terminal status was written."""
     deadlines = [] if decision.wait_seconds is None else [decision.wait_seconds]
+    teardown = _teardown_remaining(job, status, now)
+    if teardown is not None:
+        deadlines.append(teardown)
     ttl = job.spec.ttl_seconds_after_finished
     if ttl is not None and status.phase in TERMINAL_PHASES and status.completion_time:
         expiry = status.completion_time + timedelta(seconds=ttl)
@@ -191,6 +195,17 @@ def _timing(
             return None, True
         deadlines.append(max(remaining, 0.0))
     return (min(deadlines) if deadlines else None), False
+
+
+def _teardown_remaining(job: RLJob, status: RLJobStatus, now: datetime) -> float | None:
+    """Seconds until a gang restart's teardownTimeout expires: old pods still terminating then
+    are force-deleted on that pass (nothing else would wake the job while they hang)."""
+    action = status.in_flight
+    if action is None or action.kind != ActionKind.RESTART_TRAINER_GANG:
+        return None
+    timeout = parse_duration(job.spec.failure_policy.teardown_timeout)
+    remaining = (action.started_at - now).total_seconds() + timeout
+    return remaining + 1.0 if remaining >= 0 else None
 
 
 def status_patch(old: RLJobStatus | None, new: RLJobStatus) -> dict[str, Any] | None:

@@ -1,0 +1,68 @@
+"""What the operator keeps of its children's watch events: a failing Job already at
+FailureTarget, a rolled Deployment's restart annotation, a pod's disruption."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rljob.adapters.observe import summarize_child, summarize_pod
+
+META = {"name": "x", "uid": "u", "namespace": "rl", "labels": {"rljob.io/role": "trainer"}}
+
+
+def job(*conditions: dict[str, str]) -> dict[str, Any]:
+    return {"kind": "Job", "metadata": META, "spec": {}, "status": {"conditions": conditions}}
+
+
+@pytest.mark.parametrize(
+    ("body", "failed", "message"),
+    [
+        pytest.param(job(), False, "", id="running"),
+        pytest.param(
+            job({"type": "FailureTarget", "status": "True", "message": "rank 0 failed"}),
+            True,
+            "rank 0 failed",
+            id="failure-target-before-every-pod-ended",
+        ),
+        pytest.param(
+            job({"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}),
+            True,
+            "BackoffLimitExceeded",
+            id="failed",
+        ),
+    ],
+)
+def test_a_job_fails_as_soon_as_it_is_a_failure_target(
+    body: dict[str, Any], failed: bool, message: str
+) -> None:
+    child = summarize_child(body)
+    assert (child.failed, child.failed_message) == (failed, message)
+
+
+def test_a_deployments_restart_annotation_is_kept() -> None:
+    template = {"metadata": {"annotations": {"rljob.io/restarted-at": "role-rollout-3"}}}
+    body = {"kind": "Deployment", "metadata": META, "spec": {"replicas": 2, "template": template}}
+    assert summarize_child(body).restarted_at == "role-rollout-3"
+
+
+@pytest.mark.parametrize(
+    ("conditions", "disruption"),
+    [
+        pytest.param([], "", id="none"),
+        pytest.param(
+            [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}],
+            "PreemptionByScheduler",
+            id="preempted",
+        ),
+        pytest.param(
+            [{"type": "DisruptionTarget", "status": "False", "reason": "PreemptionByScheduler"}],
+            "",
+            id="not-true",
+        ),
+    ],
+)
+def test_a_pods_disruption(conditions: list[dict[str, str]], disruption: str) -> None:
+    body = {"metadata": META, "spec": {}, "status": {"phase": "Running", "conditions": conditions}}
+    assert summarize_pod(body).disruption == disruption
