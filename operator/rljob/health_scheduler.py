@@ -56,12 +56,10 @@ from rljob.health import (
     EngineStallDetector,
     Evaluation,
     KVDriftDetector,
-    TrainerSignals,
     TrainerStallConfig,
     TrainerStallDetector,
     VerifierLatencyConfig,
     VerifierLatencyDetector,
-    freshest_heartbeat,
 )
 from rljob.health.evaluation import (
     CHECKPOINT_STEP_EVIDENCE,
@@ -80,6 +78,7 @@ from rljob.health.profiles import (
     engine_metrics,
     engine_samples,
     trainer_reading,
+    trainer_signals,
     verifier_samples,
 )
 from rljob.health.samples import MIN_SPACING_INTERVALS
@@ -788,19 +787,11 @@ class HealthScheduler:
             why = f"metrics source {source}: {problem}"
             return insufficient(TRAINER_STALL, TRAINER_TARGET, why, {"source_error": why})
         readings = list(state.trainer_readings.values())
-        heartbeat = freshest_heartbeat(r.heartbeat_at for r in readings)
-        freshest = max(
-            readings,
-            key=lambda r: (r.heartbeat_at if r.heartbeat_at is not None else -math.inf, r.t),
-            default=None,
-        )
         steps = [r.step for r in readings if r.step is not None]
-        signals = TrainerSignals(
+        signals = trainer_signals(  # a rank whose metrics vanished is not read as a stall
+            readings,
             pods_running=state.trainer_running,
             attempt_started_at=state.attempt_started_at,
-            heartbeat_at=heartbeat,
-            phase=freshest.phase if freshest is not None else None,
-            step=max(steps) if steps else None,
         )
         evaluation = state.trainer.evaluate(signals, now)
         saved = [r.checkpoint_step for r in readings if r.checkpoint_step is not None]

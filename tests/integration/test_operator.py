@@ -55,7 +55,10 @@ def test_valid_job_is_accepted_and_semantically_invalid_one_is_marked(
     cluster: Cluster, operator: Operator, namespace: str
 ) -> None:
     apply_rljob(cluster, namespace, example())
-    bad = example(failurePolicy={"teardownTimeout": "9999999999h"})
+    # podTemplate is free-form to the server: it stores labels that are not a map; the
+    # operator refuses them by field instead of merging them into the pods.
+    bad = example()
+    bad["spec"]["roles"]["rollout"]["podTemplate"] = {"metadata": {"labels": 5}}
     bad["metadata"]["name"] = "grpo-bad"
     apply_rljob(cluster, namespace, bad)
 
@@ -64,12 +67,12 @@ def test_valid_job_is_accepted_and_semantically_invalid_one_is_marked(
     rejected = wait_condition(cluster, namespace, "grpo-bad", "Accepted", status="False")
     accepted = condition(rejected, "Accepted")
     assert accepted["reason"] == "InvalidSpec"
-    assert "spec.failurePolicy.teardownTimeout" in accepted["message"]
+    assert "spec.roles.rollout.podTemplate" in accepted["message"]
 
     listing = kubectl(cluster, "get", "rlj", "-n", namespace)
     assert NAME in listing and "grpo-bad" in listing
     described = kubectl(cluster, "describe", "rlj", "grpo-bad", "-n", namespace)
-    assert "InvalidSpec" in described and "teardownTimeout" in described
+    assert "InvalidSpec" in described and "podTemplate" in described
 
 
 def test_children_exist_with_owner_labels_and_the_job_becomes_ready(

@@ -181,9 +181,10 @@ async def test_one_query_per_signal_for_all_pods_of_all_jobs() -> None:
 
 
 async def test_garbage_in_an_answer_is_dropped_and_counted() -> None:
+    a_values = [[3.0, "3"], [1.0, "1"], [2.0, "NaN"], [4.0, "+Inf"], [5.0, "abc"]]
     answer = matrix(
-        item("a", [[3.0, "3"], [1.0, "1"], [2.0, "NaN"], [4.0, "+Inf"], [5.0, "abc"]]),
-        item("a", [[1.0, "9"]]),  # the same series again
+        item("a", a_values),
+        item("a", a_values),  # the same series again (a copy that differs drops both)
         item("b", [[1.0, "1"], ["x", "2"], [2.0], 7, [math.nan, "1"]], engine="0"),
         {"metric": {"namespace": "ns1"}, "values": [[1.0, "1"]]},  # no pod label
         {"metric": "nope", "values": []},
@@ -458,7 +459,7 @@ async def test_direct_scrape_survives_garbage_lines_and_bad_values() -> None:
         'vllm:num_requests_running{engine="1" 3\n'  # broken label set
         'vllm:num_requests_running{engine="2"} NaN\n'
         'vllm:num_requests_running{engine="3"} +Inf\n'
-        'vllm:num_requests_running{engine="0"} 8\n'  # duplicate series
+        'vllm:num_requests_running{engine="0"} 7\n'  # duplicate series (differing: both go)
         'vllm:num_requests_running{engine="4"} twelve\n'
     )
 

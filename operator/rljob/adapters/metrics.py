@@ -32,7 +32,7 @@ from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import aiohttp
 import structlog
@@ -47,6 +47,9 @@ log = structlog.get_logger("rljob.metrics")
 MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_PAGE_BYTES = 16 * 1024 * 1024
 MAX_POINTS_PER_SERIES = 20_000
+# Sample lines of the wanted metrics parsed per pod page: a vLLM page has a few dozen, a pod
+# with many data-parallel engines a few hundred; a hostile page is cut here.
+MAX_PAGE_LINES = 10_000
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_SCRAPE_TIMEOUT = 5.0
 DEFAULT_SCRAPE_CONCURRENCY = 64
@@ -174,19 +177,16 @@ async def _read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
 
 
 def _number(value: object) -> float | None:
-    """A finite float from a JSON number or a Prometheus value string, else None."""
+    """A float from a JSON number or a Prometheus value string (maybe NaN or infinite), else
+    None."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-    else:
+    if not isinstance(value, int | float | str):
         return None
-    return number
+    try:
+        return float(value)
+    except (ValueError, OverflowError):  # "abc"; a JSON integer of 400 digits
+        return None
 
 
 def _points(raw: object, rejects: _Rejects) -> tuple[Point, ...]:
@@ -294,8 +294,8 @@ def parse_matrix(
     if kind not in ("matrix", "vector") or not isinstance(result, list):
         raise SourceError(f"answer is a {kind!r}, not a matrix")
     wanted = _wanted(selectors)
-    found: SignalData = {}
-    seen: set[tuple[PodKey, Labels]] = set()
+    raws: dict[tuple[PodKey, Labels], object] = {}
+    conflicting: set[tuple[PodKey, Labels]] = set()
     dropped = {"__name__", pod_label, namespace_label}
     for item in result:
         metric = item.get("metric") if isinstance(item, dict) else None
@@ -317,15 +317,26 @@ def parse_matrix(
                 if name not in dropped and isinstance(name, str) and isinstance(value, str)
             )
         )
-        if (key, labels) in seen:
-            rejects.add("duplicate_series")
-            continue
-        seen.add((key, labels))
         raw = item.get("values") if kind == "matrix" else [item.get("value")]
-        points = _points(raw, rejects)
+        if (key, labels) in raws:
+            _duplicate((key, labels), raw != raws[key, labels], conflicting, rejects)
+            continue
+        raws[key, labels] = raw
+    found: SignalData = {}
+    for (key, labels), raw in raws.items():
+        points = () if (key, labels) in conflicting else _points(raw, rejects)
         if points:
             found.setdefault(key, []).append(Series(labels, points))
     return found
+
+
+def _duplicate(identity: object, differs: bool, conflicting: set[Any], rejects: _Rejects) -> None:
+    """A series seen again: an identical copy is dropped; copies that disagree are all dropped
+    (which one is right is unknown, and the wrong one could fake a stall or a drop)."""
+    rejects.add("duplicate_series")
+    if differs and identity not in conflicting:
+        conflicting.add(identity)
+        rejects.add("duplicate_series")
 
 
 TokenProvider = Callable[[], Awaitable[str | None]]
@@ -597,7 +608,21 @@ def prefilter(text: str, names: Collection[str]) -> list[str]:
     prefixes = tuple(names)
     if not prefixes:
         return []
-    return [line for line in text.splitlines() if line.startswith(prefixes)]
+    # Lines end at "\n" only, as the exposition format says: splitlines() would also break a
+    # line at a "\r" or "\u2028" inside a label value, which needs no escaping there.
+    return [line for line in text.split("\n") if line.startswith(prefixes)]
+
+
+def page_samples(
+    text: str, names: Collection[str], rejects: _Rejects
+) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of a page's samples named as one of `names`: prefiltered, at most
+    MAX_PAGE_LINES lines parsed (a page of millions of matching lines costs no more)."""
+    lines = prefilter(text, names)
+    if len(lines) > MAX_PAGE_LINES:
+        rejects.add("too_many_lines", len(lines) - MAX_PAGE_LINES)
+        lines = lines[:MAX_PAGE_LINES]
+    return _parse_lines(lines, names, rejects)
 
 
 def _parse_lines(
@@ -716,7 +741,7 @@ class DirectSource(_HttpSource):
                 url = f"http://{url}/metrics"
             text = await self._fetch(url)
             t = self._clock()
-            page = _Page(t, _parse_lines(prefilter(text, names), names, rejects))
+            page = _Page(t, page_samples(text, names, rejects))
             outcome = "ok"
             return page
         except SourceUnavailable as error:
@@ -758,15 +783,20 @@ class DirectSource(_HttpSource):
 
 def _page_series(signal: Signal, page: _Page, rejects: _Rejects) -> list[Series]:
     series: list[Series] = []
-    seen: set[Labels] = set()
+    values: dict[Labels, float] = {}
+    conflicting: set[Labels] = set()
     for name, labels, value in page.samples:
         if name != signal.metric or not signal.matches(labels):
             continue
         key = tuple(sorted(labels.items()))
-        if key in seen:
-            rejects.add("duplicate_series")
+        if key in values:
+            differs = not _same_value(value, values[key])
+            _duplicate(key, differs, conflicting, rejects)
             continue
-        seen.add(key)
+        values[key] = value
+    for key, value in values.items():
+        if key in conflicting:
+            continue
         if math.isnan(value):
             rejects.add("nan")
             continue
@@ -775,6 +805,10 @@ def _page_series(signal: Signal, page: _Page, rejects: _Rejects) -> list[Series]
             continue
         series.append(Series(key, ((page.t, value),)))
     return series
+
+
+def _same_value(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 # ------------------------------------------------------------------ the default factory

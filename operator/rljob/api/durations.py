@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
 from rljob.api.rules import CelCheck
 
@@ -32,15 +32,21 @@ _MAX_NANOSECONDS = 2**63 - 1
 def parse_duration(text: str) -> float:
     """Parses a Go duration ("1h30m", "500ms", "-1.5s", "0") into seconds; raises ValueError
     on anything time.ParseDuration rejects, including values beyond its int64 nanoseconds."""
+    return duration_nanoseconds(text) / 1e9
+
+
+def duration_nanoseconds(text: str) -> int:
+    """parse_duration in whole nanoseconds, exact: compare durations with this, as CEL does
+    (seconds as floats round away the nanoseconds of durations above ~104 days)."""
     body, sign = _split_sign(text)
     if body == "0":
-        return 0.0
+        return 0
     if not body:
         raise ValueError(f"invalid duration {text!r}")
     nanoseconds = _sum_components(body, text)
     if nanoseconds > _MAX_NANOSECONDS:
         raise ValueError(f"invalid duration {text!r}: out of range")
-    return sign * nanoseconds / 1e9
+    return sign * nanoseconds
 
 
 def _split_sign(text: str) -> tuple[str, int]:
@@ -71,15 +77,24 @@ def _is_at_least_one_second(value: str) -> bool:
     return parse_duration(value) >= 1.0
 
 
-def _parseable(value: str) -> str:
-    parse_duration(value)  # the pattern admits values too large for Go's int64 nanoseconds
-    return value
+def _in_range(value: str) -> bool:
+    try:
+        duration_nanoseconds(value)
+    except ValueError:
+        return False
+    return True
 
 
+# The pattern admits values too large for Go's int64 nanoseconds ("99999999999h"): CEL's
+# duration() fails on them, so the API server rejects them as the model does.
 Duration = Annotated[
     str,
     Field(pattern=DURATION_PATTERN, max_length=DURATION_MAX_LENGTH),
-    AfterValidator(_parseable),
+    CelCheck(
+        cel="duration(self) >= duration('0s')",
+        message="must be at most 2562047h47m16.854775807s (Go's int64 nanoseconds)",
+        holds=_in_range,
+    ),
 ]
 """A duration such as "30s", "1h30m" or "500ms" (Go syntax; units ns, us, ms, s, m, h; no "d")."""
 

@@ -7,6 +7,7 @@ import re
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     ConfigDict,
     Field,
     GetCoreSchemaHandler,
@@ -31,7 +32,54 @@ ShortText = Annotated[str, Field(max_length=253)]
 FreeForm = dict[str, Any]
 """An object passed through unchecked (x-kubernetes-preserve-unknown-fields)."""
 
+
+def _string_map(value: object, where: str) -> None:
+    if value is not None and not (
+        isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    ):
+        raise ValueError(f"{where} must be a map of strings")
+
+
+def _pod_template_shape(template: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a free-form pod template the operator merges into what it renders: the
+    server stores any object here, so a wrong shape is refused by name before it is used."""
+    metadata, spec = template.get("metadata"), template.get("spec")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise ValueError("metadata must be an object")
+    for key in ("labels", "annotations"):
+        _string_map((metadata or {}).get(key), f"metadata.{key}")
+    if spec is not None and not isinstance(spec, dict):
+        raise ValueError("spec must be an object")
+    for key in ("containers", "initContainers"):
+        items = (spec or {}).get(key)
+        if items is None:
+            continue
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise ValueError(f"spec.{key} must be a list of objects")
+        if not all(isinstance(i.get("name"), str) for i in items):
+            raise ValueError(f"spec.{key}[*].name must be a string")
+    return template
+
+
+PodTemplate = Annotated[FreeForm, AfterValidator(_pod_template_shape)]
+"""A free-form pod template whose merged parts (metadata, containers) have the right shape."""
+
 MAX_RESOURCES = 16
+# The API server decodes JSON integers as int64: a larger number is a float there, and an
+# integer field rejects it ("must be of type integer"). Checked in Python only: a schema
+# maximum of 2**63-1 is read back as a float, which the API server refuses as a bound.
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+
+def _int64(value: int) -> int:
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise PydanticCustomError("int64", "must fit in 64 bits, as the API server reads it")
+    return value
+
+
+Int64Check = AfterValidator(_int64)
+Int64 = Annotated[int, Int64Check]
 
 
 class _QuantityType:
@@ -54,8 +102,8 @@ class _QuantityType:
 
 def _validate_quantity(value: Any) -> int | str:
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and _QUANTITY.match(value):
+        return _int64(value)
+    if isinstance(value, str) and _QUANTITY.fullmatch(value):
         return value
     raise PydanticCustomError("quantity", "must be an integer or a quantity such as 500m or 16Gi")
 
@@ -105,7 +153,7 @@ class Toleration(SpecModel):
     effect: Annotated[str, Field(max_length=32)] | None = Field(
         default=None, description="Taint effect to match; empty matches all effects."
     )
-    toleration_seconds: int | None = Field(
+    toleration_seconds: Int64 | None = Field(
         default=None,
         description="How long a NoExecute taint is tolerated before eviction.",
     )

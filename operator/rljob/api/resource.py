@@ -53,7 +53,7 @@ class ObjectMeta(BaseModel):
     def _dns1035_label_of_limited_length(cls, name: str) -> str:
         if len(name) > NAME_MAX_LENGTH:
             raise PydanticCustomError("name", NAME_LENGTH_MESSAGE)
-        if not re.match(DNS1035_LABEL_PATTERN, name):
+        if not re.fullmatch(DNS1035_LABEL_PATTERN, name):
             raise PydanticCustomError("name", NAME_FORMAT_MESSAGE)
         return name
 

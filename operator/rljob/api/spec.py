@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from rljob.api.base import SpecModel
-from rljob.api.durations import Duration, DurationAtLeastOneSecond, parse_duration
+from rljob.api.durations import Duration, DurationAtLeastOneSecond, duration_nanoseconds
 from rljob.api.enums import (
     AddressingStyle,
     AddressingStyleField,
@@ -22,8 +22,9 @@ from rljob.api.enums import (
 )
 from rljob.api.kube_types import (
     EnvList,
-    FreeForm,
+    Int64Check,
     ObjectName,
+    PodTemplate,
     PullSecretList,
     ResourceRequirements,
     SecretKeyReference,
@@ -64,7 +65,7 @@ S3Uri = Annotated[
         cel=f"self.matches('{S3_URI_PATTERN}')",
         message="must be s3://<bucket>[/<prefix>]: a bucket name (3-63 of a-z 0-9 . -), then "
         "path segments of A-Z a-z 0-9 . _ = + - without a trailing slash",
-        holds=lambda uri: re.match(S3_URI_PATTERN, uri) is not None,
+        holds=lambda uri: re.fullmatch(S3_URI_PATTERN, uri) is not None,
     ),
 ]
 
@@ -139,10 +140,10 @@ class Role(SpecModel):
     metrics: MetricsEndpoint | None = Field(
         default=None, description="Metrics endpoint; default: the engine's or SDK's port."
     )
-    pod_template: FreeForm | None = Field(
+    pod_template: PodTemplate | None = Field(
         default=None,
         description="Free-form pod template merged over the rendered one, for what the fields "
-        "above do not cover; checked by a server dry-run, not by this schema.",
+        "above do not cover; its metadata and containers must have a pod template's shape.",
     )
 
 
@@ -402,7 +403,7 @@ class Health(SpecModel):
 
 
 def _backoff_in_order(backoff: Any) -> bool:
-    return parse_duration(backoff.initial) <= parse_duration(backoff.max)
+    return duration_nanoseconds(backoff.initial) <= duration_nanoseconds(backoff.max)
 
 
 class Backoff(SpecModel):
@@ -520,9 +521,8 @@ class RLJobSpec(SpecModel):
     )
     health: Health = _nested(Health, "Health detection.")
     failure_policy: FailurePolicy = _nested(FailurePolicy, "Failure handling.")
-    ttl_seconds_after_finished: int | None = Field(
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0), Int64Check] | None = Field(
         default=None,
-        ge=0,
         description="Seconds after Succeeded or Failed before the job is deleted; default: kept.",
     )
 

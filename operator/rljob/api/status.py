@@ -28,6 +28,7 @@ CONDITION_TYPE_PATTERN = (
 REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
 MESSAGE_MAX_LENGTH = 1024
+REASON_MAX_LENGTH = 1024
 MAX_CONDITIONS = 16
 MAX_CHECKPOINT_HISTORY = 20
 # maxRestarts is at most 100, and the 101st counted restart in a window fails the job.
@@ -62,9 +63,9 @@ class Condition(StatusModel):
         description="Condition type, e.g. Ready, Progressing, Degraded, CheckpointReady."
     )
     status: ConditionStatus = Field(description="True, False or Unknown.")
-    reason: Annotated[str, Field(pattern=REASON_PATTERN, min_length=1, max_length=1024)] = Field(
-        description="One CamelCase word for machines and aggregation."
-    )
+    reason: Annotated[
+        str, Field(pattern=REASON_PATTERN, min_length=1, max_length=REASON_MAX_LENGTH)
+    ] = Field(description="One CamelCase word for machines and aggregation.")
     message: Message = Field(description="One line for humans.")
     last_transition_time: datetime = Field(description="When status last changed.")
     observed_generation: Count | None = Field(

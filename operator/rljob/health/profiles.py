@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from rljob.api.enums import Engine
 from rljob.api.spec import RolloutRole
 from rljob.health.samples import EngineSample
-from rljob.health.stall import current_phase
+from rljob.health.stall import TrainerSignals, current_phase, freshest_heartbeat
 from rljob.health.verifier import VerifierSample
 
 Point = tuple[float, float]
@@ -461,6 +461,7 @@ class TrainerReading:
     step: float | None
     policy_generation: float | None
     checkpoint_step: float | None = None
+    heartbeat_scraped_at: float | None = None  # the heartbeat point's own time
 
 
 def _latest(series: Iterable[Series]) -> tuple[float, float] | None:
@@ -512,4 +513,31 @@ def trainer_reading(
         step=step[1] if step is not None else None,
         policy_generation=generation[1] if generation is not None else None,
         checkpoint_step=checkpoint[1] if checkpoint is not None else None,
+        heartbeat_scraped_at=heartbeat[0] if heartbeat is not None else None,
     )
+
+
+def trainer_signals(
+    readings: Iterable[TrainerReading], *, pods_running: bool, attempt_started_at: float
+) -> TrainerSignals:
+    """The gang's signals from its ranks' latest readings: the freshest plausible heartbeat and
+    when it was read (a rank whose metrics stopped arriving leaves an old reading behind: the
+    heartbeat is judged as of then, not read as a stall now), the phase of that rank (else of
+    the newest reading) and the highest step."""
+    readings = list(readings)
+    beating = [r for r in readings if freshest_heartbeat([r.heartbeat_at]) is not None]
+    source = max(beating, key=lambda r: (r.heartbeat_at or 0.0, _heartbeat_time(r)), default=None)
+    phase_from = source or max(readings, key=lambda r: r.t, default=None)
+    steps = [r.step for r in readings if r.step is not None]
+    return TrainerSignals(
+        pods_running=pods_running,
+        attempt_started_at=attempt_started_at,
+        heartbeat_at=source.heartbeat_at if source is not None else None,
+        phase=phase_from.phase if phase_from is not None else None,
+        step=max(steps) if steps else None,
+        observed_at=_heartbeat_time(source) if source is not None else None,
+    )
+
+
+def _heartbeat_time(reading: TrainerReading) -> float:
+    return reading.heartbeat_scraped_at if reading.heartbeat_scraped_at is not None else reading.t

@@ -168,6 +168,9 @@ class TrainerSignals:
     heartbeat_at: float | None
     phase: str | None = None
     step: float | None = None
+    # When the reading `heartbeat_at` comes from was scraped (None: taken as now). The heartbeat
+    # is judged as of that moment: metrics that stopped arriving are missing data, not a stall.
+    observed_at: float | None = None
 
 
 def _plausible(value: float | None) -> bool:
@@ -220,9 +223,15 @@ class TrainerStallDetector:
         heartbeat = signals.heartbeat_at
         if heartbeat is None or not _plausible(heartbeat):
             return insufficient(TRAINER_STALL, target, "no trainer heartbeat exported")
-        return self._judge_heartbeat(signals, heartbeat, now)
+        observed = signals.observed_at
+        if observed is not None and not now - observed <= self.config.timeout:
+            age = format_duration(now - observed) if _plausible(observed) else "?"
+            return insufficient(TRAINER_STALL, target, f"no trainer metrics for {age}")
+        as_of = min(now, observed) if observed is not None else now
+        return self._judge_heartbeat(signals, heartbeat, as_of)
 
     def _judge_heartbeat(self, signals: TrainerSignals, heartbeat: float, now: float) -> Evaluation:
+        """The heartbeat's staleness at `now` (the time it was read, when that is known)."""
         reference = max(heartbeat, self._last_gated_at, signals.attempt_started_at)
         stale_for = now - reference
         timeout = self.config.timeout

@@ -30,6 +30,9 @@ from rljob.health.evaluation import (
 
 MAX_MESSAGE_BYTES = 4096
 MAX_EVIDENCE_LINE = 256
+# Reasons and container names are set through the API (a pod's status is writable by whoever
+# may patch it): bounded and cleaned like messages before they are quoted.
+MAX_LABEL = 128
 
 RestartPolicy = Literal["Always", "OnFailure", "Never"]
 
@@ -155,10 +158,16 @@ def _is_torchrun_nccl_abort(exit_code: int | None, joined: str) -> bool:
     )
 
 
+def _label(text: str | None) -> str:
+    """A short API-set word (a reason, a container name) as one clean, bounded token."""
+    return _clip(sanitize_line(text or ""), MAX_LABEL)
+
+
 def _describe(termination: ContainerTermination, detail: str | None) -> str:
-    who = f"container {termination.container} " if termination.container else ""
+    container, reason = _label(termination.container), _label(termination.reason)
+    who = f"container {container} " if container else ""
     how = f"exit {termination.exit_code}" if termination.exit_code is not None else "terminated"
-    why = f" ({termination.reason})" if termination.reason else ""
+    why = f" ({reason})" if reason else ""
     return _clip(f"{who}{how}{why}" + (f": {_clip(detail)}" if detail else ""), 1024)
 
 
@@ -240,7 +249,7 @@ def classify_disruption(
         if condition.type == "DisruptionTarget" and condition.status == "True":
             reason = DISRUPTION_REASONS.get(condition.reason or "", FailureReason.EVICTED)
             text = sanitize_message(condition.message, MAX_EVIDENCE_LINE)
-            label = condition.reason or "DisruptionTarget"
+            label = _label(condition.reason) or "DisruptionTarget"
             return Classification(reason, None, _clip(f"{label}: {text}" if text else label))
     if pod_reason in POD_STATUS_REASONS:
         text = sanitize_message(pod_message, MAX_EVIDENCE_LINE)
@@ -256,7 +265,9 @@ def classify_node(node: str | None, ready_status: str | None) -> Classification 
     """NodeLost when the pod's node stopped reporting (Ready Unknown) or is gone."""
     if ready_status == "Unknown":
         return Classification(
-            FailureReason.NODE_LOST, None, f"node {node or '?'} stopped reporting (Ready Unknown)"
+            FailureReason.NODE_LOST,
+            None,
+            f"node {_label(node) or '?'} stopped reporting (Ready Unknown)",
         )
     return None
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from rljob.api import Condition, ConditionStatus, ConditionType
-from rljob.api.status import MESSAGE_MAX_LENGTH, REASON_PATTERN
+from rljob.api.status import MESSAGE_MAX_LENGTH, REASON_MAX_LENGTH, REASON_PATTERN
+from rljob.health.termination import sanitize_line
 
 PODS_SCHEDULED = "PodsScheduled"
 # Types this layer owns, in the order they are listed; other types (CheckpointReady, ...) are
@@ -25,7 +26,6 @@ MANAGED_TYPES = (
     ConditionType.FAILED.value,
 )
 _REASON = re.compile(REASON_PATTERN)
-_WHITESPACE = re.compile(r"\s+")
 
 
 @dataclass(frozen=True)
@@ -44,14 +44,18 @@ class ConditionState:
 
 
 def one_line(text: str, limit: int = MESSAGE_MAX_LENGTH) -> str:
-    """Whitespace (newlines included) collapsed to single spaces, cut to `limit` characters."""
-    line = _WHITESPACE.sub(" ", text).strip()
+    """Whitespace (newlines included) collapsed to single spaces, control and format
+    characters dropped (messages quote what pods and metrics sources say: no terminal escapes
+    reach `kubectl describe`), cut to `limit` characters."""
+    line = sanitize_line(text[: 8 * limit])  # bounded work, whatever comes in
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def valid_reason(reason: str, fallback: str) -> str:
     """`reason` if it is a valid condition reason (CamelCase word), else `fallback`."""
-    return reason if reason and _REASON.match(reason) else fallback
+    # fullmatch: Python's `$` also matches before a trailing newline, the API server's not.
+    valid = len(reason) <= REASON_MAX_LENGTH and _REASON.fullmatch(reason)
+    return reason if valid else fallback
 
 
 def find(conditions: Iterable[Condition], kind: str) -> Condition | None:
