@@ -5,9 +5,11 @@ The Runtime owns the shared clients and the per-job workers; kopf handlers only 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import signal
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -39,12 +41,15 @@ from rljob.health.policy import Failure, decide
 from rljob.health.termination import DISRUPTION_REASONS, CrashRepeatTracker
 from rljob.health_scheduler import HealthScheduler, pods_by_role
 from rljob.observability import (
+    ACTION_LATENCY,
     CHECKPOINT_ERRORS,
     JOBS_BY_PHASE,
     RECONCILE_ERRORS,
     RECONCILE_SECONDS,
     RESTARTS,
     SPEC_REJECTIONS,
+    TRAINER_STEP,
+    TRAINER_STEP_RATE,
 )
 from rljob.reconcile.acceptance import invalid_spec_status, with_accepted
 from rljob.reconcile.checkpoint_status import (
@@ -60,8 +65,11 @@ from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile, status_patch
 from rljob.reconcile.progress import (
     ProgressReading,
+    StepSample,
     engine_policy_env,
     progress_reading,
+    step_rate,
+    step_window,
     with_progress,
 )
 from rljob.reconcile.remediation import (
@@ -154,6 +162,16 @@ def _count_restarts(body: dict[str, Any], status: RLJobStatus) -> None:
                         record.action.value).inc()  # fmt: skip
 
 
+def _observe_settled(body: dict[str, Any], status: RLJobStatus, now: dt.datetime) -> None:
+    """rljob_action_latency_seconds for the journaled action this write completed."""
+    before = (body.get("status") or {}).get("inFlight") or {}
+    if not before or (status.in_flight is not None and status.in_flight.id == before.get("id")):
+        return
+    with contextlib.suppress(KeyError, ValueError):
+        started = dt.datetime.fromisoformat(before["startedAt"].replace("Z", "+00:00"))
+        ACTION_LATENCY.labels(before["kind"]).observe(max((now - started).total_seconds(), 0.0))
+
+
 def _signals_condition(job: RLJob, error: str | None, now: dt.datetime) -> RLJobStatus:
     """HealthSignalsAvailable: False (no restart from metrics) while the source fails."""
     if error is None:
@@ -205,6 +223,7 @@ class Runtime:
         self._findings: dict[JobKey, list[Evaluation]] = {}
         self._saved_steps: dict[JobKey, int] = {}  # the trainer's checkpoint-step metric
         self._listed: dict[JobKey, int] = {}  # the saved step we last listed the store for
+        self._step_windows: dict[JobKey, list[StepSample]] = {}
         self._progress: dict[JobKey, ProgressReading] = {}  # the latest health round's
         self._disruptions_reported: dict[JobKey, set[str]] = {}  # pod uids
         self.health = HealthScheduler(MetricsSources(), self._on_health)
@@ -225,7 +244,10 @@ class Runtime:
     async def _on_health(self, key: JobKey, evaluations: list[Evaluation]) -> None:
         """One health round of a job: keep its findings for its next pass, and wake it."""
         self._note_saved_step(key, evaluations)
-        self._progress[key] = progress_reading(evaluations)
+        reading = progress_reading(evaluations)
+        self._progress[key] = reading
+        if reading.step is not None:
+            self._export_step(key, StepSample(reading.step, time.time()))
         findings = [e for e in evaluations if e.is_finding]
         if findings or key in self._findings:
             self._findings[key] = findings
@@ -233,6 +255,21 @@ class Runtime:
 
     async def _elected(self) -> None:
         self.workers.wake_all()  # a standby that takes over acts on every job at once
+
+    def _export_step(self, key: JobKey, sample: StepSample) -> None:
+        """rljob_job_trainer_step and its rate over the last few minutes."""
+        window = step_window(self._step_windows.get(key, []), sample)
+        self._step_windows[key] = window
+        TRAINER_STEP.labels(*key).set(sample.step)
+        rate = step_rate(window)
+        if rate is not None:
+            TRAINER_STEP_RATE.labels(*key).set(rate)
+
+    def _forget_metrics(self, key: JobKey) -> None:
+        self._step_windows.pop(key, None)
+        for gauge in (TRAINER_STEP, TRAINER_STEP_RATE):
+            with contextlib.suppress(KeyError):
+                gauge.remove(*key)
 
     def _note_saved_step(self, key: JobKey, evaluations: list[Evaluation]) -> None:
         """The trainer's checkpoint-step metric: a new save wakes the job to refresh latest."""
@@ -325,6 +362,7 @@ class Runtime:
         wrote = await self._write_status(body, with_accepted(plan.status, job, now))
         if wrote:
             _count_restarts(body, plan.status)
+            _observe_settled(body, plan.status, now)
         await self._act(body, plan, observed, now)
         events += plan.events
         if order is not None:
@@ -461,6 +499,7 @@ class Runtime:
             self.health.forget(key)
             self._findings.pop(key, None)
             self._progress.pop(key, None)
+            self._forget_metrics(key)
             return job, []
         self.health.register(job, pods_by_role(observed.pods))
         job = _with_status(job, _signals_condition(job, self.health.source_error(key), now))

@@ -40,6 +40,22 @@ RESTARTS = Counter(
     "Restarts the operator carried out, by job, reason, role and action.",
     ["namespace", "job", "reason", "role", "action"],
 )
+TRAINER_STEP = Gauge(
+    "rljob_job_trainer_step",
+    "The trainer's latest step, as the operator's health rounds read it.",
+    ["namespace", "job"],
+)
+TRAINER_STEP_RATE = Gauge(
+    "rljob_job_trainer_steps_per_second",
+    "Trainer steps per second between the operator's last two readings of a new step.",
+    ["namespace", "job"],
+)
+ACTION_LATENCY = Histogram(
+    "rljob_action_latency_seconds",
+    "From journaling a repair (status.inFlight) to its completion, by action.",
+    ["action"],
+    buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
 SPEC_REJECTIONS = Counter(
     "rljob_spec_rejections_total",
     "RLJob specs the operator could not accept, by reason.",

@@ -97,3 +97,30 @@ def _last_step_time(old: Progress | None, step: int | None, now: datetime) -> da
     if old is None or step is None or old.step != step:
         return now if step is not None else None
     return old.last_step_time
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """A trainer step and when the operator read it (unix seconds)."""
+
+    step: int
+    at: float
+
+
+STEP_RATE_WINDOW = 300.0  # seconds of step readings the rate is taken over
+
+
+def step_window(samples: Sequence[StepSample], current: StepSample) -> list[StepSample]:
+    """The readings the rate is taken over: the last STEP_RATE_WINDOW seconds; a step that went
+    back (a resumed attempt) starts the window afresh."""
+    if samples and current.step < samples[-1].step:
+        return [current]
+    kept = [s for s in samples if current.at - s.at <= STEP_RATE_WINDOW]
+    return [*kept, current]
+
+
+def step_rate(samples: Sequence[StepSample]) -> float | None:
+    """Steps per second from the window's first to its last reading (0 while stalled)."""
+    if len(samples) < 2 or samples[-1].at <= samples[0].at:
+        return None
+    return (samples[-1].step - samples[0].step) / (samples[-1].at - samples[0].at)

@@ -18,8 +18,11 @@ from rljob.health.evaluation import (
 )
 from rljob.reconcile.progress import (
     ProgressReading,
+    StepSample,
     engine_policy_env,
     progress_reading,
+    step_rate,
+    step_window,
     with_progress,
 )
 from tests.unit.reconcile.world import T0, example_job
@@ -94,3 +97,22 @@ def test_engines_get_the_policy_uri_and_generation() -> None:
 
 def test_no_policy_env_without_a_checkpoint_store() -> None:
     assert engine_policy_env(example_job(checkpoint=None)) == {}
+
+
+@pytest.mark.parametrize(
+    ("readings", "rate"),
+    [
+        pytest.param([(10, 0.0)], None, id="one-reading"),
+        pytest.param([(10, 0.0), (40, 60.0)], 0.5, id="steady"),
+        pytest.param([(10, 0.0), (40, 60.0), (40, 120.0)], 0.25, id="stalled-decays"),
+        pytest.param([(10, 0.0), (40, 400.0)], None, id="old-readings-leave-the-window"),
+        pytest.param([(500, 0.0), (20, 60.0), (50, 120.0)], 0.5, id="resumed-attempt-restarts"),
+    ],
+)
+def test_the_step_rate_over_the_last_minutes(
+    readings: list[tuple[int, float]], rate: float | None
+) -> None:
+    window: list[StepSample] = []
+    for step, at in readings:
+        window = step_window(window, StepSample(step, at))
+    assert step_rate(window) == rate
