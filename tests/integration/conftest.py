@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rljob.dev.bed import OperatorProcess, install_crd, start_operator
 from rljob.dev.binaries import bin_dir
@@ -34,6 +36,7 @@ from tests.integration.s3_fixtures import (  # noqa: F401 - fixtures for every i
     s3_bucket_fixture,
     s3_server_fixture,
 )
+from tests.unit.monitoring import scaled_rule_groups
 
 
 @dataclass
@@ -80,6 +83,9 @@ def crd(cluster: Cluster) -> list[str]:
     return install_crd(cluster.api)
 
 
+OPERATOR_SCRAPE_JOB = "rljob-operator"  # the scrape job the shipped rules expect
+
+
 class Operator:
     """The session's operator under its least-privilege ServiceAccount; tests may restart it
     (with a different environment) or kill it, and it is running again for the next test."""
@@ -87,6 +93,7 @@ class Operator:
     def __init__(self, cluster: Cluster, workdir: Path, store: S3Server) -> None:
         self.cluster, self.workdir, self.store = cluster, workdir, store
         self.custom = False
+        self.prometheus: PrometheusServer | None = None
         self.current = self.start()
 
     @property
@@ -104,9 +111,18 @@ class Operator:
     def start(self, env: dict[str, str] | None = None) -> OperatorProcess:
         # The operator's own S3 identity: the session's store, unless a test says otherwise.
         environment = {**self.store.env(), **(env or {})}
-        return start_operator(
+        started = start_operator(
             self.cluster.api, self.cluster.run, self.workdir, "--resync-seconds=20", env=environment
         )
+        if self.prometheus is not None:
+            self.prometheus.set_static_targets(OPERATOR_SCRAPE_JOB, [_address(started)])
+        return started
+
+    def scraped_by(self, prometheus: PrometheusServer) -> None:
+        """The bed's Prometheus scrapes this operator (as the chart's ServiceMonitor would),
+        also after restarts."""
+        self.prometheus = prometheus
+        prometheus.set_static_targets(OPERATOR_SCRAPE_JOB, [_address(self.current)])
 
     def restart(self, env: dict[str, str] | None = None) -> None:
         self.current.stop()
@@ -134,14 +150,23 @@ def operator(operator_session: Operator) -> Iterator[Operator]:
     operator_session.ensure_default()
 
 
+def _address(started: OperatorProcess) -> str:
+    return urllib.parse.urlsplit(started.metrics_url).netloc
+
+
 @pytest.fixture(scope="session")
 def stack(
     cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Simulator, PrometheusServer]]:
-    """The simulator (every namespace) and Prometheus (1 s scrape and evaluation), for the run."""
+    """The simulator (every namespace) and Prometheus (1 s scrape and evaluation) with the
+    shipped alert rules at second scale (1/60: 30m -> 30s), for the run."""
+    run_dir = tmp_path_factory.mktemp("sim-prometheus")
+    rules = run_dir / "rljob-rules-scaled.yaml"
+    rules.write_text(yaml.safe_dump({"groups": scaled_rule_groups(1 / 60)}, sort_keys=False))
     sim, prometheus = start_with_prometheus(
-        tmp_path_factory.mktemp("sim-prometheus"),
+        run_dir,
         cluster.run.kubeconfig,
+        rule_files=[rules],
         scrape_interval="1s",
         evaluation_interval="1s",
     )

@@ -136,6 +136,9 @@ class PrometheusServer(ServerProcess):
                 },
                 {
                     "job_name": STATIC_JOB,
+                    # As the chart's ServiceMonitor: the operator's own `namespace` and `job`
+                    # labels (an RLJob's) win over the target's; `up` keeps the target's job.
+                    "honor_labels": True,
                     "file_sd_configs": [
                         {"files": [str(self.static_file)], "refresh_interval": "5s"}
                     ],
