@@ -133,8 +133,9 @@ def configure_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # Per-event "Handler succeeded" lines and probe access logs would drown the useful ones.
-    for noisy in ("kopf.objects", "aiohttp.access"):
+    # Per-event "Handler succeeded" lines and probe access logs would drown the useful ones;
+    # botocore at DEBUG logs each request's Authorization header (the access key id).
+    for noisy in ("kopf.objects", "aiohttp.access", "botocore", "boto3", "s3transfer", "urllib3"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
 
 

@@ -33,8 +33,8 @@ app.kubernetes.io/component: operator
 {{- end }}
 
 {{- define "rljob-operator.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "rljob-operator.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "rljob-operator.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end }}
 
 {{- define "rljob-operator.serviceAccountName" -}}

@@ -15,12 +15,13 @@ import yaml
 
 from rljob.api import crd_manifest
 from rljob.dev.controlplane import ControlPlaneError, RunDir, wait_until, write_kubeconfig
-from rljob.dev.kubeapi import KubeApi
+from rljob.dev.kubeapi import ApiError, KubeApi
 from rljob.dev.processes import free_ports, spawn, tail, terminate
 
 CRD_NAME = "rljobs.rljob.io"
 OPERATOR_NAMESPACE = "rljob-system"
 OPERATOR_ACCOUNT = "rljob-operator"
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}"
 FIELD_MANAGER = "rljob-dev"
 
 
@@ -54,6 +55,21 @@ def install_crd(api: KubeApi) -> list[str]:
 
     wait_until(established, 30, f"CRD {CRD_NAME} to be Established")
     return warnings
+
+
+def ensure_namespace(api: KubeApi, name: str, timeout: float = 60.0) -> None:
+    """Creates the namespace (an existing one is fine) and waits for its default
+    ServiceAccount, without which no pod can be created in it."""
+    try:
+        api.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    wait_until(
+        lambda: bool(api.get(f"/api/v1/namespaces/{name}/serviceaccounts/default")),
+        timeout,
+        f"the default ServiceAccount in {name}",
+    )
 
 
 def _object(api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
@@ -100,14 +116,20 @@ def _identity_objects() -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+def service_account_token(api: KubeApi, namespace: str, account: str) -> str:
+    """A one-day token of the ServiceAccount from the TokenRequest API."""
+    token: str = api.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        {"spec": {"expirationSeconds": 86400}},
+    )["status"]["token"]
+    return token
+
+
 def operator_kubeconfig(api: KubeApi, run: RunDir, path: Path) -> Path:
     """A token kubeconfig for the operator's ServiceAccount, bound to exactly the chart's rules."""
     for object_path, body in _identity_objects():
         api.apply(object_path, body, field_manager=FIELD_MANAGER)
-    token = api.create(
-        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{OPERATOR_ACCOUNT}/token",
-        {"spec": {"expirationSeconds": 86400}},
-    )["status"]["token"]
+    token = service_account_token(api, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT)
     return write_kubeconfig(run, api.creds.server, token=token, path=path)
 
 
@@ -118,7 +140,7 @@ class OperatorProcess:
     process: subprocess.Popen[bytes]
     log: Path
     metrics_url: str
-    user: str = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}"
+    user: str = OPERATOR_USER
 
     def stop(self) -> None:
         terminate(self.process.pid, grace=15)
@@ -130,6 +152,19 @@ def start_operator(
     """Starts `rljob run` under the operator's ServiceAccount and waits for its liveness probe."""
     workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = operator_kubeconfig(api, run, workdir / "operator.kubeconfig")
+    return launch_operator(kubeconfig, workdir, *extra, env=env)
+
+
+def launch_operator(
+    kubeconfig: Path,
+    workdir: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    user: str = OPERATOR_USER,
+) -> OperatorProcess:
+    """Starts `rljob run` with the kubeconfig's identity (`user` names it) and waits for its
+    liveness probe."""
+    workdir.mkdir(parents=True, exist_ok=True)
     metrics, liveness = free_ports(2)
     cmd = [
         sys.executable, "-m", "rljob.cli", "run",
@@ -140,7 +175,7 @@ def start_operator(
         *extra,
     ]  # fmt: skip
     managed = spawn("operator", cmd, workdir, env=env)
-    op = OperatorProcess(managed.process, managed.log, f"http://127.0.0.1:{metrics}/metrics")
+    op = OperatorProcess(managed.process, managed.log, f"http://127.0.0.1:{metrics}/metrics", user)
 
     def alive() -> bool:
         if op.process.poll() is not None:

@@ -50,6 +50,7 @@ def pod_template(inputs: PodInputs) -> dict[str, Any]:
     }
     if inputs.role.pod_template:
         template = merge_overrides(template, inputs.role.pod_template)
+    _secure_main_container(template, inputs.role_name.value)
     metadata = template.setdefault("metadata", {}) or {}
     template["metadata"] = metadata
     metadata["labels"] = {**(metadata.get("labels") or {}), **inputs.labels}
@@ -81,6 +82,22 @@ def _pod_spec(inputs: PodInputs) -> dict[str, Any]:
     }
     spec.update({key: value for key, value in optional.items() if value not in (None, [], {})})
     return spec
+
+
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def _secure_main_container(template: dict[str, Any], name: str) -> None:
+    """Safe defaults for the main container, unless the podTemplate gave it a securityContext
+    of its own (which then replaces them whole: `{}` opts out)."""
+    containers = (template.get("spec") or {}).get("containers") or []
+    for container in containers:
+        if isinstance(container, dict) and container.get("name") == name:
+            container.setdefault("securityContext", copy.deepcopy(CONTAINER_SECURITY))
 
 
 def _main_container(inputs: PodInputs) -> dict[str, Any]:

@@ -533,3 +533,31 @@ def test_rendering_is_deterministic_and_shares_no_objects() -> None:
     ranks = [v["valueFrom"] for v in env if v["name"] in ("PET_NODE_RANK", "NODE_RANK")]
     assert ranks[0] == ranks[1]
     assert ranks[0] is not ranks[1]
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        pytest.param(
+            None,
+            {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            id="safe-defaults",
+        ),
+        pytest.param({}, {}, id="empty-opts-out"),
+        pytest.param({"runAsUser": 0}, {"runAsUser": 0}, id="users-own-replaces-them"),
+    ],
+)
+def test_the_main_container_gets_safe_security_defaults_a_user_can_override(
+    override: dict[str, Any] | None, expected: dict[str, Any]
+) -> None:
+    body = example_body()
+    if override is not None:
+        container = {"name": "trainer", "securityContext": override}
+        body = with_role(body, "trainer", podTemplate={"spec": {"containers": [container]}})
+    trainer = render(job_of(body))[("Job", trainer_job_name(JOB, 1))]
+    (main,) = trainer.body["spec"]["template"]["spec"]["containers"]
+    assert main["securityContext"] == expected
