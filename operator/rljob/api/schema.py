@@ -67,8 +67,8 @@ def _convert_keyword(
         return to_structural(child, defs, keep_defaults=keep_defaults)
 
     match key:
-        case "properties":
-            return {key: {name: convert(child) for name, child in value.items()}}
+        case "properties":  # the API server drops an empty one: a stored CRD would differ
+            return {key: {name: convert(child) for name, child in value.items()}} if value else {}
         case "items":
             return {key: convert(value)}
         case "anyOf":  # only int-or-string is left once null branches are gone
