@@ -232,10 +232,11 @@ class Runtime:
     @classmethod
     async def start(cls, options: RuntimeOptions) -> Runtime:
         api = await connect(options.kubeconfig)
+        leadership = Leadership(api, options.lease_namespace)
         runtime = cls(
-            Kube(api, timeout=options.api_timeout),
+            Kube(api, timeout=options.api_timeout, may_write=leadership.acting),
             options,
-            Leadership(api, options.lease_namespace),
+            leadership,
         )
         runtime.leadership.start(runtime._elected)
         runtime._health_task = asyncio.create_task(runtime.health.run(), name="rljob:health")

@@ -1,14 +1,18 @@
 """Two operator replicas with leader election: exactly one holds the Lease and acts; when it is
-SIGKILLed, the standby takes the Lease over and carries on reconciling."""
+SIGKILLed or frozen, the standby takes the Lease over and carries on reconciling, and a frozen
+leader that wakes up exits without writing."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 from collections.abc import Iterator
 
 import pytest
 
+from rljob.adapters.leadership import LEASE_SECONDS
+from rljob.dev.audit import writes_by_user
 from rljob.dev.bed import OPERATOR_NAMESPACE, OperatorProcess, start_operator
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
@@ -46,9 +50,8 @@ def _holder(cluster: Cluster) -> str:
 def test_only_the_lease_holder_acts_and_the_standby_takes_over(
     cluster: Cluster, replicas: list[OperatorProcess], namespace: str
 ) -> None:
-    holder = wait_for(lambda: _holder(cluster), 60, "a replica to hold the Lease")
     pids = {replica.process.pid: replica for replica in replicas}
-    leader_pid = next(pid for pid in pids if holder.endswith(f"-{pid}"))
+    leader_pid = _leader(cluster, replicas).process.pid
     apply_rljob(cluster, namespace, example())
     wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
 
@@ -61,3 +64,75 @@ def test_only_the_lease_holder_acts_and_the_standby_takes_over(
     )
     standby = next(pid for pid in pids if pid != leader_pid)
     assert _holder(cluster).endswith(f"-{standby}")
+
+
+def test_a_frozen_leader_is_replaced_and_exits_without_a_write_when_it_wakes(
+    cluster: Cluster, replicas: list[OperatorProcess], namespace: str
+) -> None:
+    """SIGSTOP the leader past the Lease: the standby takes over and carries out the gang
+    restart the leader may have begun; SIGCONT: the old leader exits, writing nothing (audit
+    log, by each replica's User-Agent)."""
+    leader = _leader(cluster, replicas)
+    holder = _holder(cluster)
+    standby = next(r for r in replicas if r is not leader)
+    apply_rljob(cluster, namespace, example())
+    wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+
+    _fail_rank0(cluster, namespace)
+    os.kill(leader.process.pid, signal.SIGSTOP)
+    try:
+        wait_for(
+            lambda: _holder(cluster).endswith(f"-{standby.process.pid}"),
+            LEASE_SECONDS + 30,
+            "the standby to take the Lease over",
+        )
+        job = wait_for(
+            lambda: (
+                (j := get_rljob(cluster, namespace, NAME))["status"].get("attempt") == 2
+                and not j["status"].get("inFlight")
+                and j
+            ),
+            90,
+            "the gang restart to be finished by the new leader",
+        )
+    finally:
+        woke = dt.datetime.now(dt.UTC)
+        os.kill(leader.process.pid, signal.SIGCONT)
+    assert job["status"]["restarts"]["total"] == 1
+    wait_for(lambda: leader.process.poll() is not None, 60, "the old leader to exit")
+    old_agent = f"rljob-operator/{holder}"
+    late = [
+        w
+        for w in writes_by_user(cluster.run.audit_log, leader.user, since=woke)
+        if w.user_agent.startswith(old_agent) or w.user_agent.startswith("kopf")
+    ]
+    assert late == [], late[:3]
+
+
+def _fail_rank0(cluster: Cluster, namespace: str) -> None:
+    fault = {
+        "sim.rljob.io/fail-exit-code": "1",
+        "sim.rljob.io/fail-message": "Watchdog caught collective operation timeout: WorkNCCL",
+    }
+    pods = cluster.api.get(
+        f"/api/v1/namespaces/{namespace}/pods?labelSelector=rljob.io/role%3Dtrainer"
+    )["items"]
+    (rank0,) = [
+        p
+        for p in pods
+        if p["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index") == "0"
+    ]
+    cluster.api.merge_patch(
+        f"/api/v1/namespaces/{namespace}/pods/{rank0['metadata']['name']}",
+        {"metadata": {"annotations": fault}},
+    )
+
+
+def _leader(cluster: Cluster, replicas: list[OperatorProcess]) -> OperatorProcess:
+    """The replica holding the Lease (an earlier test's holder may linger until it expires)."""
+
+    def leader() -> OperatorProcess | None:
+        holder = _holder(cluster)
+        return next((r for r in replicas if holder.endswith(f"-{r.process.pid}")), None)
+
+    return wait_for(leader, 60, "one of these replicas to hold the Lease")

@@ -70,3 +70,24 @@ def test_a_terminating_namespace_is_told_apart(
     status: int, message: str, terminating: bool
 ) -> None:
     assert KubeError(status, message).namespace_terminating is terminating
+
+
+class _NoNetwork:
+    """Stands in for the dynamic client: any request that reaches it is recorded."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def request(self, method: str, path: str, **_: Any) -> Any:
+        self.sent.append(method)
+        raise AssertionError("sent")
+
+
+@pytest.mark.parametrize("method", ["patch", "post", "delete", "put"])
+async def test_a_replica_that_may_not_write_sends_no_write(method: str) -> None:
+    kube = Kube.__new__(Kube)
+    kube._dynamic = _NoNetwork()  # type: ignore[assignment]
+    kube.timeout, kube.may_write = 1.0, lambda: False
+    with pytest.raises(KubeError, match="not the leader"):
+        await kube.request(method, "/api/v1/namespaces/rl/pods/p")
+    assert kube._dynamic.sent == []  # type: ignore[attr-defined]

@@ -4,6 +4,9 @@ a timeout on every call, errors mapped to one exception type with the HTTP statu
 from __future__ import annotations
 
 import json
+import os
+import socket
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes.aio import config
@@ -48,21 +51,35 @@ def _error_message(body: object) -> str:
         return str(body)[:500]
 
 
+def replica_identity() -> str:
+    """This operator process: its Lease holder identity and, in its User-Agent, its name in
+    the API server's audit log (replicas share one ServiceAccount)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
 async def connect(kubeconfig: str | None) -> ApiClient:
     """A client from in-cluster credentials, or from the given kubeconfig file."""
     if kubeconfig:
-        return await config.new_client_from_config(config_file=kubeconfig)
-    config.load_incluster_config()
-    return ApiClient()
+        api = await config.new_client_from_config(config_file=kubeconfig)
+    else:
+        config.load_incluster_config()
+        api = ApiClient()
+    api.user_agent = f"rljob-operator/{replica_identity()}"
+    return api
 
 
 class Kube:
     """JSON requests against the API server with a per-call timeout."""
 
-    def __init__(self, api: ApiClient, timeout: float = 10.0) -> None:
+    def __init__(
+        self, api: ApiClient, timeout: float = 10.0, may_write: Callable[[], bool] | None = None
+    ) -> None:
         self._dynamic = DynamicClient(api)
         self._api = api
         self.timeout = timeout
+        # Checked right before every write: a leader frozen mid-pass (SIGSTOP, a long GC pause)
+        # that wakes after losing its Lease sends nothing.
+        self.may_write = may_write or (lambda: True)
 
     async def close(self) -> None:
         await self._api.close()
@@ -78,6 +95,8 @@ class Kube:
     ) -> JSON:
         if content_type:
             params["content_type"] = content_type
+        if method.lower() != "get" and not self.may_write():
+            raise KubeError(0, f"not the leader: {method.upper()} {path} not sent")
         try:
             resp = await self._dynamic.request(
                 method, path, body=body, serialize=False, _request_timeout=self.timeout, **params

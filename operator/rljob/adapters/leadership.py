@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,6 +17,8 @@ from kubernetes.aio.client import ApiClient
 from kubernetes.aio.client.exceptions import ApiException
 from kubernetes.aio.leaderelection import electionconfig, leaderelection
 from kubernetes.aio.leaderelection.resourcelock.leaselock import LeaseLock
+
+from rljob.adapters.kube import replica_identity
 
 LEASE_NAME = "rljob-operator"
 LEASE_SECONDS = 15  # whole seconds: the Lease's leaseDurationSeconds is an integer
@@ -48,7 +49,7 @@ class Leadership:
 
     def __init__(self, api: ApiClient | None, namespace: str | None) -> None:
         self.enabled = namespace is not None and api is not None
-        self.identity = f"{socket.gethostname()}-{os.getpid()}"
+        self.identity = replica_identity()
         self._elected = asyncio.Event()
         self._election: leaderelection.LeaderElection | None = None
         self._task: asyncio.Task[None] | None = None
@@ -77,6 +78,11 @@ class Leadership:
         if not self.enabled:
             return True
         if not self._elected.is_set() or self._election is None:
+            return False
+        # The library also refreshes the observed time when it sees ANOTHER holder's record
+        # (e.g. just after a frozen leader wakes up): the holder must be this replica.
+        record = self._election.observed_record
+        if record is None or record.holder_identity != self.identity:
             return False
         renewed_ms = self._election.observed_time_milliseconds
         return time.time() * 1000 - renewed_ms < RENEW_DEADLINE_SECONDS * 1000

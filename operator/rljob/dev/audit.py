@@ -25,6 +25,7 @@ class AuditWrite:
     namespace: str
     name: str
     code: int
+    user_agent: str = ""
 
 
 def _parse_time(value: str) -> dt.datetime:
@@ -44,6 +45,7 @@ def _to_write(event: dict[str, Any]) -> AuditWrite | None:
         namespace=ref.get("namespace", ""),
         name=ref.get("name", ""),
         code=int(event.get("responseStatus", {}).get("code", 0)),
+        user_agent=str(event.get("userAgent", "")),
     )
 
 
