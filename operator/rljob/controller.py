@@ -26,6 +26,7 @@ from rljob.adapters.paths import api_version_of, object_path
 from rljob.api import (
     API_VERSION,
     KIND,
+    ActionKind,
     FailureAction,
     FailureReason,
     InvalidRLJobError,
@@ -77,8 +78,8 @@ from rljob.reconcile.remediation import (
     crash_findings,
     disrupted_serving_pods,
     failed_attempt,
-    gang_restart_event,
     journal_serving_restart,
+    journaled_event,
     pod_to_delete,
     remedy_for,
     remedy_for_finding,
@@ -116,11 +117,25 @@ RENDER_MARKER_ENV = "RLJOB_TEST_RENDER_MARKER"
 
 # Tests only: SIGKILL the operator at a named point of an action, to prove it resumes, not repeats.
 CRASH_POINT_ENV = "RLJOB_TEST_CRASH_POINT"
-CRASH_POINTS = (
+GANG_RESTART_CRASH_POINTS = (
     "gang-restart:journaled",
     "gang-restart:old-job-deleted",
     "gang-restart:new-job-created",
 )
+POD_RESTART_CRASH_POINTS = ("pod-restart:journaled", "pod-restart:pod-deleted")
+ROLE_RESTART_CRASH_POINTS = ("role-restart:journaled", "role-restart:rolled")
+CRASH_POINTS = (
+    *GANG_RESTART_CRASH_POINTS,
+    *POD_RESTART_CRASH_POINTS,
+    *ROLE_RESTART_CRASH_POINTS,
+)
+
+
+_CRASH_PREFIXES = {
+    ActionKind.RESTART_TRAINER_GANG: "gang-restart",
+    ActionKind.RESTART_POD: "pod-restart",
+    ActionKind.RESTART_ROLE: "role-restart",
+}
 
 
 def crash_point(name: str) -> None:
@@ -411,9 +426,11 @@ class Runtime:
         """The plan's side effects, each idempotent (uid preconditions, deterministic names),
         with the crash points of a journaled gang restart between them."""
         meta = body["metadata"]
-        journaled = gang_restart_event(plan.status)
-        if journaled is not None:
-            crash_point("gang-restart:journaled")
+        journaled = journaled_event(plan.status)
+        action = plan.status.in_flight
+        gang = action is not None and action.kind == ActionKind.RESTART_TRAINER_GANG
+        if journaled is not None and action is not None:
+            crash_point(f"{_CRASH_PREFIXES[action.kind]}:journaled")
             name = f"{meta['name']}.{journaled[0]}"
             await post_event(self.kube, body, journaled[1], now, name=name)
         for doomed in plan.delete:
@@ -421,19 +438,21 @@ class Runtime:
             await self.kube.delete(
                 api_version_of(kind), kind, meta["namespace"], doomed.name, doomed.uid
             )
-        if plan.delete and journaled is not None:
+        if plan.delete and gang:
             crash_point("gang-restart:old-job-deleted")
         victim = pod_to_delete(plan.status, observed)
         if victim is not None:
             await self.kube.delete("v1", "Pod", meta["namespace"], victim.name, victim.uid)
+            crash_point("pod-restart:pod-deleted")
         rolling = role_to_roll(plan.status)
         if rolling is not None:
             await self._roll(meta["namespace"], *rolling)
+            crash_point("role-restart:rolled")
         await self._force_delete(body, plan, observed, now)
         await self._report_disruptions(body, observed, now)
         for child in plan.apply:
             await self.kube.apply(_with_render_marker(child.body))
-        if journaled is not None and any(c.kind == "Job" for c in plan.apply):
+        if gang and any(c.kind == "Job" for c in plan.apply):
             crash_point("gang-restart:new-job-created")
 
     async def _force_delete(
@@ -529,7 +548,7 @@ class Runtime:
         decision = decide(failure, job.spec.failure_policy, job.status.restarts, now)
         serving = journal_serving_restart(job, decision, pod, now)
         if serving is not None:
-            return _with_status(job, serving[0]), [serving[1]]
+            return _with_status(job, serving), []
         return job, [EventSpec("Warning", decision.reason.value, decision.message)]
 
     async def _continue_attempts(self, job: RLJob) -> tuple[RLJob, list[EventSpec]]:

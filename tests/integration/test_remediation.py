@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 
-from rljob.controller import CRASH_POINT_ENV, CRASH_POINTS
+from rljob.controller import (
+    CRASH_POINT_ENV,
+    GANG_RESTART_CRASH_POINTS,
+    POD_RESTART_CRASH_POINTS,
+    ROLE_RESTART_CRASH_POINTS,
+)
 from rljob.dev.kubeapi import ApiError
 from rljob.dev.scrape import metric_values
 from tests.helpers import wait_for
@@ -177,6 +182,23 @@ def test_old_pods_stuck_terminating_are_force_deleted_after_the_teardown_timeout
 def test_a_role_restart_rule_rolls_every_engine_and_leaves_the_trainer(
     cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
 ) -> None:
+    _role_restart_rolls_once(cluster, operator, namespace, s3_bucket, crash_at=None)
+
+
+@pytest.mark.parametrize("point", ROLE_RESTART_CRASH_POINTS)
+def test_sigkill_at_a_crash_point_resumes_the_role_restart_exactly_once(
+    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket, point: str
+) -> None:
+    _role_restart_rolls_once(cluster, operator, namespace, s3_bucket, crash_at=point)
+
+
+def _role_restart_rolls_once(
+    cluster: Cluster,
+    operator: Operator,
+    namespace: str,
+    s3_bucket: S3Bucket,
+    crash_at: str | None,
+) -> None:
     rule = {"roles": ["rollout"], "onReasons": ["OOMKilled"], "action": "RestartRole"}
     body = _spec(s3_bucket, rules=[rule])
     body["spec"]["roles"]["rollout"]["replicas"] = 2
@@ -187,10 +209,14 @@ def test_a_role_restart_rule_rolls_every_engine_and_leaves_the_trainer(
     victim = sorted(
         p["metadata"]["name"] for p in children(cluster, namespace, PODS, NAME, "rollout")
     )[0]
+    if crash_at is not None:
+        operator.restart(env={CRASH_POINT_ENV: crash_at})
     oom = {"sim.rljob.io/fail-exit-code": "137", "sim.rljob.io/fail-reason": "OOMKilled"}
     path = f"/api/v1/namespaces/{namespace}/pods/{victim}"
     for restarts in (1, 2):
         _crash_in_place(cluster, path, oom, restarts)
+    if crash_at is not None:
+        _restart_after_the_crash(operator, crash_at)
 
     def rolled() -> bool:
         pods = children(cluster, namespace, PODS, NAME, "rollout")
@@ -199,6 +225,7 @@ def test_a_role_restart_rule_rolls_every_engine_and_leaves_the_trainer(
 
     wait_for(rolled, 90, "every rollout pod replaced by the roll")
     job = wait_condition(cluster, namespace, NAME, "Ready", timeout=60)
+    assert job["status"]["restarts"]["total"] == 1
     recent = job["status"]["restarts"]["recent"][-1]
     assert (recent["reason"], recent["action"]) == ("OOMKilled", "RestartRole")
     assert len(_events(cluster, namespace, "RoleRestarted")) == 1
@@ -214,7 +241,7 @@ def test_a_role_restart_rule_rolls_every_engine_and_leaves_the_trainer(
     )
 
 
-@pytest.mark.parametrize("point", CRASH_POINTS)
+@pytest.mark.parametrize("point", GANG_RESTART_CRASH_POINTS)
 def test_sigkill_at_a_crash_point_resumes_the_gang_restart_exactly_once(
     cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket, point: str
 ) -> None:
@@ -244,6 +271,23 @@ def test_sigkill_at_a_crash_point_resumes_the_gang_restart_exactly_once(
 def test_a_rollout_pod_oom_killed_repeatedly_is_restarted_alone(
     cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
 ) -> None:
+    _oom_restarts_one_pod(cluster, operator, namespace, s3_bucket, crash_at=None)
+
+
+@pytest.mark.parametrize("point", POD_RESTART_CRASH_POINTS)
+def test_sigkill_at_a_crash_point_resumes_the_pod_restart_exactly_once(
+    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket, point: str
+) -> None:
+    _oom_restarts_one_pod(cluster, operator, namespace, s3_bucket, crash_at=point)
+
+
+def _oom_restarts_one_pod(
+    cluster: Cluster,
+    operator: Operator,
+    namespace: str,
+    s3_bucket: S3Bucket,
+    crash_at: str | None,
+) -> None:
     body = _spec(s3_bucket)
     body["spec"]["roles"]["rollout"]["replicas"] = 2
     apply_rljob(cluster, namespace, body)
@@ -253,10 +297,14 @@ def test_a_rollout_pod_oom_killed_repeatedly_is_restarted_alone(
         for p in children(cluster, namespace, PODS, NAME, "rollout")
     )
     (trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
+    if crash_at is not None:
+        operator.restart(env={CRASH_POINT_ENV: crash_at})
     path = f"/api/v1/namespaces/{namespace}/pods/{victim[0]}"
     oom = {"sim.rljob.io/fail-exit-code": "137", "sim.rljob.io/fail-reason": "OOMKilled"}
     for restarts in (1, 2):
         _crash_in_place(cluster, path, oom, restarts)
+    if crash_at is not None:
+        _restart_after_the_crash(operator, crash_at)
 
     def replaced() -> bool:
         uids = {p["metadata"]["uid"] for p in children(cluster, namespace, PODS, NAME, "rollout")}
@@ -267,8 +315,16 @@ def test_a_rollout_pod_oom_killed_repeatedly_is_restarted_alone(
     restarts = job["status"]["restarts"]
     assert (restarts["total"], restarts["byReason"]) == (1, {"OOMKilled": 1})
     assert restarts["recent"][-1]["pod"] == victim[0]
+    assert len(_events(cluster, namespace, "PodRestarted")) == 1
     (same_trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
     assert same_trainer["metadata"]["uid"] == trainer["metadata"]["uid"]
+
+
+def _restart_after_the_crash(operator: Operator, point: str) -> None:
+    wait_for(
+        lambda: operator.current.process.poll() is not None, 60, f"the operator to die at {point}"
+    )
+    operator.restart()
 
 
 def _crash_in_place(cluster: Cluster, path: str, fault: dict[str, str], restarts: int) -> None:

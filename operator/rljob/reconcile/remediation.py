@@ -144,7 +144,7 @@ def remedy_for_finding(
     if decision.delay_seconds > 0:
         return FindingRemedy(None, (role.value, None), report)
     if pod is not None and (serving := journal_serving_restart(job, decision, pod, now)):
-        return FindingRemedy(serving[0], (role.value, pod.name), (serving[1],))
+        return FindingRemedy(serving, (role.value, pod.name), ())
     current = _current_job(job, observed)
     if decision.action == FailureAction.RESTART_TRAINER_GANG and current is not None:
         status = journal_gang_restart(job, decision, current, None, now)
@@ -253,17 +253,15 @@ def journal_role_restart(
 
 def journal_serving_restart(
     job: RLJob, decision: Decision, pod: ObservedPod, now: datetime
-) -> tuple[RLJobStatus, EventSpec] | None:
-    """A serving pod's restart or its role's roll, journaled; None for any other decision or
-    while the policy's backoff runs."""
+) -> RLJobStatus | None:
+    """A serving pod's restart or its role's roll, journaled (its Event: `journaled_event`);
+    None for any other decision or while the policy's backoff runs."""
     if decision.delay_seconds > 0 or pod.role not in SERVING_ROLES:
         return None
     if decision.action == FailureAction.RESTART_POD:
-        status = journal_pod_restart(job, decision, pod, now)
-        return status, EventSpec("Warning", "PodRestarted", decision.message)
+        return journal_pod_restart(job, decision, pod, now)
     if decision.action == FailureAction.RESTART_ROLE:
-        status = journal_role_restart(job, decision, RoleName(pod.role), now)
-        return status, EventSpec("Warning", "RoleRestarted", decision.message)
+        return journal_role_restart(job, decision, RoleName(pod.role), now)
     return None
 
 
@@ -340,15 +338,25 @@ def _rolled(child: ObservedChild, action: InFlightAction) -> bool:
     )
 
 
-def gang_restart_event(status: RLJobStatus) -> tuple[str, EventSpec] | None:
-    """The one GangRestarted Event of the journaled restart, with a name that makes posting it
-    idempotent (a restarted operator posts it again; the API answers 409)."""
+JOURNALED_EVENT_REASONS = {
+    ActionKind.RESTART_TRAINER_GANG: GANG_RESTARTED,
+    ActionKind.RESTART_POD: "PodRestarted",
+    ActionKind.RESTART_ROLE: "RoleRestarted",
+}
+
+
+def journaled_event(status: RLJobStatus) -> tuple[str, EventSpec] | None:
+    """The one Event of a journaled restart, posted before its first side effect under a name
+    that makes posting it idempotent (a restarted operator posts it again; the API answers
+    409), so a crash anywhere in the action neither loses nor doubles it."""
     action = status.in_flight
-    if action is None or action.kind != ActionKind.RESTART_TRAINER_GANG or not status.restarts:
+    if action is None or action.kind not in JOURNALED_EVENT_REASONS or not status.restarts:
         return None
     last = status.restarts.recent[-1] if status.restarts.recent else None
-    message = f"attempt {status.attempt}: {last.message if last else action.reason}"
-    return action.id, EventSpec("Warning", GANG_RESTARTED, message)
+    text = last.message if last else str(action.reason)
+    gang = action.kind == ActionKind.RESTART_TRAINER_GANG
+    message = f"attempt {status.attempt}: {text}" if gang else text
+    return action.id, EventSpec("Warning", JOURNALED_EVENT_REASONS[action.kind], message)
 
 
 def _context(job: RLJob) -> PolicyContext:

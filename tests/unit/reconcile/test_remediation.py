@@ -23,6 +23,7 @@ from rljob.reconcile.remediation import (
     disrupted_serving_pods,
     failed_attempt,
     journal_serving_restart,
+    journaled_event,
     role_to_roll,
     settle_journal,
     stuck_pods,
@@ -125,19 +126,21 @@ def test_serving_restarts_are_journaled_and_counted(
         assert result is None
         return
     assert result is not None
-    status, posted = result
+    status = result
     assert status.in_flight is not None and status.in_flight.kind == kind
     assert status.restarts is not None and status.restarts.total == 1
-    assert posted.reason == event
+    posted = journaled_event(status)
+    assert posted is not None
+    assert (posted[0], posted[1].reason) == (status.in_flight.id, event)
+    assert posted[1].message == f"{action} now"
 
 
 def test_a_role_roll_targets_its_deployment_and_settles_once_rolled() -> None:
     job = example_job()
-    journaled = journal_serving_restart(
+    status = journal_serving_restart(
         job, decision(FailureAction.RESTART_ROLE), pod("v", "verifier"), T0
     )
-    assert journaled is not None
-    status = journaled[0]
+    assert status is not None
     rolling = role_to_roll(status)
     assert rolling == (f"{NAME}-verifier", "role-verifier-1")
 
