@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import os
-import signal
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -37,6 +36,7 @@ from rljob.api import (
     parse_rljob,
 )
 from rljob.checkpoints.errors import StoreError
+from rljob.crashpoints import crash_point
 from rljob.health.evaluation import CHECKPOINT_STEP_EVIDENCE, Evaluation
 from rljob.health.policy import Failure, decide
 from rljob.health.termination import DISRUPTION_REASONS, CrashRepeatTracker
@@ -115,32 +115,11 @@ class RuntimeOptions:
 RENDER_MARKER_ENV = "RLJOB_TEST_RENDER_MARKER"
 
 
-# Tests only: SIGKILL the operator at a named point of an action, to prove it resumes, not repeats.
-CRASH_POINT_ENV = "RLJOB_TEST_CRASH_POINT"
-GANG_RESTART_CRASH_POINTS = (
-    "gang-restart:journaled",
-    "gang-restart:old-job-deleted",
-    "gang-restart:new-job-created",
-)
-POD_RESTART_CRASH_POINTS = ("pod-restart:journaled", "pod-restart:pod-deleted")
-ROLE_RESTART_CRASH_POINTS = ("role-restart:journaled", "role-restart:rolled")
-CRASH_POINTS = (
-    *GANG_RESTART_CRASH_POINTS,
-    *POD_RESTART_CRASH_POINTS,
-    *ROLE_RESTART_CRASH_POINTS,
-)
-
-
 _CRASH_PREFIXES = {
     ActionKind.RESTART_TRAINER_GANG: "gang-restart",
     ActionKind.RESTART_POD: "pod-restart",
     ActionKind.RESTART_ROLE: "role-restart",
 }
-
-
-def crash_point(name: str) -> None:
-    if os.environ.get(CRASH_POINT_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _remediate_trainer(
@@ -581,6 +560,7 @@ class Runtime:
         attempt = plan.status.attempt or 1
         try:
             start = await self.checkpoints.start_attempt(job, attempt, now)
+            crash_point("attempt:marker-written")
         except StoreError as exc:
             CHECKPOINT_ERRORS.labels(kind=type(exc).__name__).inc()
             status = _with_condition(plan.status, store_down(attempt, str(exc)), now, job)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rljob.controller import (
+from rljob.crashpoints import (
     CRASH_POINT_ENV,
     GANG_RESTART_CRASH_POINTS,
     POD_RESTART_CRASH_POINTS,
@@ -369,3 +369,45 @@ def _force_delete_pods(cluster: Cluster, namespace: str) -> None:
         path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}"
         with contextlib.suppress(ApiError):
             cluster.api.delete(path, {"gracePeriodSeconds": 0})
+
+
+def test_sigkill_after_the_attempt_marker_creates_the_attempt_once(
+    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
+) -> None:
+    """Killed between writing attempt 1's marker and recording it: the restarted operator
+    starts the same attempt (the marker rewritten, not a second attempt) and one Job."""
+    operator.restart(env={CRASH_POINT_ENV: "attempt:marker-written"})
+    apply_rljob(cluster, namespace, _spec(s3_bucket))
+    _restart_after_the_crash(operator, "attempt:marker-written")
+    job = wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    assert job["status"]["attempt"] == 1
+    assert [j["metadata"]["name"] for j in children(cluster, namespace, JOBS, NAME)] == [
+        f"{NAME}-trainer-a1"
+    ]
+    markers = s3_bucket.all_keys(f"ckpt/{namespace}/{NAME}/attempts/")
+    assert markers == [f"ckpt/{namespace}/{NAME}/attempts/a000001.json"]
+
+
+def test_sigkill_halfway_through_retention_loses_no_eligible_checkpoint(
+    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
+) -> None:
+    """Killed after retention deleted old manifests but not their shards: the gang restart
+    finishes once, resuming from the newest version, which is intact."""
+    body = _spec(s3_bucket)
+    body["spec"]["checkpoint"]["keep"] = 1
+    apply_rljob(cluster, namespace, body)
+    wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    writer = _writer(s3_bucket, namespace, attempt=1)
+    for step in (10, 20, 30):
+        _commit(writer, step)
+    operator.restart(env={CRASH_POINT_ENV: "retention:manifests-deleted"})
+    _fail_rank0(cluster, namespace, 1)
+    _restart_after_the_crash(operator, "retention:manifests-deleted")
+
+    env = _trainer_env(cluster, namespace, 2)
+    assert env["RLJOB_RESUME_STEP"] == "30"
+    job = wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    assert (job["status"]["attempt"], job["status"]["restarts"]["total"]) == (2, 1)
+    newest = f"ckpt/{namespace}/{NAME}/v000000000030-a000001/"
+    assert f"{newest}manifest.json" in s3_bucket.all_keys(newest)
+    assert len(s3_bucket.all_keys(newest)) == 3  # two shards and the manifest

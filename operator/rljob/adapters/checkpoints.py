@@ -67,9 +67,16 @@ class Checkpoints:
         return AsyncCheckpointStore(sync, timeout=self._timeout)
 
     async def first_attempt(self, job: RLJob) -> int:
-        """1 for a new name; a new RLJob of an old name continues after the highest marker."""
+        """1 for a new name; a new RLJob of an old name continues after the highest marker;
+        this very RLJob's own newest marker (written before a crash kept status from recording
+        it) is that attempt again, not a reason for the next."""
         store = self.store(job)
-        return 1 if store is None else await store.next_attempt()
+        if store is None:
+            return 1
+        following = await store.next_attempt()
+        markers = await store.read_markers()
+        own = [a for a, m in markers.items() if m.job_uid and m.job_uid == job.metadata.uid]
+        return max(own) if own and max(own) == following - 1 else following
 
     async def start_attempt(self, job: RLJob, attempt: int, now: dt.datetime) -> AttemptStart:
         """Discovers the version to resume from, then writes the attempt's marker."""

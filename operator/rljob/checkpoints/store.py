@@ -80,6 +80,7 @@ from rljob.checkpoints.validity import (
     check_version,
     group_versions,
 )
+from rljob.crashpoints import crash_point
 
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 30.0
@@ -861,6 +862,8 @@ class CheckpointStore:
         is gone) its other objects; then aborts stale uploads. Per-object refusals come back in
         the result; an unreachable store raises StoreUnavailable."""
         deleted, failed = self.delete_keys(plan.manifest_keys())
+        if deleted:
+            crash_point("retention:manifests-deleted")
         gone = set(deleted)
         rest: list[str] = []
         for deletion in plan.deletions:
