@@ -435,7 +435,9 @@ def verifier_samples(
             by_bound.setdefault(bound, []).append(one)
     if math.inf not in by_bound or len(by_bound) < 2:
         return []
-    lookups = {bound: _Lookup(members, None, staleness) for bound, members in by_bound.items()}
+    # Buckets from the same scrape only: a bucket that stopped arriving must not lend its old
+    # count to a newer snapshot (the difference would read as slow requests).
+    lookups = {bound: _Lookup(members, None, TIME_EPSILON) for bound, members in by_bound.items()}
     errors = _Lookup(series.get(VERIFIER_ERRORS, ()), None, staleness)
     samples = []
     times = sample_times(series.get(VERIFIER_BUCKETS, ()), after=after, min_spacing=min_spacing)

@@ -150,9 +150,12 @@ class _Slice:
     requests: float
     p99: float | None
     error_rate: float | None
+    slow: bool  # a bucket at or above the bound proves more than 1 % of requests over it
 
 
-def _slice_between(bounds: Sequence[float], start: _Snapshot, end: _Snapshot) -> _Slice | None:
+def _slice_between(
+    bounds: Sequence[float], start: _Snapshot, end: _Snapshot, bound: float
+) -> _Slice | None:
     increase = bucket_increase(start.counts, end.counts)
     if increase is None:
         return None
@@ -160,7 +163,19 @@ def _slice_between(bounds: Sequence[float], start: _Snapshot, end: _Snapshot) ->
     errors = None
     if start.errors is not None and end.errors is not None and requests > 0:
         errors = (end.errors - start.errors) / requests
-    return _Slice(requests, histogram_quantile(QUANTILE, bounds, increase), errors)
+    p99 = histogram_quantile(QUANTILE, bounds, increase)
+    return _Slice(requests, p99, errors, proven_over(bounds, increase, bound))
+
+
+def proven_over(bounds: Sequence[float], cumulative: Sequence[float], bound: float) -> bool:
+    """Whether more than 1 - QUANTILE of the requests provably took longer than `bound`: the
+    first bucket at or above it holds fewer than QUANTILE of them. Interpolating inside a
+    coarse bucket (a histogram missing its low buckets) proves nothing."""
+    total = cumulative[-1] if cumulative else 0.0
+    at_or_above = next((i for i, b in enumerate(bounds) if b >= bound), None)
+    if total <= 0 or at_or_above is None or math.isinf(bounds[at_or_above]):
+        return False
+    return cumulative[at_or_above] < QUANTILE * total
 
 
 class _Series:
@@ -240,8 +255,9 @@ class VerifierLatencyDetector:
                 target,
                 f"{target}: less than {format_duration(self.config.window)} of latency history",
             )
-        slices = [_slice_between(series.bounds, a, b) for a, b in itertools.pairwise(edges)]
-        whole = _slice_between(series.bounds, edges[0], edges[-1])
+        bound = self.config.p99
+        slices = [_slice_between(series.bounds, a, b, bound) for a, b in itertools.pairwise(edges)]
+        whole = _slice_between(series.bounds, edges[0], edges[-1], bound)
         judged = [s for s in slices if s is not None and s.requests >= MIN_REQUESTS_PER_SLICE]
         if whole is None or 2 * len(judged) < len(slices) or not judged:
             return insufficient(
@@ -270,7 +286,7 @@ class VerifierLatencyDetector:
             evidence["p99_seconds"] = whole.p99
         if whole.error_rate is not None:
             evidence["error_rate"] = whole.error_rate
-        slow = _all_over(judged, lambda s: s.p99, config.p99)
+        slow = all(s.slow for s in judged)
         failing = _all_over(judged, lambda s: s.error_rate, config.max_error_rate)
         problems = []
         if slow and whole.p99 is not None:

@@ -18,6 +18,7 @@ from rljob.health import (
     histogram_quantile,
 )
 from rljob.health.traces import SimulatedVerifier, VerifierProfile
+from rljob.health.verifier import proven_over
 
 INF = math.inf
 BOUNDS = (0.1, 0.5, 1.0, INF)
@@ -171,3 +172,19 @@ def test_verifier_config_comes_from_the_spec() -> None:
     health = Health.model_validate({"verifierLatency": {"p99": "2s", "window": "5m"}})
 
     assert VerifierLatencyConfig.from_health(health) == VerifierLatencyConfig(2.0, 300.0, 30.0)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "cumulative", "over"),
+    [
+        pytest.param((0.5, 1.0, 5.0, math.inf), (90, 95, 100, 100), True, id="5pct-over-the-bound"),
+        pytest.param((0.5, 1.0, 5.0, math.inf), (99, 100, 100, 100), False, id="within-the-bound"),
+        pytest.param((10.0, math.inf), (100, 100), False, id="only-a-coarse-bucket-proves-nothing"),
+        pytest.param((0.5, math.inf), (50, 100), False, id="only-inf-above-the-bound"),
+        pytest.param((1.0, math.inf), (0, 0), False, id="no-requests"),
+    ],
+)
+def test_slowness_is_proven_by_a_bucket_at_or_above_the_bound(
+    bounds: tuple[float, ...], cumulative: tuple[float, ...], over: bool
+) -> None:
+    assert proven_over(bounds, cumulative, 1.0) is over
