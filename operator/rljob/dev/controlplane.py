@@ -3,9 +3,11 @@ kwok as processes on 127.0.0.1, with simulated GPU nodes. Backs `rljob dev up` a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import signal
 import ssl
 import time
 import urllib.request
@@ -24,6 +26,21 @@ from rljob.dev.processes import Managed, free_ports, pid_runs, spawn, tail, term
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 HEARTBEAT_STOP_LABEL = "sim.rljob.io/heartbeat-stopped"
 _PORT_NAMES = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")
+# The bench profile raises the components' client rate limits and runs only the controllers an
+# RLJob's children need, so the control plane is not the bottleneck being measured (the node
+# lifecycle controller lifts the not-ready taint new nodes are admitted with).
+_BENCH_CONTROLLERS = (
+    "deployment-controller,replicaset-controller,job-controller,garbage-collector-controller,"
+    "serviceaccount-controller,namespace-controller,node-lifecycle-controller"
+)
+# Per component but the API server (/readyz with the cluster CA): its health endpoint as
+# (port name, scheme, path).
+_HEALTH = {
+    "etcd": ("etcd", "http", "/health"),
+    "kube-controller-manager": ("controller-manager", "https", "/healthz"),
+    "kube-scheduler": ("scheduler", "https", "/healthz"),
+    "kwok": ("kwok", "http", "/healthz"),
+}
 
 _AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
@@ -133,6 +150,32 @@ class ControlPlane:
         if self.dir.root.exists():
             self.state.save(self.dir.root)
 
+    def stop_component(self, name: str, *, kill: bool = False) -> None:
+        """Stops one running component, SIGTERM with a grace period or SIGKILL at once (a crash),
+        keeping its ports, flags and data for `start_component`."""
+        proc = self._proc(name)
+        if kill:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        terminate(proc.pid)
+        with contextlib.suppress(Exception):
+            proc.process.wait(timeout=5)
+        self.state.pids.pop(name, None)
+        self.state.save(self.dir.root)
+
+    def start_component(self, name: str, timeout: float = 120.0) -> None:
+        """Starts a stopped component again with the same flags, ports and data folder, and
+        waits until it is ready."""
+        if self._proc(name).process.poll() is None:
+            raise ControlPlaneError(f"{name} is still running")
+        self._await(self._spawn(name, self._argv(name)), self._ready_check(name), timeout)
+
+    def _proc(self, name: str) -> Managed:
+        found = [proc for proc in self.procs if proc.name == name]
+        if not found:
+            raise ControlPlaneError(f"no component {name!r} was started (known: {COMPONENTS})")
+        return found[0]
+
     def _prepare(self) -> None:
         self.dir.logs.mkdir(parents=True, exist_ok=True)
         pki.generate(self.dir.pki.root)
@@ -145,7 +188,12 @@ class ControlPlane:
 
     def _spawn(self, name: str, argv: list[str]) -> Managed:
         proc = spawn(name, [str(self.bin_dir / name), *argv], self.dir.logs)
-        self.procs.append(proc)
+        # A restarted component takes its predecessor's place: `stop` goes in reverse order.
+        names = [p.name for p in self.procs]
+        if name in names:
+            self.procs[names.index(name)] = proc
+        else:
+            self.procs.append(proc)
         self.state.pids[name] = proc.pid
         self.state.save(self.dir.root)
         return proc
@@ -166,21 +214,29 @@ class ControlPlane:
             raise ControlPlaneError(f"{exc}\n--- {proc.log} ---\n{tail(proc.log)}") from None
 
     def _start_components(self, timeout: float) -> None:
-        p = self.state.ports
-        etcd = self._spawn("etcd", self._etcd_args())
-        self._await(etcd, lambda: _http_ok(f"http://127.0.0.1:{p['etcd']}/health"), timeout)
-        apiserver = self._spawn("kube-apiserver", self._apiserver_args())
-        self._await(apiserver, self._apiserver_ready, timeout)
-        others = [
-            (self._spawn("kube-controller-manager", self._kcm_args()), p["controller-manager"]),
-            (self._spawn("kube-scheduler", self._scheduler_args()), p["scheduler"]),
-        ]
-        kwok = self._spawn("kwok", self._kwok_args())
-        for proc, port in others:
-            self._await(
-                proc, functools.partial(_https_ok, f"https://127.0.0.1:{port}/healthz"), timeout
-            )
-        self._await(kwok, lambda: _http_ok(f"http://127.0.0.1:{p['kwok']}/healthz"), timeout)
+        for name in ("etcd", "kube-apiserver"):
+            self._await(self._spawn(name, self._argv(name)), self._ready_check(name), timeout)
+        # The rest only need the API server: start them together, then wait for each.
+        rest = [self._spawn(name, self._argv(name)) for name in COMPONENTS[2:]]
+        for proc in rest:
+            self._await(proc, self._ready_check(proc.name), timeout)
+
+    def _argv(self, name: str) -> list[str]:
+        args = {
+            "etcd": self._etcd_args,
+            "kube-apiserver": self._apiserver_args,
+            "kube-controller-manager": self._kcm_args,
+            "kube-scheduler": self._scheduler_args,
+            "kwok": self._kwok_args,
+        }
+        return args[name]()
+
+    def _ready_check(self, name: str) -> Callable[[], bool]:
+        if name == "kube-apiserver":
+            return self._apiserver_ready
+        port_name, scheme, path = _HEALTH[name]
+        url = f"{scheme}://127.0.0.1:{self.state.ports[port_name]}{path}"
+        return functools.partial(_https_ok if scheme == "https" else _http_ok, url)
 
     def _apiserver_ready(self) -> bool:
         ctx = ssl.create_default_context(cafile=str(self.dir.pki.ca_crt))
@@ -285,12 +341,16 @@ class ControlPlane:
             "--use-service-account-credentials=false",
             "--node-monitor-period=2s",
             "--node-monitor-grace-period=20s",
-            "--kube-api-qps=100",
-            "--kube-api-burst=200",
+            *self._client_limits(),
+            *([f"--controllers={_BENCH_CONTROLLERS}"] if self.profile.name == "bench" else []),
         ]
 
     def _scheduler_args(self) -> list[str]:
-        return [*self._component_common("scheduler"), "--kube-api-qps=100", "--kube-api-burst=200"]
+        return [*self._component_common("scheduler"), *self._client_limits()]
+
+    def _client_limits(self) -> list[str]:
+        qps, burst = (1000, 2000) if self.profile.name == "bench" else (100, 200)
+        return [f"--kube-api-qps={qps}", f"--kube-api-burst={burst}"]
 
     def _kwok_args(self) -> list[str]:
         port = self.state.ports["kwok"]

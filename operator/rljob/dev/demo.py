@@ -12,10 +12,10 @@ from typing import Any
 
 import yaml
 
-from rljob.dev.bed import OperatorProcess, install_crd, start_operator
+from rljob.dev.bed import OperatorProcess, ensure_namespace, install_crd, start_operator
 from rljob.dev.binaries import bin_dir, repo_root
 from rljob.dev.controlplane import ControlPlane, ControlPlaneError, wait_until
-from rljob.dev.kubeapi import ApiError, KubeApi
+from rljob.dev.kubeapi import KubeApi
 from rljob.dev.launcher import env_lines, fresh_run_dir
 from rljob.dev.processes import free_ports
 from rljob.dev.prometheus import PrometheusServer
@@ -38,16 +38,7 @@ def _example() -> dict[str, Any]:
 
 
 def _apply_demo_job(api: KubeApi, store: S3Server, prometheus_url: str) -> str:
-    try:
-        api.create("/api/v1/namespaces", {"metadata": {"name": DEMO_NAMESPACE}})
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
-    wait_until(
-        lambda: bool(api.get(f"/api/v1/namespaces/{DEMO_NAMESPACE}/serviceaccounts/default")),
-        30,
-        "the demo namespace",
-    )
+    ensure_namespace(api, DEMO_NAMESPACE, 30)
     body = _example()
     body["metadata"]["namespace"] = DEMO_NAMESPACE
     body["spec"]["checkpoint"]["endpoint"] = store.endpoint  # the bed's own S3 server

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -42,6 +42,9 @@ PROFILES: dict[str, NodeProfile] = {
         labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
     ),
 }
+# Benchmarks: the test nodes with room for 500 jobs of 9 GPUs; the control plane's flags differ
+# (see controlplane.py).
+PROFILES["bench"] = replace(PROFILES["test"], name="bench", gpus=10_000)
 
 
 def node_manifests(profile: NodeProfile) -> list[dict[str, Any]]:

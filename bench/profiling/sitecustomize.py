@@ -1,0 +1,54 @@
+"""Profiles a Python process when BENCH_PROFILE_OUT names a file: CPU with cProfile (stats in
+that file), or with BENCH_PROFILE_KIND=memory the live allocations by source line (tracemalloc,
+a text summary in that file). The file is written on SIGUSR1 (and at exit, when none was).
+
+`python -m bench --profile-operator` puts this folder first on the operator's PYTHONPATH, so the
+unmodified `rljob run` is profiled from its first import, and signals it once the largest
+fleet's quiet window is over.
+"""
+
+from __future__ import annotations
+
+import atexit
+import cProfile
+import os
+import signal
+import tracemalloc
+from types import FrameType
+
+_OUT = os.environ.get("BENCH_PROFILE_OUT", "")
+_TOP = 40
+_written: list[bool] = []
+
+
+def _write_allocations() -> None:
+    snapshot = tracemalloc.take_snapshot()
+    lines = [f"live allocations, top {_TOP} by source file and by line"]
+    for kind in ("filename", "lineno"):
+        stats = snapshot.statistics(kind)
+        total = sum(stat.size for stat in stats)
+        lines.append(f"\n=== by {kind} (total {total / 2**20:.1f} MiB traced) ===")
+        lines += [f"{stat.size / 2**20:8.2f} MiB {stat.count:9d} blocks  {stat.traceback}"
+                  for stat in stats[:_TOP]]  # fmt: skip
+    with open(_OUT, "w", encoding="utf-8") as out:
+        out.write("\n".join(lines) + "\n")
+
+
+def _write(*_: int | FrameType | None) -> None:
+    if _written:
+        return
+    _written.append(True)
+    if tracemalloc.is_tracing():
+        _write_allocations()
+    else:
+        _PROFILE.dump_stats(_OUT)
+
+
+if _OUT:
+    if os.environ.get("BENCH_PROFILE_KIND") == "memory":
+        tracemalloc.start()
+    else:
+        _PROFILE = cProfile.Profile()
+        _PROFILE.enable()
+    signal.signal(signal.SIGUSR1, _write)
+    atexit.register(_write)

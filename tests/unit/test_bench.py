@@ -1,0 +1,181 @@
+"""The pure parts of bench/: percentiles, growth classes, write counting and RESULTS.md."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import Counter
+
+import pytest
+from bench.procfs import Usage
+from bench.report import Results, render
+from bench.scale import OPERATOR, QueryCounts, SizeResult
+from bench.stats import growth, percentile
+from bench.writes import WriteCount, count_writes
+
+from rljob.dev.audit import AuditWrite
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+OPERATOR_USER = "system:serviceaccount:rljob-system:rljob-operator"
+
+
+@pytest.mark.parametrize(
+    ("values", "q", "expected"),
+    [
+        pytest.param([3.0], 50, 3.0, id="one-value"),
+        pytest.param([1.0, 2.0, 3.0, 4.0], 50, 2.5, id="median-interpolates"),
+        pytest.param([4.0, 1.0, 3.0, 2.0], 0, 1.0, id="p0-is-min-of-unsorted"),
+        pytest.param([1.0, 2.0, 3.0, 4.0], 100, 4.0, id="p100-is-max"),
+        pytest.param([float(v) for v in range(1, 101)], 99, 99.01, id="p99-of-100"),
+    ],
+)
+def test_percentile(values: list[float], q: float, expected: float) -> None:
+    assert percentile(values, q) == pytest.approx(expected)
+
+
+def test_percentile_of_nothing_is_nan() -> None:
+    assert math.isnan(percentile([], 50))
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param([1.0, 1.1, 1.2], "flat", id="within-25-percent"),
+        pytest.param([5.0, 4.0, 3.0], "flat", id="shrinking"),
+        pytest.param([0.0, 0.0, 0.0], "flat (zero)", id="all-zero"),
+        pytest.param([0.0, 1.0, 5.0], "grows from zero", id="from-zero"),
+        pytest.param([10.0, 20.0, 30.0], "sublinear", id="sqrt-like"),
+        pytest.param([10.0, 40.0, 100.0], "linear", id="proportional"),
+        pytest.param([10.0, 160.0, 1000.0], "worse than linear", id="quadratic"),
+        pytest.param([1.0, math.nan, 1.1], "flat", id="nan-ignored"),
+    ],
+)
+def test_growth_over_50_200_500(values: list[float], expected: str) -> None:
+    assert growth([50, 200, 500], values) == expected
+
+
+def test_growth_needs_two_sizes() -> None:
+    assert growth([5], [1.0]) == "n/a (one size)"
+
+
+def write(
+    seconds: float, verb: str = "patch", user: str = OPERATOR_USER, code: int = 200
+) -> AuditWrite:
+    return AuditWrite(
+        time=T0 + dt.timedelta(seconds=seconds),
+        user=user,
+        verb=verb,
+        resource="rljobs",
+        subresource="status" if verb == "patch" else "",
+        namespace="ns",
+        name="job",
+        code=code,
+    )
+
+
+@pytest.mark.parametrize(
+    ("writes", "total", "per_minute", "described"),
+    [
+        pytest.param([], 0, 0.0, "none", id="no-writes"),
+        pytest.param(
+            [write(1), write(2), write(3, "create")],
+            3,
+            1.5,
+            "patch rljobs/status x2, create rljobs x1",
+            id="by-kind-most-frequent-first",
+        ),
+        pytest.param([write(1, user="kwok")], 0, 0.0, "none", id="other-users-ignored"),
+        pytest.param([write(-1), write(120)], 0, 0.0, "none", id="outside-the-window"),
+        pytest.param([write(0)], 1, 0.5, "patch rljobs/status x1", id="start-is-inclusive"),
+        pytest.param(
+            [write(1, code=409), write(2)],
+            2,
+            1.0,
+            "patch rljobs/status (HTTP 409) x1, patch rljobs/status x1",
+            id="conflicts-apart",
+        ),
+    ],
+)
+def test_count_writes_over_two_minutes(
+    writes: list[AuditWrite], total: int, per_minute: float, described: str
+) -> None:
+    counted = count_writes(writes, OPERATOR_USER, T0, T0 + dt.timedelta(minutes=2))
+
+    assert counted.total == total
+    assert counted.per_minute == pytest.approx(per_minute)
+    assert counted.describe() == described
+
+
+def size_result(size: int, writes: int) -> SizeResult:
+    return SizeResult(
+        size=size,
+        pods=2 * size,
+        latencies=(0.2, 0.3, 0.4),
+        writes=WriteCount(180.0, Counter({"patch rljobs/status": writes})),
+        status_changes=Counter({"policyGeneration+progress": 2}),
+        usage={OPERATOR: Usage(1.2, 90.0, 95.0), "kube-apiserver": Usage(20.0, 400.0, 410.0)},
+        queries=QueryCounts(operator=78.0, instant=78.0, range=0.0),
+        window=180.0,
+        fill_seconds=30.0,
+    )
+
+
+def results(*sizes: SizeResult) -> Results:
+    return Results(
+        mode="full",
+        command="python -m bench",
+        sha="abc123",
+        machine="2 x Test CPU, 4.0 GiB RAM, Linux 6",
+        started=T0,
+        seconds=600.0,
+        sizes=tuple(s.size for s in sizes),
+        seeds=1,
+        scale=list(sizes),
+        notes=["a note"],
+        analysis="Why it missed.",
+    )
+
+
+@pytest.mark.parametrize(
+    ("rendered", "expected"),
+    [
+        pytest.param(results(), "- git SHA: `abc123`", id="sha"),
+        pytest.param(results(), "- machine: 2 x Test CPU, 4.0 GiB RAM, Linux 6", id="machine"),
+        pytest.param(results(), "- command: `python -m bench`", id="command"),
+        pytest.param(results(), "fleet sizes N = ", id="sizes-line"),
+        pytest.param(results(), "- note: a note", id="notes"),
+        pytest.param(results(), "## Analysis\n\nWhy it missed.", id="analysis"),
+        pytest.param(
+            results(),
+            "| apply -> reconciled p50 <= 0.5 s, p99 <= 2 s | - | not measured |",
+            id="unmeasured-target",
+        ),
+        pytest.param(
+            results(size_result(50, 0), size_result(500, 0)),
+            "| 500 | 3 | 0.30 | 0.40 | 0.40 | 0 |",
+            id="latency-row",
+        ),
+        pytest.param(
+            results(size_result(50, 0), size_result(500, 600)),
+            "| operator writes per minute | 0 | 200 | grows from zero |",
+            id="growth-row",
+        ),
+        pytest.param(
+            results(size_result(500, 600)),
+            "200.00/min at 500 jobs (allowed 100/min) | **missed** |",
+            id="missed-write-target",
+        ),
+        pytest.param(
+            results(size_result(500, 0)),
+            "| operator RSS <= 200 MiB (500 jobs) | 90 MiB (peak 95) | met |",
+            id="met-rss-target",
+        ),
+        pytest.param(
+            results(size_result(500, 0)),
+            "| none | policyGeneration+progress x2 |",
+            id="status-fields-changed",
+        ),
+    ],
+)
+def test_results_md(rendered: Results, expected: str) -> None:
+    assert expected in render(rendered)
