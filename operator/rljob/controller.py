@@ -564,6 +564,8 @@ class Runtime:
         except StoreError as exc:
             CHECKPOINT_ERRORS.labels(kind=type(exc).__name__).inc()
             status = _with_condition(plan.status, store_down(attempt, str(exc)), now, job)
+            if not job.status.attempts:  # nothing started: the attempt number is not settled
+                status = status.model_copy(update={"attempt": job.status.attempt, "attempts": []})
             waiting = tuple(child for child in plan.apply if child.kind != "Job")
             plan = replace(plan, apply=waiting, status=status, requeue_after=_STORE_RETRY_SECONDS)
             return job, plan, []

@@ -79,6 +79,11 @@ class SourceUnavailable(SourceError):  # noqa: N818 - the name the design uses
     """The source could not be reached or did not answer in time."""
 
 
+class SourceTimeout(SourceUnavailable):
+    """The source did not answer one query in time: the round's queries still waiting for a
+    slot end with it at once rather than each waiting out the timeout."""
+
+
 @dataclass(frozen=True, slots=True)
 class SourceKey:
     """Identifies one source: jobs with equal keys are queried together. The bearer token's
@@ -452,10 +457,17 @@ class PrometheusSource(_HttpSource):
             self._semaphore = asyncio.Semaphore(self._concurrency)
         semaphore = self._semaphore
 
+        timed_out: list[SourceTimeout] = []
+
         async def one(signal: Signal) -> SignalData | SourceError:
             async with semaphore:
+                if timed_out:  # a slow source: the round costs one timeout, not one per slot
+                    return timed_out[0]
                 try:
                     return await query(signal, queries[signal])
+                except SourceTimeout as error:
+                    timed_out.append(error)
+                    return error
                 except SourceError as error:
                     return error
 
@@ -525,7 +537,7 @@ class PrometheusSource(_HttpSource):
                         f"content type {response.content_type!r}, not application/json"
                     )
         except TimeoutError as error:
-            raise SourceUnavailable(f"no answer within {self.timeout:g}s") from error
+            raise SourceTimeout(f"no answer within {self.timeout:g}s") from error
         except aiohttp.ClientError as error:
             raise SourceUnavailable(_short(f"{type(error).__name__}: {error}")) from error
         try:

@@ -247,7 +247,10 @@ class TrainerStallDetector:
             evidence["step"] = signals.step
         if stale_for < timeout:
             return healthy(
-                TRAINER_STALL, self.target, f"trainer heartbeat {format_duration(stale_for)} old"
+                TRAINER_STALL,
+                self.target,
+                f"trainer heartbeat {format_duration(stale_for)} old",
+                evidence,
             )
         at_step = f" at step {signals.step:.0f}" if "step" in evidence else ""
         message = (
