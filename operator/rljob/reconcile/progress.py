@@ -56,14 +56,14 @@ def with_progress(
     status: RLJobStatus, reading: ProgressReading | None, now: datetime
 ) -> RLJobStatus:
     """status.progress and status.policyGeneration from the reading, at most every 5 minutes
-    (a newer policy generation is recorded at once: engines started next must serve it)."""
+    (the policy generation with it: a new generation never rolls engines anyway)."""
     if reading is None:
         return status
-    generation = _newer(status.policy_generation, reading.policy_generation)
-    status = status.model_copy(update={"policy_generation": generation})
     old = status.progress
     if old is not None and old.updated_at is not None and now - old.updated_at < PROGRESS_REFRESH:
-        return status
+        return status  # the generation waits too: a write per trainer step would be too many
+    generation = _newer(status.policy_generation, reading.policy_generation)
+    status = status.model_copy(update={"policy_generation": generation})
     fresh = Progress(
         step=reading.step if reading.step is not None else (old.step if old else None),
         last_step_time=_last_step_time(old, reading.step, now),

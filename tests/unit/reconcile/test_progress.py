@@ -80,10 +80,12 @@ def test_progress_is_refreshed_at_most_every_five_minutes(
     assert (status.progress.updated_at == T0 + later) is updated
 
 
-def test_a_newer_policy_generation_is_recorded_at_once_and_never_goes_back() -> None:
+def test_a_newer_policy_generation_is_recorded_with_the_refresh_and_never_goes_back() -> None:
     status = RLJobStatus(progress=OLD, policy_generation=4)
-    assert with_progress(status, ProgressReading(policy_generation=6), T0).policy_generation == 6
-    assert with_progress(status, ProgressReading(policy_generation=2), T0).policy_generation == 4
+    later = T0 + 5 * MINUTE
+    assert with_progress(status, ProgressReading(policy_generation=6), T0).policy_generation == 4
+    assert with_progress(status, ProgressReading(policy_generation=6), later).policy_generation == 6
+    assert with_progress(status, ProgressReading(policy_generation=2), later).policy_generation == 4
 
 
 def test_engines_get_the_policy_uri_and_generation() -> None:
