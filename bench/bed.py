@@ -111,6 +111,11 @@ class BenchBed:
             api, self.plane.dir, self.run_dir / "operator", env=self._operator_env()
         )
 
+    def restart_profile(self) -> None:
+        """The operator's CPU profile starts over now (a window of its own)."""
+        if self.profile_to is not None and self.operator is not None:
+            os.kill(self.operator.process.pid, signal.SIGUSR2)
+
     def dump_profile(self, timeout: float = 300.0) -> None:
         """Asks the profiled operator to write its profile now, and waits for the file."""
         if self.profile_to is None or self.operator is None:

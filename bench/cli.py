@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -104,18 +104,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _mode(args: argparse.Namespace) -> Mode:
     mode = SMOKE if args.smoke else FULL
-    if args.sizes:
-        sizes = tuple(sorted(int(n) for n in args.sizes.split(",")))
-        settings = mode.scale
-        mode = Mode(
-            mode.name,
-            scale.ScaleSettings(sizes, settings.probes, settings.window, settings.settle),
-            mode.seeds,
-            mode.endpoints,
-            mode.scrape_rounds,
-            mode.recovery_repetitions,
-        )
-    return mode
+    if not args.sizes:
+        return mode
+    sizes = tuple(sorted(int(n) for n in args.sizes.split(",")))
+    return replace(mode, scale=replace(mode.scale, sizes=sizes))
 
 
 def _pure(results: Results, mode: Mode) -> None:
@@ -156,20 +148,20 @@ def _save_profile(results: Results, raw: Path, kind: str) -> None:
 def _scale(results: Results, mode: Mode, bed: BenchBed, loop: BackgroundLoop) -> None:
     fleet = scale.Fleet(bed, mode.scale)
     watcher = Watcher(bed.api.creds, PROBE_NAMESPACE, ("RLJob", "Deployment", "Job", "Service"))
-    loop.run(watcher.__aenter__())
+    loop.run(watcher.start())
     try:
         for size in mode.scale.sizes:
             log(f"fleet of {size} RLJobs")
             result = scale.measure_size(fleet, watcher, size, loop.run, log)
             results.scale.append(result)
-            operator = result.usage.get(scale.OPERATOR)
+            operator = result.usage[scale.OPERATOR]
             log(
-                f"  p50 {percentile(result.latencies, 50):.2f}s, "
-                f"writes {result.writes.per_minute:.1f}/min, "
-                f"operator {operator}"
+                f"  p50 {percentile(result.latencies, 50):.2f} s, "
+                f"{result.writes.per_minute:.1f} writes/min, operator "
+                f"{operator.cpu_seconds_per_minute:.2f} CPU s/min and {operator.rss_mib:.0f} MiB"
             )
     finally:
-        loop.run(watcher.__aexit__())
+        loop.run(watcher.stop())
 
 
 def _cluster_parts(results: Results, mode: Mode, args: argparse.Namespace) -> None:
@@ -187,12 +179,15 @@ def _cluster_parts(results: Results, mode: Mode, args: argparse.Namespace) -> No
 def _new_results(mode: Mode, argv: list[str]) -> Results:
     command = shlex.join(["python", "-m", "bench", *argv])
     started = dt.datetime.now(dt.UTC)
-    results = Results(
+    return Results(
         mode.name, command, git_sha(REPO), machine(), started, 0.0, mode.scale.sizes, mode.seeds
     )
+
+
+def _write(results: Results, output: Path) -> None:
     analysis = REPO / "bench" / "analysis.md"
     results.analysis = analysis.read_text() if analysis.exists() else ""
-    return results
+    output.write_text(render(results))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,12 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     results = _new_results(mode, argv)
     clock = time.monotonic()
     try:
-        if not args.skip_pure:
+        if args.skip_pure:
+            results.notes.append("--skip-pure: no detection corpus, no direct scrape")
+        else:
             _pure(results, mode)
         _cluster_parts(results, mode, args)
     finally:
         results.seconds = time.monotonic() - clock
-        args.output.write_text(render(results))
+        _write(results, args.output)
         log(f"wrote {args.output} ({results.seconds / 60:.1f} min)")
     print(render(results))
     return 0

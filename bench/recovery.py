@@ -50,6 +50,7 @@ class GangRestart:
     to_delete: float  # crash visible -> old Job delete issued
     teardown: float  # delete issued -> last old pod gone (pod termination: not the operator's)
     to_create: float  # last old pod gone -> new Job created
+    job_failed: float  # crash visible -> the Job controller marks the old Job failed
 
     @property
     def attributable(self) -> float:
@@ -160,13 +161,23 @@ def nccl_abort(bed: BenchBed, watcher: Watcher, name: str) -> GangRestart:
     path = f"/api/v1/namespaces/{RECOVERY_NAMESPACE}/pods/{rank0}"
     job.api.merge_patch(path, {"metadata": {"annotations": NCCL_FAULT}})
     job.wait_new_attempt()
-    failed = watcher.first(
-        "Pod", rank0, lambda e: e.body.get("status", {}).get("phase") == "Failed"
-    )
+    crashed = watcher.first("Pod", rank0, _failed_pod) or math.nan
+    job_failed = watcher.first("Job", trainer_job_name(name, 1), _failed_job) or math.nan
     deleted = job.operator_write("delete", 1)
     gone = job.last_pod_gone(1)
     created = job.operator_write("patch", 2)
-    return GangRestart(deleted - (failed or math.nan), gone - deleted, created - gone)
+    return GangRestart(deleted - crashed, gone - deleted, created - gone, job_failed - crashed)
+
+
+def _failed_pod(event: Event) -> bool:
+    return bool(event.body.get("status", {}).get("phase") == "Failed")
+
+
+def _failed_job(event: Event) -> bool:
+    conditions = event.body.get("status", {}).get("conditions") or []
+    return any(
+        c["type"] in ("FailureTarget", "Failed") and c["status"] == "True" for c in conditions
+    )
 
 
 def trainer_hang(bed: BenchBed, watcher: Watcher, name: str, simulator: Simulator) -> HangRestart:
@@ -200,16 +211,16 @@ def measure(
     lives)."""
     stack = bed.start_recovery_metrics()
     watcher = Watcher(bed.plane.api().creds, RECOVERY_NAMESPACE, ("Job", "Pod"))
-    run(watcher.__aenter__())
+    run(watcher.start())
     try:
         gang = []
         for index in range(repetitions):
             gang.append(nccl_abort(bed, watcher, f"nccl-{index}"))
-            log(f"  NCCL abort {index + 1}: {gang[-1]}")
+            log(f"  NCCL abort {index + 1}: {gang[-1].attributable:.2f} s operator-attributable")
         hang = []
         for index in range(repetitions):
             hang.append(trainer_hang(bed, watcher, f"hang-{index}", stack.simulator))
-            log(f"  trainer hang {index + 1}: {hang[-1]}")
+            log(f"  trainer hang {index + 1}: new Job {hang[-1].to_create:.1f} s after the hang")
     finally:
-        run(watcher.__aexit__())
+        run(watcher.stop())
     return RecoveryResult(tuple(gang), tuple(hang))

@@ -15,7 +15,7 @@ from bench.procfs import Usage
 from bench.recovery import RecoveryResult
 from bench.scale import MACHINE, OPERATOR, SizeResult
 from bench.scrape import TARGET_ENDPOINTS_PER_SECOND, ScrapeResult
-from bench.stats import growth, percentile
+from bench.stats import growth, percentile, size_at, slope
 from bench.writes import allowed_per_minute
 from rljob.health.profiles import TRAINER, VLLM
 
@@ -58,6 +58,7 @@ WRITE_COLUMNS = (
 )
 GANG_COLUMNS = (
     "run",
+    "crash -> Job failed (kcm)",
     "crash -> delete",
     "teardown",
     "gone -> new Job",
@@ -179,16 +180,27 @@ def _fleet_verdicts(results: Results, size: SizeResult | None) -> list[Verdict]:
         verdicts += [
             Verdict(
                 f"operator RSS <= {RSS_MIB:.0f} MiB ({size.size} jobs)",
-                f"{operator.rss_mib:.0f} MiB (peak {operator.peak_rss_mib:.0f})",
+                f"{operator.rss_mib:.0f} MiB (peak {operator.peak_rss_mib:.0f})"
+                f"{_reached(results, lambda s: _operator(s).peak_rss_mib, RSS_MIB)}",
                 operator.peak_rss_mib <= RSS_MIB,
             ),
             Verdict(
                 f"operator CPU <= {CORE_PERCENT:.0f} % of a core ({size.size} jobs)",
-                f"{operator.core_percent:.1f} %",
+                f"{operator.core_percent:.1f} %"
+                f"{_reached(results, lambda s: _operator(s).core_percent, CORE_PERCENT)}",
                 operator.core_percent <= CORE_PERCENT,
             ),
         ]
     return verdicts
+
+
+def _reached(results: Results, figure: Callable[[SizeResult], float], bound: float) -> str:
+    """ ", bound reached at ~N jobs" on the line through the smallest and largest size."""
+    sizes = [s.size for s in results.scale]
+    at = size_at(sizes, [figure(s) for s in results.scale], bound)
+    if math.isnan(at):
+        return ""
+    return "; does not grow" if math.isinf(at) else f"; bound reached at ~{at:.0f} jobs"
 
 
 def allowed(size: SizeResult) -> float:
@@ -434,7 +446,7 @@ def _recovery(results: Results) -> list[str]:
     if results.recovery is None:
         return ["## 6. Recovery time", "", "Not measured in this run.", ""]
     gang = [
-        (index + 1, g.to_delete, g.teardown, g.to_create, g.attributable, g.total)
+        (index + 1, g.job_failed, g.to_delete, g.teardown, g.to_create, g.attributable, g.total)
         for index, g in enumerate(results.recovery.gang)
     ]
     hang = [
@@ -446,7 +458,8 @@ def _recovery(results: Results) -> list[str]:
         "",
         "NCCL watchdog abort of rank 0 (2-node trainer, checkpoints in S3): crash visible -> "
         "old Job delete issued, then pod teardown (not the operator's), then last old pod gone "
-        "-> new Job created.",
+        "-> new Job created. The first column is when the Job controller marked the old Job "
+        "failed (podFailurePolicy), which the operator's failure detection waits for.",
         "",
         *table(GANG_COLUMNS, gang),
         "Hung trainer (heartbeat stops; trainerStall.timeout below, health interval 1 s, "
@@ -482,14 +495,14 @@ def _growth(results: Results) -> list[str]:
     rows = []
     for name, figure in GROWTH_FIGURES:
         values = [figure(s) for s in results.scale]
-        rows.append((name, *values, growth(sizes, values)))
+        rows.append((name, *values, slope(sizes, values), growth(sizes, values)))
     return [
         "## 7. Growth with the number of jobs",
         "",
         "Slope of log(figure) over log(N) from the smallest to the largest size: flat (within "
         "25 %), sublinear (< 0.75), linear (<= 1.25), worse than linear.",
         "",
-        *table(("figure", *(f"N={n}" for n in sizes), "growth"), rows),
+        *table(("figure", *(f"N={n}" for n in sizes), "per added job", "growth"), rows),
     ]
 
 

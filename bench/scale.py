@@ -243,6 +243,7 @@ class Quiet:
 def quiet_window(bed: BenchBed, seconds: float) -> Quiet:
     assert bed.operator is not None
     _await_mid_interval()
+    bed.restart_profile()  # a profiled operator: the largest size's window is what is kept
     window = _Window({OPERATOR: bed.operator.process.pid, **bed.processes()})
     before = read_queries(bed)
     window.observe()

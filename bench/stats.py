@@ -30,33 +30,56 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+Point = tuple[float, float]  # (size, value)
+
+
+def _ends(sizes: Sequence[float], values: Sequence[float]) -> tuple[Point, Point] | None:
+    """The (size, value) of the smallest and the largest size with a value; None unless two
+    different sizes have one."""
+    points = sorted((s, v) for s, v in zip(sizes, values, strict=True) if not math.isnan(v))
+    if len(points) < 2 or points[0][0] == points[-1][0]:
+        return None
+    return points[0], points[-1]
+
+
 def growth(sizes: Sequence[float], values: Sequence[float]) -> str:
     """How `values` grows from the smallest to the largest of `sizes`: "flat", "sublinear",
     "linear" or "worse than linear" (the slope of log(value) over log(size))."""
-    if len(sizes) != len(values):
-        raise ValueError("sizes and values differ in length")
-    points = sorted((s, v) for s, v in zip(sizes, values, strict=True) if not math.isnan(v))
-    if len(points) < 2 or points[0][0] == points[-1][0]:
+    ends = _ends(sizes, values)
+    if ends is None:
         return "n/a (one size)"
-    (size_0, first), (size_n, last) = points[0], points[-1]
+    (size_0, first), (size_n, last) = ends
     if last <= ZERO:
         return "flat (zero)"
     if first <= ZERO:
         return "grows from zero"
     if abs(last / first - 1) <= FLAT_TOLERANCE or last < first:
         return "flat"
-    slope = math.log(last / first) / math.log(size_n / size_0)
-    if slope < SUBLINEAR:
+    exponent = math.log(last / first) / math.log(size_n / size_0)
+    if exponent < SUBLINEAR:
         return "sublinear"
-    if slope <= LINEAR:
+    if exponent <= LINEAR:
         return "linear"
     return "worse than linear"
 
 
-def per_minute(count: float, seconds: float) -> float:
-    return count * 60 / seconds if seconds > 0 else math.nan
+def slope(sizes: Sequence[float], values: Sequence[float]) -> float:
+    """Change of the value per unit of size from the smallest to the largest size (NaN with
+    fewer than two sizes)."""
+    ends = _ends(sizes, values)
+    if ends is None:
+        return math.nan
+    (size_0, first), (size_n, last) = ends
+    return (last - first) / (size_n - size_0)
 
 
-def ratio(value: float, target: float) -> float:
-    """value / target: below 1 meets an upper-bound target."""
-    return value / target if target else math.nan
+def size_at(sizes: Sequence[float], values: Sequence[float], bound: float) -> float:
+    """The size at which the value reaches `bound`, extrapolating the line through the smallest
+    and the largest size; inf when it does not grow, NaN with fewer than two sizes."""
+    ends = _ends(sizes, values)
+    if ends is None:
+        return math.nan
+    (size_0, first), (size_n, last) = ends
+    if last <= first:
+        return math.inf
+    return size_n + (bound - last) * (size_n - size_0) / (last - first)

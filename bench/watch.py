@@ -50,15 +50,14 @@ class Watcher:
         self._tasks: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> Watcher:
+    async def start(self) -> None:
         context = ssl.create_default_context(cafile=str(self.creds.ca_file))
         if self.creds.cert_file and self.creds.key_file:
             context.load_cert_chain(str(self.creds.cert_file), str(self.creds.key_file))
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context))
         self._tasks = [asyncio.create_task(self._watch(kind)) for kind in self.kinds]
-        return self
 
-    async def __aexit__(self, *_: object) -> None:
+    async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -70,9 +69,6 @@ class Watcher:
     def first(self, kind: str, name: str, test: Callable[[Event], bool]) -> float | None:
         """Arrival time of the first event of (kind, name) that passes `test`."""
         return next((e.at for e in self.events.get((kind, name), []) if test(e)), None)
-
-    def names(self, kind: str) -> list[str]:
-        return sorted(name for k, name in self.events if k == kind)
 
     async def _watch(self, kind: str) -> None:
         url = self.creds.server + KIND_PATHS[kind].format(ns=self.namespace)

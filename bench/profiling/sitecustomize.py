@@ -1,10 +1,10 @@
 """Profiles a Python process when BENCH_PROFILE_OUT names a file: CPU with cProfile (stats in
 that file), or with BENCH_PROFILE_KIND=memory the live allocations by source line (tracemalloc,
-a text summary in that file). The file is written on SIGUSR1 (and at exit, when none was).
+a text summary in that file). The file is written on SIGUSR1 (and at exit, when none was);
+SIGUSR2 starts the CPU profile over, so that it can cover one quiet window only.
 
 `python -m bench --profile-operator` puts this folder first on the operator's PYTHONPATH, so the
-unmodified `rljob run` is profiled from its first import, and signals it once the largest
-fleet's quiet window is over.
+unmodified `rljob run` is profiled from its first import.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from types import FrameType
 
 _OUT = os.environ.get("BENCH_PROFILE_OUT", "")
 _TOP = 40
+_profiles: list[cProfile.Profile] = []  # the current CPU profile
 _written: list[bool] = []
 
 
@@ -38,17 +39,25 @@ def _write(*_: int | FrameType | None) -> None:
     if _written:
         return
     _written.append(True)
-    if tracemalloc.is_tracing():
-        _write_allocations()
+    if _profiles:
+        _profiles[-1].dump_stats(_OUT)
     else:
-        _PROFILE.dump_stats(_OUT)
+        _write_allocations()
+
+
+def _start_over(*_: int | FrameType | None) -> None:
+    if _profiles:
+        _profiles[-1].disable()
+        _profiles[:] = [cProfile.Profile()]
+        _profiles[-1].enable()
 
 
 if _OUT:
     if os.environ.get("BENCH_PROFILE_KIND") == "memory":
         tracemalloc.start()
     else:
-        _PROFILE = cProfile.Profile()
-        _PROFILE.enable()
+        _profiles.append(cProfile.Profile())
+        _profiles[-1].enable()
     signal.signal(signal.SIGUSR1, _write)
+    signal.signal(signal.SIGUSR2, _start_over)
     atexit.register(_write)

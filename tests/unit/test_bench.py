@@ -10,7 +10,7 @@ import pytest
 from bench.procfs import Usage
 from bench.report import Results, render
 from bench.scale import OPERATOR, QueryCounts, SizeResult
-from bench.stats import growth, percentile
+from bench.stats import growth, percentile, size_at
 from bench.writes import WriteCount, count_writes
 
 from rljob.dev.audit import AuditWrite
@@ -56,6 +56,24 @@ def test_growth_over_50_200_500(values: list[float], expected: str) -> None:
 
 def test_growth_needs_two_sizes() -> None:
     assert growth([5], [1.0]) == "n/a (one size)"
+
+
+@pytest.mark.parametrize(
+    ("values", "bound", "expected"),
+    [
+        pytest.param([100.0, 180.0], 200.0, 612.5, id="extrapolated-beyond-the-largest"),
+        pytest.param([100.0, 180.0], 150.0, 331.25, id="already-reached-in-between"),
+        pytest.param([100.0, 90.0], 200.0, math.inf, id="not-growing-never"),
+    ],
+)
+def test_size_at_which_a_bound_is_reached_from_50_and_500(
+    values: list[float], bound: float, expected: float
+) -> None:
+    assert size_at([50, 500], values, bound) == pytest.approx(expected)
+
+
+def test_size_at_needs_two_sizes() -> None:
+    assert math.isnan(size_at([5], [1.0], 2.0))
 
 
 def write(
@@ -157,7 +175,7 @@ def results(*sizes: SizeResult) -> Results:
         ),
         pytest.param(
             results(size_result(50, 0), size_result(500, 600)),
-            "| operator writes per minute | 0 | 200 | grows from zero |",
+            "| operator writes per minute | 0 | 200 | 0.44 | grows from zero |",
             id="growth-row",
         ),
         pytest.param(
