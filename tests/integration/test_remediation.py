@@ -209,14 +209,7 @@ def _role_restart_rolls_once(
     victim = sorted(
         p["metadata"]["name"] for p in children(cluster, namespace, PODS, NAME, "rollout")
     )[0]
-    if crash_at is not None:
-        operator.restart(env={CRASH_POINT_ENV: crash_at})
-    oom = {"sim.rljob.io/fail-exit-code": "137", "sim.rljob.io/fail-reason": "OOMKilled"}
-    path = f"/api/v1/namespaces/{namespace}/pods/{victim}"
-    for restarts in (1, 2):
-        _crash_in_place(cluster, path, oom, restarts)
-    if crash_at is not None:
-        _restart_after_the_crash(operator, crash_at)
+    _oom_twice(cluster, operator, namespace, victim, crash_at)
 
     def rolled() -> bool:
         pods = children(cluster, namespace, PODS, NAME, "rollout")
@@ -297,14 +290,7 @@ def _oom_restarts_one_pod(
         for p in children(cluster, namespace, PODS, NAME, "rollout")
     )
     (trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
-    if crash_at is not None:
-        operator.restart(env={CRASH_POINT_ENV: crash_at})
-    path = f"/api/v1/namespaces/{namespace}/pods/{victim[0]}"
-    oom = {"sim.rljob.io/fail-exit-code": "137", "sim.rljob.io/fail-reason": "OOMKilled"}
-    for restarts in (1, 2):
-        _crash_in_place(cluster, path, oom, restarts)
-    if crash_at is not None:
-        _restart_after_the_crash(operator, crash_at)
+    _oom_twice(cluster, operator, namespace, victim[0], crash_at)
 
     def replaced() -> bool:
         uids = {p["metadata"]["uid"] for p in children(cluster, namespace, PODS, NAME, "rollout")}
@@ -318,6 +304,21 @@ def _oom_restarts_one_pod(
     assert len(_events(cluster, namespace, "PodRestarted")) == 1
     (same_trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
     assert same_trainer["metadata"]["uid"] == trainer["metadata"]["uid"]
+
+
+def _oom_twice(
+    cluster: Cluster, operator: Operator, namespace: str, pod: str, crash_at: str | None
+) -> None:
+    """OOM-kills the pod's container twice in place, with the operator set to die at
+    `crash_at` meanwhile (then restarted), if given."""
+    if crash_at is not None:
+        operator.restart(env={CRASH_POINT_ENV: crash_at})
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}"
+    oom = {"sim.rljob.io/fail-exit-code": "137", "sim.rljob.io/fail-reason": "OOMKilled"}
+    for restarts in (1, 2):
+        _crash_in_place(cluster, path, oom, restarts)
+    if crash_at is not None:
+        _restart_after_the_crash(operator, crash_at)
 
 
 def _restart_after_the_crash(operator: Operator, point: str) -> None:
