@@ -61,7 +61,7 @@ from rljob.reconcile.checkpoint_status import (
     with_latest,
 )
 from rljob.reconcile.conditions import ConditionState, set_condition
-from rljob.reconcile.events import EventSpec
+from rljob.reconcile.events import EventSpec, ReportThrottle
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile, status_patch
 from rljob.reconcile.progress import (
@@ -201,6 +201,19 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(microsecond=0)  # status times in whole seconds
 
 
+@dataclass(frozen=True)
+class _Decided:
+    """What one pass decided: `events` follow from the status it writes (posted only once that
+    write happens), `reports` are throttled health reports (posted whether or not it writes)."""
+
+    job: RLJob
+    observed: Observed
+    plan: Plan
+    events: list[EventSpec]
+    reports: list[EventSpec]
+    order: RestartOrder | None
+
+
 class Runtime:
     """Shared clients, the child indexes and the per-job workers of one operator process."""
 
@@ -220,6 +233,7 @@ class Runtime:
         self._step_windows: dict[JobKey, list[StepSample]] = {}
         self._progress: dict[JobKey, ProgressReading] = {}  # the latest health round's
         self._disruptions_reported: dict[JobKey, set[str]] = {}  # pod uids
+        self._report_throttles: dict[JobKey, ReportThrottle] = {}
         self.health = HealthScheduler(MetricsSources(), self._on_health)
         self._health_task: asyncio.Task[None] | None = None
 
@@ -351,29 +365,29 @@ class Runtime:
 
     async def _reconcile(self, body: dict[str, Any]) -> float | None:
         now = _now()
-        job, observed, plan, events, order = await self._decide(parse_rljob(body), now)
+        decided = await self._decide(parse_rljob(body), now)
+        job, plan, events = decided.job, decided.plan, decided.events
         # Status first, guarded by resourceVersion: what we are about to do is recorded before
         # we do it, and a stale copy of the job can never act twice.
         wrote = await self._write_status(body, with_accepted(plan.status, job, now))
         if wrote:
             _count_restarts(body, plan.status)
             _observe_settled(body, plan.status, now)
-        await self._act(body, plan, observed, now)
+        await self._act(body, plan, decided.observed, now)
         events += plan.events
-        if order is not None:
-            events.append(await self._carry_out(job, order))
-        if wrote or plan.apply or plan.delete:
-            for event in events:
-                await post_event(self.kube, body, event, now)
+        if decided.order is not None:
+            events.append(await self._carry_out(job, decided.order))
+        if not (wrote or plan.apply or plan.delete):
+            events = []  # a repeated pass (our write not yet seen) repeats no status-derived Event
+        for event in events + decided.reports:
+            await post_event(self.kube, body, event, now)
         meta = body["metadata"]
         self._count_phase(meta["uid"], plan.status.phase)
         if plan.delete_job:
             await self.kube.delete(API_VERSION, KIND, meta["namespace"], meta["name"], meta["uid"])
         return plan.requeue_after
 
-    async def _decide(
-        self, job: RLJob, now: dt.datetime
-    ) -> tuple[RLJob, Observed, Plan, list[EventSpec], RestartOrder | None]:
+    async def _decide(self, job: RLJob, now: dt.datetime) -> _Decided:
         """Everything this pass will do, as a plan and a status (no Kubernetes writes yet)."""
         key = (job.metadata.namespace or "", job.metadata.name)
         order = pending_restart(job.metadata.annotations, job.status)
@@ -386,8 +400,7 @@ class Runtime:
         job, extras, remedy = _remediate_trainer(job, observed, now)
         job, pod_events = self._remediate_pods(job, observed, now)
         events += pod_events
-        job, health_events = self._act_on_health(job, observed, now)
-        events += health_events
+        job, reports = self._act_on_health(job, observed, now)
         plan: Plan = reconcile(job, observed, now, extras)
         if any(child.kind == "Job" for child in plan.apply) and job.spec.checkpoint is not None:
             job, plan, checkpoint_events = await self._start_attempt(
@@ -397,7 +410,7 @@ class Runtime:
         if remedy is not None and remedy.decision.action == FailureAction.FAIL_JOB:
             events.append(EventSpec("Warning", "FailJob", remedy.decision.message))
             plan = replace(plan, status=_failed_by_policy(plan.status, remedy, now, job))
-        return job, observed, plan, events, order
+        return _Decided(job, observed, plan, events, reports, order)
 
     async def _act(
         self, body: dict[str, Any], plan: Plan, observed: Observed, now: dt.datetime
@@ -492,12 +505,14 @@ class Runtime:
         self, job: RLJob, observed: Observed, now: dt.datetime
     ) -> tuple[RLJob, list[EventSpec]]:
         """Registers the job with the health scheduler and acts on its latest findings through
-        the policy: an engine restart or a trainer gang restart, journaled like any other."""
+        the policy: an engine restart or a trainer gang restart, journaled like any other; a
+        finding it only reports is said again at most every 10 minutes."""
         key = (job.metadata.namespace or "", job.metadata.name)
         if job.spec.suspend or job.status.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
             self.health.forget(key)
             self._findings.pop(key, None)
             self._progress.pop(key, None)
+            self._report_throttles.pop(key, None)
             self._forget_metrics(key)
             return job, []
         self.health.register(job, pods_by_role(observed.pods))
@@ -505,12 +520,17 @@ class Runtime:
         findings = self._findings.pop(key, [])
         if not findings or job.status.in_flight is not None:
             return job, []
-        remedy = remedy_for_finding(job, observed, findings[0], now)
+        finding = findings[0]
+        remedy = remedy_for_finding(job, observed, finding, now)
         if remedy.status is not None:
             job = _with_status(job, remedy.status)
             role, pod = remedy.restarted
             self.health.note_restart(key, role, pod, now.timestamp())
-        return job, list(remedy.events)
+        throttle = self._report_throttles.setdefault(key, ReportThrottle())
+        reason = str(finding.reason or "")
+        if remedy.events and throttle.admit(reason, finding.target, now.timestamp()):
+            return job, list(remedy.events)
+        return job, []
 
     def _remediate_pods(
         self, job: RLJob, observed: Observed, now: dt.datetime
