@@ -204,7 +204,8 @@ def _now() -> dt.datetime:
 @dataclass(frozen=True)
 class _Decided:
     """What one pass decided: `events` follow from the status it writes (posted only once that
-    write happens), `reports` are throttled health reports (posted whether or not it writes)."""
+    write happens), `reports` are said once per crash or throttled per finding (posted whether
+    or not it writes)."""
 
     job: RLJob
     observed: Observed
@@ -398,9 +399,8 @@ class Runtime:
         job = _with_status(job, with_progress(job.status, self._progress.get(key), now))
         observed = self.observed(key)
         job, extras, remedy = _remediate_trainer(job, observed, now)
-        job, pod_events = self._remediate_pods(job, observed, now)
-        events += pod_events
-        job, reports = self._act_on_health(job, observed, now)
+        job, crash_reports = self._remediate_pods(job, observed, now)
+        job, health_reports = self._act_on_health(job, observed, now)
         plan: Plan = reconcile(job, observed, now, extras)
         if any(child.kind == "Job" for child in plan.apply) and job.spec.checkpoint is not None:
             job, plan, checkpoint_events = await self._start_attempt(
@@ -410,7 +410,7 @@ class Runtime:
         if remedy is not None and remedy.decision.action == FailureAction.FAIL_JOB:
             events.append(EventSpec("Warning", "FailJob", remedy.decision.message))
             plan = replace(plan, status=_failed_by_policy(plan.status, remedy, now, job))
-        return _Decided(job, observed, plan, events, reports, order)
+        return _Decided(job, observed, plan, events, crash_reports + health_reports, order)
 
     async def _act(
         self, body: dict[str, Any], plan: Plan, observed: Observed, now: dt.datetime

@@ -306,6 +306,25 @@ def _oom_restarts_one_pod(
     assert same_trainer["metadata"]["uid"] == trainer["metadata"]["uid"]
 
 
+def test_an_oom_kill_the_policy_only_reports_is_said_and_nothing_restarts(
+    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
+) -> None:
+    rule = {"roles": ["rollout"], "onReasons": ["OOMKilled"], "action": "Report"}
+    apply_rljob(cluster, namespace, _spec(s3_bucket, rules=[rule]))
+    wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    (victim,) = children(cluster, namespace, PODS, NAME, "rollout")
+    _oom_twice(cluster, operator, namespace, victim["metadata"]["name"], crash_at=None)
+
+    wait_for(lambda: _events(cluster, namespace, "OOMKilled"), 60, "the OOMKilled report")
+    (report,) = _events(cluster, namespace, "OOMKilled")
+    message = cluster.api.get(f"/api/v1/namespaces/{namespace}/{report.replace('event', 'events')}")
+    assert message["involvedObject"]["kind"] == "RLJob"
+    assert message["message"].endswith("; report"), message["message"]
+    (same,) = children(cluster, namespace, PODS, NAME, "rollout")
+    assert same["metadata"]["uid"] == victim["metadata"]["uid"]
+    assert get_rljob(cluster, namespace, NAME)["status"]["restarts"]["total"] == 0
+
+
 def _oom_twice(
     cluster: Cluster, operator: Operator, namespace: str, pod: str, crash_at: str | None
 ) -> None:
