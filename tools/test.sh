@@ -8,7 +8,7 @@ export RLJOB_BIN_DIR=${RLJOB_BIN_DIR:-$(bash tools/bootstrap.sh | tail -n1)}
 py=.venv/bin/python
 echo "== ruff"; $py -m ruff check operator tests bench
 echo "== ruff format"; $py -m ruff format --check operator tests bench
-echo "== mypy"; $py -m mypy; $py -m mypy bench
+echo "== mypy"; $py -m mypy; $py -m mypy bench; $py -m mypy -p tests
 echo "== pytest"
 set +e
 $py -m pytest -p no:cacheprovider -ra "$@"

@@ -91,6 +91,39 @@ SERVICES = "/api/v1/namespaces/{ns}/services"
 PODS = "/api/v1/namespaces/{ns}/pods"
 
 
+NCCL_WATCHDOG = (
+    "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=41, OpType=ALLREDUCE) "
+    "ran for 600000 milliseconds before timing out."
+)
+NCCL_FAULT = {  # the simulator fails the container with these (a kwok stage consumes them)
+    "sim.rljob.io/fail-exit-code": "1",
+    "sim.rljob.io/fail-reason": "Error",
+    "sim.rljob.io/fail-message": NCCL_WATCHDOG,
+}
+
+
+def fail_rank0(cluster: Cluster, namespace: str, job: str, attempt: int = 1) -> dict[str, Any]:
+    """Fails rank 0 of the trainer attempt with an NCCL watchdog abort, once it runs."""
+
+    def rank0() -> dict[str, Any] | None:
+        return next(
+            (
+                pod
+                for pod in children(cluster, namespace, PODS, job, "trainer")
+                if pod["metadata"]["labels"].get("rljob.io/attempt") == str(attempt)
+                and pod["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index")
+                == "0"
+                and pod["status"].get("phase") == "Running"
+            ),
+            None,
+        )
+
+    pod: dict[str, Any] = wait_for(rank0, 60, f"rank 0 of attempt {attempt} running")
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}"
+    cluster.api.merge_patch(path, {"metadata": {"annotations": NCCL_FAULT}})
+    return pod
+
+
 def kubectl(cluster: Cluster, *args: str) -> str:
     out = subprocess.run(
         [str(bin_dir() / "kubectl"), f"--kubeconfig={cluster.run.kubeconfig}", *args],

@@ -22,6 +22,7 @@ from tests.integration.rljobs import (
     children,
     condition,
     example,
+    fail_rank0,
     get_rljob,
     kubectl,
     wait_condition,
@@ -206,15 +207,7 @@ def test_with_prometheus_down_nothing_restarts_from_metrics_but_nccl_is_still_ha
     )
     assert get_rljob(cluster, namespace, NAME)["status"]["restarts"]["total"] == 0
 
-    fault = {
-        "sim.rljob.io/fail-exit-code": "1",
-        "sim.rljob.io/fail-message": "Watchdog caught collective operation timeout: WorkNCCL",
-    }
-    (pod,) = children(cluster, namespace, PODS, NAME, "trainer")
-    cluster.api.merge_patch(
-        f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}",
-        {"metadata": {"annotations": fault}},
-    )
+    fail_rank0(cluster, namespace, NAME)
     wait_for(
         lambda: (
             get_rljob(cluster, namespace, NAME)["status"]["restarts"].get("byReason")

@@ -211,8 +211,8 @@ async def test_scheduler_on_real_prometheus_and_direct_scrapes(
             assert scheduler.source_error((NAMESPACE, name)) is None
 
         # The lead restarts the engine: cooldown, so no more findings for it.
-        for job in ("via-prometheus", "via-direct"):
-            scheduler.note_restart((NAMESPACE, job), "rollout", DRIFTING, time.time())
+        for name in ("via-prometheus", "via-direct"):
+            scheduler.note_restart((NAMESPACE, name), "rollout", DRIFTING, time.time())
 
         await asyncio.to_thread(prometheus.stop)
         await wait_until(

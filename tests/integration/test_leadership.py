@@ -16,7 +16,14 @@ from rljob.dev.audit import writes_by_user
 from rljob.dev.bed import OPERATOR_NAMESPACE, OperatorProcess, start_operator
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
-from tests.integration.rljobs import apply_rljob, example, get_rljob, patch_spec, wait_condition
+from tests.integration.rljobs import (
+    apply_rljob,
+    example,
+    fail_rank0,
+    get_rljob,
+    patch_spec,
+    wait_condition,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +85,7 @@ def test_a_frozen_leader_is_replaced_and_exits_without_a_write_when_it_wakes(
     apply_rljob(cluster, namespace, example())
     wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
 
-    _fail_rank0(cluster, namespace)
+    fail_rank0(cluster, namespace, NAME)
     os.kill(leader.process.pid, signal.SIGSTOP)
     try:
         wait_for(
@@ -107,25 +114,6 @@ def test_a_frozen_leader_is_replaced_and_exits_without_a_write_when_it_wakes(
         if w.user_agent.startswith(old_agent) or w.user_agent.startswith("kopf")
     ]
     assert late == [], late[:3]
-
-
-def _fail_rank0(cluster: Cluster, namespace: str) -> None:
-    fault = {
-        "sim.rljob.io/fail-exit-code": "1",
-        "sim.rljob.io/fail-message": "Watchdog caught collective operation timeout: WorkNCCL",
-    }
-    pods = cluster.api.get(
-        f"/api/v1/namespaces/{namespace}/pods?labelSelector=rljob.io/role%3Dtrainer"
-    )["items"]
-    (rank0,) = [
-        p
-        for p in pods
-        if p["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index") == "0"
-    ]
-    cluster.api.merge_patch(
-        f"/api/v1/namespaces/{namespace}/pods/{rank0['metadata']['name']}",
-        {"metadata": {"annotations": fault}},
-    )
 
 
 def _leader(cluster: Cluster, replicas: list[OperatorProcess]) -> OperatorProcess:

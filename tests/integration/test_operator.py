@@ -140,15 +140,13 @@ def test_scale_up_and_down_follows_the_spec(
     _ready_job(cluster, namespace)
     for replicas in (3, 1):
         patch_spec(cluster, namespace, NAME, {"roles": {"rollout": {"replicas": replicas}}})
-        wait_for(
-            lambda r=replicas: (
-                (j := get_rljob(cluster, namespace, NAME))["status"]["roles"]["rollout"]
-                == {"desired": r, "ready": r, "restarts": 0}
-                and j
-            ),
-            60,
-            f"rollout at {replicas} ready replicas",
-        )
+        settled = {"desired": replicas, "ready": replicas, "restarts": 0}
+
+        def rollout_settled(settled: dict[str, int] = settled) -> dict[str, Any] | None:
+            job = get_rljob(cluster, namespace, NAME)
+            return job if job["status"]["roles"]["rollout"] == settled else None
+
+        wait_for(rollout_settled, 60, f"rollout at {replicas} ready replicas")
         (deployment,) = children(cluster, namespace, DEPLOYMENTS, NAME, "rollout")
         assert deployment["spec"]["replicas"] == replicas
 

@@ -46,6 +46,7 @@ from tests.integration.rljobs import (
     children,
     condition,
     example,
+    fail_rank0,
     get_rljob,
     patch_spec,
     rljob_path,
@@ -56,10 +57,6 @@ from tests.integration.s3_fixtures import S3Bucket
 pytestmark = pytest.mark.integration
 
 NAME = "grpo-minimal"
-NCCL_FAILURE = {
-    "sim.rljob.io/fail-exit-code": "1",
-    "sim.rljob.io/fail-message": "Watchdog caught collective operation timeout: WorkNCCL",
-}
 
 
 def _quiet_for(seconds: float) -> None:
@@ -133,15 +130,11 @@ def test_after_an_api_server_and_etcd_restart_watches_resume_and_nothing_is_done
     ensure_namespace(cluster.api, namespace)
     apply_rljob(cluster, namespace, example())
     wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
-    (pod,) = children(cluster, namespace, PODS, NAME, "trainer")
     since = dt.datetime.now(dt.UTC)
 
     # A trainer failure lands just before the outage: the operator acts on it before, during
     # or after the restart, and exactly once.
-    cluster.api.merge_patch(
-        f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}",
-        {"metadata": {"annotations": NCCL_FAILURE}},
-    )
+    fail_rank0(cluster, namespace, NAME)
     _outage(plane, kill=kill, down_for=5)
     assert operator.process.poll() is None, "the operator exited during the outage"
     wait_for(lambda: _jobs(cluster, namespace) == [f"{NAME}-trainer-a2"], 90, "attempt 2 alone")

@@ -24,11 +24,13 @@ from tests.integration.conftest import Cluster, Operator
 from tests.integration.pod_history import PodHistory, trainer_pod_history
 from tests.integration.rljobs import (
     JOBS,
+    NCCL_FAULT,
     PODS,
     apply_rljob,
     children,
     condition,
     example,
+    fail_rank0,
     get_rljob,
     kubectl,
     wait_condition,
@@ -40,15 +42,6 @@ from tests.integration.test_operator_checkpoints import _commit, _trainer_env, _
 pytestmark = pytest.mark.integration
 
 NAME = "grpo-minimal"
-NCCL = (
-    "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=41, OpType=ALLREDUCE) "
-    "ran for 600000 milliseconds before timing out."
-)
-FAULT = {
-    "sim.rljob.io/fail-exit-code": "1",
-    "sim.rljob.io/fail-reason": "Error",
-    "sim.rljob.io/fail-message": NCCL,
-}
 
 
 def _spec(bucket: S3Bucket, **policy: Any) -> dict[str, Any]:
@@ -57,24 +50,6 @@ def _spec(bucket: S3Bucket, **policy: Any) -> dict[str, Any]:
         checkpoint={"uri": f"s3://{bucket.name}/ckpt", "addressingStyle": "path"},
         failurePolicy={"backoff": {"initial": "1s", "max": "2s"}, **policy},
     )
-
-
-def _fail_rank0(cluster: Cluster, namespace: str, attempt: int) -> None:
-    def is_rank0(pod: dict[str, Any]) -> bool:
-        meta = pod["metadata"]
-        return (
-            meta["labels"].get("rljob.io/attempt") == str(attempt)
-            and meta["annotations"].get("batch.kubernetes.io/job-completion-index") == "0"
-            and pod["status"].get("phase") == "Running"
-        )
-
-    def rank0() -> dict[str, Any] | None:
-        ranked = [p for p in children(cluster, namespace, PODS, NAME, "trainer") if is_rank0(p)]
-        return ranked[0] if ranked else None
-
-    pod = wait_for(rank0, 60, f"rank 0 of attempt {attempt} running")
-    path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}"
-    cluster.api.merge_patch(path, {"metadata": {"annotations": FAULT}})
 
 
 def _events(cluster: Cluster, namespace: str, reason: str) -> list[str]:
@@ -99,7 +74,7 @@ def test_nccl_watchdog_abort_gang_restarts_from_the_newest_checkpoint(
         apply_rljob(cluster, namespace, _spec(s3_bucket))
         wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
         _commit(_writer(s3_bucket, namespace, attempt=1), 50)
-        _fail_rank0(cluster, namespace, 1)
+        fail_rank0(cluster, namespace, NAME)
         env = _trainer_env(cluster, namespace, 2)
         wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
     _assert_one_attempt_at_a_time(history, attempts={"1", "2"})
@@ -124,7 +99,7 @@ def test_nccl_watchdog_abort_gang_restarts_from_the_newest_checkpoint(
 def test_a_restart_storm_exhausts_the_budget_and_fails_the_job(
     cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
 ) -> None:
-    always_fails = {"metadata": {"annotations": {**FAULT, "sim.rljob.io/fail-after": "1s"}}}
+    always_fails = {"metadata": {"annotations": {**NCCL_FAULT, "sim.rljob.io/fail-after": "1s"}}}
     body = _spec(s3_bucket, maxRestarts=2)
     body["spec"]["roles"]["trainer"]["podTemplate"] = always_fails
     apply_rljob(cluster, namespace, body)
@@ -141,7 +116,7 @@ def test_gang_restarts_resuming_from_the_same_step_end_the_job(
 ) -> None:
     """noProgressRestarts: attempts that keep resuming from the same place (here: scratch,
     no checkpoint is ever written) fail the job long before the restart budget is spent."""
-    always_fails = {"metadata": {"annotations": {**FAULT, "sim.rljob.io/fail-after": "1s"}}}
+    always_fails = {"metadata": {"annotations": {**NCCL_FAULT, "sim.rljob.io/fail-after": "1s"}}}
     body = _spec(s3_bucket, maxRestarts=10, noProgressRestarts=2)
     body["spec"]["roles"]["trainer"]["podTemplate"] = always_fails
     apply_rljob(cluster, namespace, body)
@@ -166,7 +141,7 @@ def test_old_pods_stuck_terminating_are_force_deleted_after_the_teardown_timeout
         with trainer_pod_history(cluster, namespace) as history:
             apply_rljob(cluster, namespace, body)
             wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
-            _fail_rank0(cluster, namespace, 1)
+            fail_rank0(cluster, namespace, NAME)
             _trainer_env(cluster, namespace, 2)
     finally:  # attempt 2's pods would hold the namespace's deletion for the hour
         _force_delete_pods(cluster, namespace)
@@ -242,7 +217,7 @@ def test_sigkill_at_a_crash_point_resumes_the_gang_restart_exactly_once(
         apply_rljob(cluster, namespace, _spec(s3_bucket))
         wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
         operator.restart(env={CRASH_POINT_ENV: point})
-        _fail_rank0(cluster, namespace, 1)
+        fail_rank0(cluster, namespace, NAME)
         wait_for(
             lambda: operator.current.process.poll() is not None,
             60,
@@ -421,7 +396,7 @@ def test_sigkill_halfway_through_retention_loses_no_eligible_checkpoint(
     for step in (10, 20, 30):
         _commit(writer, step)
     operator.restart(env={CRASH_POINT_ENV: "retention:manifests-deleted"})
-    _fail_rank0(cluster, namespace, 1)
+    fail_rank0(cluster, namespace, NAME)
     _restart_after_the_crash(operator, "retention:manifests-deleted")
 
     env = _trainer_env(cluster, namespace, 2)

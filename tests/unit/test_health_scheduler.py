@@ -20,6 +20,7 @@ from rljob.adapters.metrics import (
     Queries,
     SignalData,
     SourceKey,
+    SourceKind,
     SourceUnavailable,
 )
 from rljob.api import RLJob, parse_rljob
@@ -145,7 +146,7 @@ def copy(queries: Queries) -> dict[Signal, dict[str, set[str]]]:
 @dataclass
 class FakeSource:
     world: World
-    kind: str = "prometheus"
+    kind: SourceKind = "prometheus"
     supports_history: bool = True
     down: bool = False
     calls: list[tuple[str, dict[Signal, dict[str, set[str]]]]] = field(default_factory=list)

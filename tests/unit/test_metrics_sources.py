@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 import pytest
 from aiohttp import web
 from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
 
 from rljob.adapters import metrics as metrics_module
 from rljob.adapters.metrics import (
@@ -69,13 +70,11 @@ async def serve(routes: dict[str, Handler]) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-def matrix(*series: dict[str, Any]) -> dict[str, Any]:
+def matrix(*series: Any) -> dict[str, Any]:  # Any: hostile answers hold anything
     return {"status": "success", "data": {"resultType": "matrix", "result": list(series)}}
 
 
-def item(
-    pod: str, values: list[list[Any]], namespace: str = "ns1", **labels: str
-) -> dict[str, Any]:
+def item(pod: str, values: Any, namespace: str = "ns1", **labels: str) -> dict[str, Any]:
     metric = {"__name__": "m", "namespace": namespace, "pod": pod, **labels}
     return {"metric": metric, "values": values}
 
@@ -417,7 +416,7 @@ def test_prefilter_keeps_only_sample_lines_of_wanted_metrics() -> None:
 
 async def test_direct_scrape_parses_only_prefiltered_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     parsed: list[str] = []
-    real = metrics_module.text_string_to_metric_families
+    real = text_string_to_metric_families
 
     def spy(text: str) -> Any:
         parsed.append(text)

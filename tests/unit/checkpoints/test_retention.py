@@ -3,7 +3,9 @@ can never be resumed from, and never touch anything eligible that is in use."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import timedelta
+from typing import cast
 
 import pytest
 
@@ -150,7 +152,7 @@ EXPECTED_BASE = {
 def test_plan(kwargs: dict[str, object], changes: dict[VersionId, str]) -> None:
     plan = _plan(**kwargs)  # type: ignore[arg-type]
     expected = {**EXPECTED_BASE, **changes}
-    versions = kwargs.get("versions", BASE)
+    versions = cast("Collection[VersionId]", kwargs.get("versions", BASE))
     assert _outcome(plan) == {k: e for k, e in expected.items() if k in versions}
     in_use = set(kwargs.get("in_use", (v(100, 1),)))  # type: ignore[call-overload]
     for deletion in plan.deletions:

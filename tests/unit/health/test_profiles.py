@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from rljob.api.enums import Engine
 from rljob.api.spec import RolloutRole
 from rljob.health import EngineSample
 from rljob.health.profiles import (
@@ -111,7 +112,7 @@ def test_custom_engine_uses_metric_names_and_overrides_apply_to_builtins() -> No
 
 
 def test_custom_engine_without_required_names_is_an_error() -> None:
-    bad = RolloutRole.model_construct(engine="custom", metric_names=None)
+    bad = RolloutRole.model_construct(engine=Engine.CUSTOM, metric_names=None)
     with pytest.raises(MissingMetricNamesError):
         engine_metrics(bad)
 
