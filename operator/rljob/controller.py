@@ -374,7 +374,7 @@ class Runtime:
         if wrote:
             _count_restarts(body, plan.status)
             _observe_settled(body, plan.status, now)
-        await self._act(body, plan, decided.observed, now)
+        await self._act(body, job, plan, decided.observed, now)
         events += plan.events
         if decided.order is not None:
             events.append(await self._carry_out(job, decided.order))
@@ -413,7 +413,7 @@ class Runtime:
         return _Decided(job, observed, plan, events, crash_reports + health_reports, order)
 
     async def _act(
-        self, body: dict[str, Any], plan: Plan, observed: Observed, now: dt.datetime
+        self, body: dict[str, Any], job: RLJob, plan: Plan, observed: Observed, now: dt.datetime
     ) -> None:
         """The plan's side effects, each idempotent (uid preconditions, deterministic names),
         with the crash points of a journaled gang restart between them."""
@@ -440,7 +440,7 @@ class Runtime:
         if rolling is not None:
             await self._roll(meta["namespace"], *rolling)
             crash_point("role-restart:rolled")
-        await self._force_delete(body, plan, observed, now)
+        await self._force_delete(body, _with_status(job, plan.status), observed, now)
         await self._report_disruptions(body, observed, now)
         for child in plan.apply:
             await self.kube.apply(_with_render_marker(child.body))
@@ -448,13 +448,12 @@ class Runtime:
             crash_point("gang-restart:new-job-created")
 
     async def _force_delete(
-        self, body: dict[str, Any], plan: Plan, observed: Observed, now: dt.datetime
+        self, body: dict[str, Any], job: RLJob, observed: Observed, now: dt.datetime
     ) -> None:
         """Old attempts' pods stuck terminating past teardownTimeout (their node no longer
         confirms deletions) are force-deleted, each with a Warning Event, so the next attempt
         can start; the attempt never overlaps a live old pod before that."""
         meta = body["metadata"]
-        job = _with_status(parse_rljob(body), plan.status)
         for pod in stuck_pods(job, observed, now):
             await self.kube.delete(
                 "v1", "Pod", meta["namespace"], pod.name, pod.uid, grace_period_seconds=0
