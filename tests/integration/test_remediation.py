@@ -52,6 +52,10 @@ def _spec(bucket: S3Bucket, **policy: Any) -> dict[str, Any]:
     )
 
 
+def _crash_ids(crash_at: str | None) -> str:
+    return "uninterrupted" if crash_at is None else f"sigkill-at-{crash_at}"
+
+
 def _events(cluster: Cluster, namespace: str, reason: str) -> list[str]:
     out = kubectl(
         cluster,
@@ -154,26 +158,15 @@ def test_old_pods_stuck_terminating_are_force_deleted_after_the_teardown_timeout
     ]
 
 
-def test_a_role_restart_rule_rolls_every_engine_and_leaves_the_trainer(
-    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
-) -> None:
-    _role_restart_rolls_once(cluster, operator, namespace, s3_bucket, crash_at=None)
-
-
-@pytest.mark.parametrize("point", ROLE_RESTART_CRASH_POINTS)
-def test_sigkill_at_a_crash_point_resumes_the_role_restart_exactly_once(
-    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket, point: str
-) -> None:
-    _role_restart_rolls_once(cluster, operator, namespace, s3_bucket, crash_at=point)
-
-
-def _role_restart_rolls_once(
+@pytest.mark.parametrize("crash_at", [None, *ROLE_RESTART_CRASH_POINTS], ids=_crash_ids)
+def test_a_role_restart_rule_rolls_every_engine_once_and_leaves_the_trainer(
     cluster: Cluster,
     operator: Operator,
     namespace: str,
     s3_bucket: S3Bucket,
     crash_at: str | None,
 ) -> None:
+    """Also when the operator is SIGKILLed at each of the roll's crash points."""
     rule = {"roles": ["rollout"], "onReasons": ["OOMKilled"], "action": "RestartRole"}
     body = _spec(s3_bucket, rules=[rule])
     body["spec"]["roles"]["rollout"]["replicas"] = 2
@@ -236,26 +229,15 @@ def test_sigkill_at_a_crash_point_resumes_the_gang_restart_exactly_once(
     assert get_rljob(cluster, namespace, NAME)["status"].get("inFlight") is None
 
 
-def test_a_rollout_pod_oom_killed_repeatedly_is_restarted_alone(
-    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
-) -> None:
-    _oom_restarts_one_pod(cluster, operator, namespace, s3_bucket, crash_at=None)
-
-
-@pytest.mark.parametrize("point", POD_RESTART_CRASH_POINTS)
-def test_sigkill_at_a_crash_point_resumes_the_pod_restart_exactly_once(
-    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket, point: str
-) -> None:
-    _oom_restarts_one_pod(cluster, operator, namespace, s3_bucket, crash_at=point)
-
-
-def _oom_restarts_one_pod(
+@pytest.mark.parametrize("crash_at", [None, *POD_RESTART_CRASH_POINTS], ids=_crash_ids)
+def test_a_rollout_pod_oom_killed_repeatedly_is_restarted_alone_once(
     cluster: Cluster,
     operator: Operator,
     namespace: str,
     s3_bucket: S3Bucket,
     crash_at: str | None,
 ) -> None:
+    """Also when the operator is SIGKILLed at each of the restart's crash points."""
     body = _spec(s3_bucket)
     body["spec"]["roles"]["rollout"]["replicas"] = 2
     apply_rljob(cluster, namespace, body)
