@@ -323,7 +323,9 @@ def test_a_healthy_job_causes_no_writes(
     cluster: Cluster, operator: Operator, namespace: str
 ) -> None:
     _ready_job(cluster, namespace)
-    # Count from a few seconds after Ready, when the last transition's status write is done.
+    # The first health round records progress (one write; refreshed every 5 minutes after).
+    wait_for(lambda: "progress" in get_rljob(cluster, namespace, NAME)["status"], 90, "progress")
+    # Count from a few seconds later, when that pass's status write is done.
     start = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
     passes_before = _metric(operator, "rljob_reconcile_duration_seconds_count")
     deadline = start + dt.timedelta(minutes=3)

@@ -234,10 +234,18 @@ def _next_attempt(job: RLJob, observed: Observed, attempt: int, now: datetime) -
 
 def _lingering_trainer(observed: Observed, job_name: str, attempt: int) -> str:
     """Trainer pods still running or terminating (of earlier attempts, or of this attempt's Job
-    being deleted), or this attempt's Job being deleted: the new Job must wait for them."""
+    being deleted), an earlier attempt's Job (its foreground deletion ends only once its pods,
+    terminated ones too, are gone) or this attempt's Job being deleted: the new Job waits."""
     pods = [pod for pod in observed.pods if pod.role == RoleName.TRAINER.value and not pod.terminal]
     if pods:
         return f"{len(pods)} trainer pod{'s' if len(pods) > 1 else ''}"
+    older = sorted(
+        c.name
+        for c in observed.children
+        if c.kind == "Job" and c.attempt is not None and c.attempt < attempt
+    )
+    if older:
+        return f"Job {older[0]}"
     current = _trainer_job(observed, job_name, attempt)
     if current is not None and current.deleting:
         return f"Job {current.name}"

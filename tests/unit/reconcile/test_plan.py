@@ -452,6 +452,24 @@ def test_old_attempt_jobs_are_deleted_before_the_new_attempt_starts() -> None:
     assert applied(world.step()) == [TRAINER_A2]
 
 
+def test_the_next_attempt_waits_until_the_old_job_is_gone_even_with_every_rank_ended() -> None:
+    """A gang restart: every old rank has ended (Failed), but they exist until the old Job's
+    foreground deletion removes them; the new Job is created only after that."""
+    world = running_world()
+    world.fail_rank(1, 0, exit_code=1)
+    world.fail_rank(1, 1, exit_code=137)
+    world.finish_job(1, failed=True, failed_message="Job failed: PodFailurePolicy")
+    world.body["status"]["attempt"] = 2  # what the journaled gang restart records
+    plan = world.step()
+    assert deleted(plan) == [("Job", f"{JOB}-trainer-a1", "SupersededAttempt")]
+    assert TRAINER_A2 not in applied(plan)
+    progressing = find(plan.status.conditions, "Progressing")
+    assert progressing is not None and f"Job {JOB}-trainer-a1" in progressing.message
+    assert TRAINER_A2 not in applied(world.step())  # still deleting
+    world.gone()
+    assert applied(world.step()) == [TRAINER_A2]
+
+
 def test_terminated_pods_of_old_attempts_do_not_block() -> None:
     world = World(example_body())
     world.pods["old"] = pod("old", "trainer", attempt=0, phase="Failed", exit_code=1)
