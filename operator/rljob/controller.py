@@ -62,6 +62,7 @@ from rljob.reconcile.checkpoint_status import (
 )
 from rljob.reconcile.conditions import ConditionState, set_condition
 from rljob.reconcile.events import EventSpec, ReportThrottle
+from rljob.reconcile.expectations import Recent, with_deletes_issued
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile, status_patch
 from rljob.reconcile.progress import (
@@ -235,6 +236,8 @@ class Runtime:
         self._progress: dict[JobKey, ProgressReading] = {}  # the latest health round's
         self._disruptions_reported: dict[JobKey, set[str]] = {}  # pod uids
         self._report_throttles: dict[JobKey, ReportThrottle] = {}
+        self._deletes_issued = Recent()  # uids: the watch may not show them deleting yet
+        self._journal_posted = Recent()  # a journaled action's Event names
         self.health = HealthScheduler(MetricsSources(), self._on_health)
         self._health_task: asyncio.Task[None] | None = None
 
@@ -397,7 +400,8 @@ class Runtime:
         job, events = await self._continue_attempts(job)
         job = await self._refresh_latest(job, now)
         job = _with_status(job, with_progress(job.status, self._progress.get(key), now))
-        observed = self.observed(key)
+        issued = self._deletes_issued.current(time.monotonic())
+        observed = with_deletes_issued(self.observed(key), issued)
         job, extras, remedy = _remediate_trainer(job, observed, now)
         job, crash_reports = self._remediate_pods(job, observed, now)
         job, health_reports = self._act_on_health(job, observed, now)
@@ -424,17 +428,22 @@ class Runtime:
         if journaled is not None and action is not None:
             crash_point(f"{_CRASH_PREFIXES[action.kind]}:journaled")
             name = f"{meta['name']}.{journaled[0]}"
-            await post_event(self.kube, body, journaled[1], now, name=name)
+            posted = f"{meta['namespace']}/{name}"
+            if posted not in self._journal_posted.current(time.monotonic()):
+                await post_event(self.kube, body, journaled[1], now, name=name)
+                self._journal_posted.add(posted, time.monotonic())
         for doomed in plan.delete:
             kind = doomed.kind
             await self.kube.delete(
                 api_version_of(kind), kind, meta["namespace"], doomed.name, doomed.uid
             )
+            self._deletes_issued.add(doomed.uid, time.monotonic())
         if plan.delete and gang:
             crash_point("gang-restart:old-job-deleted")
         victim = pod_to_delete(plan.status, observed)
         if victim is not None:
             await self.kube.delete("v1", "Pod", meta["namespace"], victim.name, victim.uid)
+            self._deletes_issued.add(victim.uid, time.monotonic())
             crash_point("pod-restart:pod-deleted")
         rolling = role_to_roll(plan.status)
         if rolling is not None:
