@@ -147,6 +147,7 @@ def test_old_pods_stuck_terminating_are_force_deleted_after_the_teardown_timeout
             wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
             fail_rank0(cluster, namespace, NAME)
             _trainer_env(cluster, namespace, 2)
+            wait_for(lambda: "2" in history.attempts_seen, 60, "attempt 2's pods in the watch")
     finally:  # attempt 2's pods would hold the namespace's deletion for the hour
         _force_delete_pods(cluster, namespace)
     _assert_one_attempt_at_a_time(history, attempts={"1", "2"})
