@@ -61,7 +61,7 @@ from rljob.reconcile.checkpoint_status import (
     with_latest,
 )
 from rljob.reconcile.conditions import ConditionState, set_condition
-from rljob.reconcile.events import EventSpec, ReportThrottle
+from rljob.reconcile.events import REPORT_REPEAT_SECONDS, EventSpec
 from rljob.reconcile.expectations import Recent, with_deletes_issued
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile, status_patch
@@ -235,7 +235,7 @@ class Runtime:
         self._step_windows: dict[JobKey, list[StepSample]] = {}
         self._progress: dict[JobKey, ProgressReading] = {}  # the latest health round's
         self._disruptions_reported: dict[JobKey, set[str]] = {}  # pod uids
-        self._report_throttles: dict[JobKey, ReportThrottle] = {}
+        self._reported = Recent(REPORT_REPEAT_SECONDS)  # "ns/job/reason/target" of reports
         self._deletes_issued = Recent()  # uids: the watch may not show them deleting yet
         self._journal_posted = Recent()  # a journaled action's Event names
         self.health = HealthScheduler(MetricsSources(), self._on_health)
@@ -520,7 +520,6 @@ class Runtime:
             self.health.forget(key)
             self._findings.pop(key, None)
             self._progress.pop(key, None)
-            self._report_throttles.pop(key, None)
             self._forget_metrics(key)
             return job, []
         self.health.register(job, pods_by_role(observed.pods))
@@ -534,9 +533,8 @@ class Runtime:
             job = _with_status(job, remedy.status)
             role, pod = remedy.restarted
             self.health.note_restart(key, role, pod, now.timestamp())
-        throttle = self._report_throttles.setdefault(key, ReportThrottle())
-        reason = str(finding.reason or "")
-        if remedy.events and throttle.admit(reason, finding.target, now.timestamp()):
+        said = f"{key[0]}/{key[1]}/{finding.reason or ''}/{finding.target}"
+        if remedy.events and self._reported.admit(said, now.timestamp()):
             return job, list(remedy.events)
         return job, []
 

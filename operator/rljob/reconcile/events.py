@@ -4,7 +4,7 @@ repeats (a retry, a stale index) repeats no Event."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rljob.api import ConditionStatus, ConditionType, JobPhase, RLJobStatus, RolesStatus
 from rljob.reconcile.conditions import PODS_SCHEDULED, find, is_true, one_line
@@ -133,20 +133,3 @@ def _roles_removed(old: RLJobStatus, new: RLJobStatus) -> list[EventSpec]:
         if getattr(old.roles or RolesStatus(), role.value) is not None
         and getattr(new.roles or RolesStatus(), role.value) is None
     ]
-
-
-@dataclass
-class ReportThrottle:
-    """A job's health reports: the first of each (reason, target) at once, then one per
-    `repeat_seconds` while it stands. Reports do not come from a status change, so nothing else
-    keeps a finding seen every health round from becoming an Event every round."""
-
-    repeat_seconds: float = REPORT_REPEAT_SECONDS
-    _said_at: dict[tuple[str, str], float] = field(default_factory=dict)
-
-    def admit(self, reason: str, target: str, now: float) -> bool:
-        said = self._said_at.get((reason, target))
-        if said is not None and now - said < self.repeat_seconds:
-            return False
-        self._said_at[(reason, target)] = now
-        return True

@@ -25,6 +25,14 @@ class Recent:
         self._done_at = {k: t for k, t in self._done_at.items() if now - t < self.ttl}
         return frozenset(self._done_at)
 
+    def admit(self, key: str, now: float) -> bool:
+        """True, and recorded, unless the key was done within the ttl (a refusal records
+        nothing, so it does not extend the wait)."""
+        if key in self.current(now):
+            return False
+        self.add(key, now)
+        return True
+
 
 def with_deletes_issued(observed: Observed, uids: Collection[str]) -> Observed:
     """Children and pods we deleted, seen as deleting even before the watch says so."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rljob.reconcile.events import REPORT_REPEAT_SECONDS, ReportThrottle
+from rljob.reconcile.events import REPORT_REPEAT_SECONDS
+from rljob.reconcile.expectations import Recent
 
 DRIFT, STALL = "KVCacheDrift", "EngineStalled"
 POD_A, POD_B = "rollout-a", "rollout-b"
@@ -41,7 +42,8 @@ POD_A, POD_B = "rollout-a", "rollout-b"
 def test_report_throttle(
     said: list[tuple[str, str, float]], then: tuple[str, str, float], admitted: bool
 ) -> None:
-    throttle = ReportThrottle()
+    reported = Recent(REPORT_REPEAT_SECONDS)  # what the operator keeps of its health reports
     for reason, target, at in said:
-        throttle.admit(reason, target, at)
-    assert throttle.admit(*then) is admitted
+        reported.admit(f"{reason}/{target}", at)
+    reason, target, at = then
+    assert reported.admit(f"{reason}/{target}", at) is admitted
