@@ -19,6 +19,7 @@ from pathlib import Path
 from unittest import mock
 
 from rljob.adapters import metrics
+from rljob.adapters.metrics import direct
 from rljob.dev.controlplane import wait_until
 from rljob.dev.processes import free_ports, terminate
 from rljob.health.profiles import VLLM
@@ -108,7 +109,7 @@ def measure(repo: Path, endpoints: int, rounds: int) -> list[ScrapeResult]:
     server = PageServer(repo)
     try:
         results = [_measure("prefiltered (shipped)", server, endpoints, rounds)]
-        with mock.patch.object(metrics, "prefilter", _unfiltered):
+        with mock.patch.object(direct, "prefilter", _unfiltered):
             fewer = max(WARMUP_ENDPOINTS, endpoints // UNFILTERED_SHARE)
             results.append(_measure("full parse (no prefilter)", server, fewer, 1))
     finally:

@@ -19,7 +19,6 @@ from aiohttp import web
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from rljob.adapters import metrics as metrics_module
 from rljob.adapters.metrics import (
     AddressMapFile,
     DirectSource,
@@ -29,6 +28,7 @@ from rljob.adapters.metrics import (
     SourceKey,
     SourceUnavailable,
     UnconfiguredSource,
+    direct,
     prefilter,
     promql_string,
     range_selector,
@@ -422,7 +422,7 @@ async def test_direct_scrape_parses_only_prefiltered_lines(monkeypatch: pytest.M
         parsed.append(text)
         return real(text)
 
-    monkeypatch.setattr(metrics_module, "text_string_to_metric_families", spy)
+    monkeypatch.setattr(direct, "text_string_to_metric_families", spy)
 
     async def page(request: web.Request) -> web.Response:
         return web.Response(text=PAGE + "x" * 1000 + "\n", content_type="text/plain")

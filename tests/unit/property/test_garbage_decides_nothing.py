@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rljob.adapters.metrics import SourceError, _Rejects, parse_matrix
+from rljob.adapters.metrics import Rejects, SourceError, parse_matrix
 from rljob.api.enums import FailureReason
 from rljob.health import (
     DriftConfig,
@@ -307,7 +307,7 @@ def collect(
             collected[name] = parse_matrix(
                 answer(signal, pods, exported, round_, faults_now),
                 {NAMESPACE: set(pods)},
-                _Rejects("prometheus"),
+                Rejects("prometheus"),
             )
         except SourceError:
             return None

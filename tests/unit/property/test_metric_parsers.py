@@ -22,14 +22,15 @@ from rljob.adapters import metrics
 from rljob.adapters.metrics import (
     DirectSource,
     PrometheusSource,
+    Rejects,
     SignalData,
     SourceError,
-    _Page,
-    _page_series,
-    _Rejects,
+    direct,
     page_samples,
     parse_matrix,
+    promql,
 )
+from rljob.adapters.metrics.direct import _Page, _page_series
 from rljob.health.profiles import Signal
 from tests.unit.property.strategies import FEW, SETTINGS, garbage_value, hostile_text, json_values
 
@@ -126,7 +127,7 @@ answers = st.one_of(
 
 def parse(payload: object) -> SignalData | SourceError:
     try:
-        return parse_matrix(payload, WANTED, _Rejects("prometheus"))
+        return parse_matrix(payload, WANTED, Rejects("prometheus"))
     except SourceError as error:
         return error
 
@@ -208,7 +209,7 @@ def test_points_per_series_are_capped_keeping_the_newest(count: int, cap: int) -
         },
     }
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(metrics, "MAX_POINTS_PER_SERIES", cap)
+        patch.setattr(promql, "MAX_POINTS_PER_SERIES", cap)
         found = parse(payload)
 
     assert isinstance(found, dict)
@@ -333,7 +334,7 @@ def test_any_scraped_page_is_a_clean_page_or_a_source_error(response: FakeRespon
 def assert_clean_page(page: _Page) -> None:
     assert all(name == SIGNAL.metric for name, _, _ in page.samples)
     assert len(page.samples) <= metrics.MAX_PAGE_LINES
-    series = _page_series(SIGNAL, page, _Rejects("direct"))
+    series = _page_series(SIGNAL, page, Rejects("direct"))
     label_sets = [one.labels for one in series]
     assert len(label_sets) == len(set(label_sets))
     assert all(math.isfinite(v) for one in series for _, v in one.points)
@@ -369,7 +370,7 @@ pages = st.one_of(
 @SETTINGS
 @given(pages)
 def test_any_page_parses_to_bounded_clean_samples(text: str) -> None:
-    page = _Page(1.0, page_samples(text, {SIGNAL.metric}, _Rejects("direct")))
+    page = _Page(1.0, page_samples(text, {SIGNAL.metric}, Rejects("direct")))
 
     assert_clean_page(page)
 
@@ -386,7 +387,7 @@ def test_any_page_parses_to_bounded_clean_samples(text: str) -> None:
 def test_hostile_label_values_survive_the_exposition_round_trip(engines: list[str]) -> None:
     lines = [f'{SIGNAL.metric}{{engine="{escape_label(e)}"}} {i}' for i, e in enumerate(engines)]
 
-    samples = page_samples("\n".join(lines) + "\n", {SIGNAL.metric}, _Rejects("direct"))
+    samples = page_samples("\n".join(lines) + "\n", {SIGNAL.metric}, Rejects("direct"))
 
     assert [(labels["engine"], value) for _, labels, value in samples] == [
         (engine, float(index)) for index, engine in enumerate(engines)
@@ -397,9 +398,9 @@ def test_hostile_label_values_survive_the_exposition_round_trip(engines: list[st
 @given(st.integers(0, 300), st.integers(1, 100))
 def test_page_lines_are_capped(count: int, cap: int) -> None:
     text = "\n".join(f'{SIGNAL.metric}{{engine="{i}"}} {i}' for i in range(count))
-    rejects = _Rejects("direct")
+    rejects = Rejects("direct")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(metrics, "MAX_PAGE_LINES", cap)
+        patch.setattr(direct, "MAX_PAGE_LINES", cap)
         samples = page_samples(text, {SIGNAL.metric}, rejects)
 
     assert len(samples) == min(count, cap)
