@@ -21,9 +21,9 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
+from rljob.dev.traces import Cycle, EngineProfile, LoadSwings, fleet_trace
 from rljob.health import DriftConfig, EngineSample, KVDriftDetector
 from rljob.health.samples import counter_delta
-from rljob.health.traces import Cycle, EngineProfile, LoadSwings, fleet_trace
 
 HOUR = 3600.0
 MINUTE = 60.0

@@ -1,5 +1,5 @@
 """The health scheduler with a fake metrics source (no I/O): simulated engines, trainers and
-verifiers from rljob.health.traces scraped on a grid, a fake clock, and a recorder of the
+verifiers from rljob.dev.traces scraped on a grid, a fake clock, and a recorder of the
 evaluations handed to the caller."""
 
 from __future__ import annotations
@@ -25,6 +25,14 @@ from rljob.adapters.metrics import (
 )
 from rljob.api import RLJob, parse_rljob
 from rljob.api.enums import FailureReason
+from rljob.dev.traces import (
+    EngineProfile,
+    SimulatedEngine,
+    SimulatedTrainer,
+    SimulatedVerifier,
+    TrainerProfile,
+    VerifierProfile,
+)
 from rljob.health import INSUFFICIENT_DATA, EngineSample, Evaluation
 from rljob.health.profiles import (
     GENERATION_TOKENS,
@@ -42,14 +50,6 @@ from rljob.health.profiles import (
     VERIFIER_ERRORS,
     Series,
     Signal,
-)
-from rljob.health.traces import (
-    EngineProfile,
-    SimulatedEngine,
-    SimulatedTrainer,
-    SimulatedVerifier,
-    TrainerProfile,
-    VerifierProfile,
 )
 from rljob.health_scheduler import HealthScheduler, JobKey, next_slot
 

@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from rljob.dev.traces import EngineProfile, fleet_trace
 from rljob.health import DriftConfig, Evaluation, KVDriftDetector
-from rljob.health.traces import EngineProfile, fleet_trace
 
 HOUR = 3600.0
 

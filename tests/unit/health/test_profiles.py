@@ -9,6 +9,8 @@ import pytest
 
 from rljob.api.enums import Engine
 from rljob.api.spec import RolloutRole
+from rljob.dev.traces import Cycle, EngineProfile, SimulatedEngine, SimulatedVerifier
+from rljob.dev.traces import VerifierProfile as TraceVerifierProfile
 from rljob.health import EngineSample
 from rljob.health.profiles import (
     GENERATION_TOKENS,
@@ -38,8 +40,6 @@ from rljob.health.profiles import (
     trainer_reading,
     verifier_samples,
 )
-from rljob.health.traces import Cycle, EngineProfile, SimulatedEngine, SimulatedVerifier
-from rljob.health.traces import VerifierProfile as TraceVerifierProfile
 
 STALE = 15.0
 

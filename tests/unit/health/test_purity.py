@@ -47,7 +47,7 @@ def test_no_io_imports(path: Path) -> None:
 
 def test_importing_the_package_loads_no_io_library() -> None:
     probe = (
-        "import sys, rljob.health, rljob.health.traces; "
+        "import sys, rljob.health, rljob.dev.traces; "
         f"print(sorted(m for m in {FORBIDDEN[:6]!r} if m in sys.modules))"
     )
     loaded = subprocess.run(

@@ -10,6 +10,7 @@ import pytest
 
 from rljob.api.enums import FailureReason
 from rljob.api.spec import Health
+from rljob.dev.traces import Cycle, EngineProfile, SimulatedTrainer, TrainerProfile, fleet_trace
 from rljob.health import (
     EngineSample,
     EngineStallConfig,
@@ -20,7 +21,6 @@ from rljob.health import (
     current_phase,
     freshest_heartbeat,
 )
-from rljob.health.traces import Cycle, EngineProfile, SimulatedTrainer, TrainerProfile, fleet_trace
 
 ENGINE = EngineStallConfig(timeout=300, interval=30)
 POD = "rollout-1"

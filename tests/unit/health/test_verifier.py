@@ -9,6 +9,7 @@ import pytest
 
 from rljob.api.enums import FailureReason
 from rljob.api.spec import Health
+from rljob.dev.traces import SimulatedVerifier, VerifierProfile
 from rljob.health import (
     Evaluation,
     VerifierLatencyConfig,
@@ -17,7 +18,6 @@ from rljob.health import (
     bucket_increase,
     histogram_quantile,
 )
-from rljob.health.traces import SimulatedVerifier, VerifierProfile
 from rljob.health.verifier import proven_over
 
 INF = math.inf

@@ -19,8 +19,8 @@ from rljob.dev.sim.profiles import (
     TrainerProfile,
     VerifierProfile,
 )
+from rljob.dev.traces import Cycle, LoadSwings
 from rljob.health.stall import PHASE_CHECKPOINTING, PHASE_WAITING_FOR_ROLLOUTS
-from rljob.health.traces import Cycle, LoadSwings
 from rljob.health.verifier import histogram_quantile
 from rljob.sdk.progress import PHASES as SDK_PHASES
 

@@ -13,7 +13,7 @@ from rljob.dev.sim.profiles import (
     as_json,
     override,
 )
-from rljob.health.traces import Cycle
+from rljob.dev.traces import Cycle
 
 
 def test_override_converts_and_validates() -> None:

@@ -30,5 +30,5 @@ def test_pure_module_imports_no_io(module: str) -> None:
             if node.module.startswith("rljob."):
                 internal.add(node.module)
     assert not roots & FORBIDDEN
-    allowed = {f"rljob.dev.sim.{m}" for m in PURE} | {"rljob.health.traces"}
+    allowed = {f"rljob.dev.sim.{m}" for m in PURE} | {"rljob.dev.traces"}
     assert internal <= allowed

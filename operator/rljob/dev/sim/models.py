@@ -82,7 +82,7 @@ class Mode(Enum):
     STALLED = "stalled"
 
 
-# rljob.health.traces.Mode values -> our modes.
+# rljob.dev.traces.Mode values -> our modes.
 _FROM_TRACE = {
     "saturated": Mode.SATURATED,
     "unsaturated": Mode.UNSATURATED,

@@ -4,7 +4,7 @@ A profile is what a healthy workload does; faults (rljob.dev.sim.faults) change 
 Profiles come from the simulator's defaults, overridden per pod by the `sim.rljob.io/profile`
 annotation or the `RLJOB_SIM_PROFILE` container variable (a JSON object of field names), and per
 selector through the control API. Engines may follow an RL generate/train cycle and load swings
-from rljob.health.traces, so the bed serves the same shapes the detectors are unit-tested on.
+from rljob.dev.traces, so the bed serves the same shapes the detectors are unit-tested on.
 
 Times are seconds; the defaults are second-scale so tests see phases within a test's deadline.
 """
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     # Imported when a profile uses them: rljob.health pulls in pydantic, which the simulator
     # process does not otherwise need.
-    from rljob.health.traces import Cycle, LoadSwings
+    from rljob.dev.traces import Cycle, LoadSwings
 
 PROFILE_ANNOTATION = "sim.rljob.io/profile"
 PROFILE_ENV = "RLJOB_SIM_PROFILE"
@@ -125,7 +125,7 @@ _NESTED = ("cycle", "load_swings")
 
 
 def _nested(name: str, value: Any) -> Any:
-    from rljob.health.traces import Cycle, LoadSwings
+    from rljob.dev.traces import Cycle, LoadSwings
 
     if value is None:
         return None

@@ -6,8 +6,7 @@ import math
 
 import pytest
 
-from rljob.health import EngineSample, counter_delta
-from rljob.health.traces import (
+from rljob.dev.traces import (
     Cycle,
     EngineProfile,
     LoadSwings,
@@ -20,6 +19,7 @@ from rljob.health.traces import (
     engine_trace,
     fleet_trace,
 )
+from rljob.health import EngineSample, counter_delta
 
 
 def test_the_same_seed_gives_the_same_trace() -> None:
