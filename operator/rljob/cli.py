@@ -96,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["checkpoints"]:  # its own parser, options included
-        from rljob.checkpoints import cli
+        from rljob.checkpoints.s3 import cli
 
         return cli.main(argv[1:])
     args = _parser().parse_args(argv)

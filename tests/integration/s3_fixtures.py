@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from rljob.checkpoints.layout import CheckpointLocation
-from rljob.checkpoints.store import CheckpointStore, ClientCache, StoreEndpoint
+from rljob.checkpoints.s3 import CheckpointStore, ClientCache, StoreEndpoint
 from rljob.dev.processes import free_ports
 from rljob.dev.s3server import BINARY, S3Server
 

@@ -22,9 +22,11 @@ FORBIDDEN = {
     "urllib3",
     "requests",
 }
-# The pure layers; checkpoints' S3 adapter (store.py) and CLI are its I/O part.
+# The pure layers; checkpoints' S3 subpackage (and the store/cli modules re-exporting it) is its
+# I/O part.
 PURE_PACKAGES = ("api", "reconcile", "health", "checkpoints")
 IO_MODULES_IN_PURE_PACKAGES = {"rljob.checkpoints.store", "rljob.checkpoints.cli"}
+IO_PACKAGES_IN_PURE_PACKAGES = ("rljob.checkpoints.s3",)
 
 
 def _module_name(path: Path) -> str:
@@ -52,6 +54,7 @@ def _pure_modules() -> list[str]:
         if name.split(".")[1:2]
         and name.split(".")[1] in PURE_PACKAGES
         and name not in IO_MODULES_IN_PURE_PACKAGES
+        and not name.startswith(IO_PACKAGES_IN_PURE_PACKAGES)
     )
 
 

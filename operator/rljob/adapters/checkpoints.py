@@ -12,13 +12,13 @@ from rljob.api import CheckpointRef, RLJob, StoreCapabilities, parse_duration
 from rljob.checkpoints.layout import CheckpointLocation, VersionId, resume_env
 from rljob.checkpoints.lineage import Lineage
 from rljob.checkpoints.models import AttemptMarker
-from rljob.checkpoints.selection import checkpoint_ref
-from rljob.checkpoints.store import (
+from rljob.checkpoints.s3 import (
     AsyncCheckpointStore,
     CheckpointStore,
     ClientCache,
     StoreEndpoint,
 )
+from rljob.checkpoints.selection import checkpoint_ref
 from rljob.checkpoints.validity import Validity
 from rljob.observability import CHECKPOINT_SAVED, CHECKPOINT_STEP
 from rljob.reconcile.events import EventSpec

@@ -1,6 +1,6 @@
 """Versioned checkpoints in S3: the protocol's pure logic (layout, documents, validity, lineage,
-selection, retention). The boto3 adapter is rljob.checkpoints.store; import it explicitly (this
-package stays free of I/O imports)."""
+selection, retention). The boto3 side is the subpackage rljob.checkpoints.s3; import it
+explicitly (this package stays free of I/O imports)."""
 
 from rljob.checkpoints.errors import (
     BucketNotFound,

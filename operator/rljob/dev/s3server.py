@@ -22,7 +22,7 @@ from rljob.dev.controlplane import wait_until
 from rljob.dev.processes import Managed, ServerProcess, spawn, tail
 
 if TYPE_CHECKING:
-    from rljob.checkpoints.store import StoreEndpoint
+    from rljob.checkpoints.s3.transport import StoreEndpoint
 
 BINARY = "versitygw"
 ACCESS_KEY = "rljob-dev"
@@ -149,8 +149,8 @@ class S3Server(ServerProcess):
             return False
 
     def store_endpoint(self) -> StoreEndpoint:
-        """How rljob.checkpoints.store reaches this server, with its root credentials."""
-        from rljob.checkpoints.store import StoreCredentials, StoreEndpoint
+        """How rljob.checkpoints.s3 reaches this server, with its root credentials."""
+        from rljob.checkpoints.s3.transport import StoreCredentials, StoreEndpoint
 
         return StoreEndpoint(
             url=self.endpoint,
@@ -162,7 +162,7 @@ class S3Server(ServerProcess):
     def client(self) -> Any:
         """A boto3 S3 client for this server, with the shared checkpoint configuration."""
         if self._client is None:
-            from rljob.checkpoints.store import ClientCache
+            from rljob.checkpoints.s3.transport import ClientCache
 
             self._client = ClientCache().client(self.store_endpoint())
         return self._client

@@ -9,7 +9,7 @@ from rljob.checkpoints.errors import (
     StoreUnavailable,
 )
 from rljob.checkpoints.models import Manifest, ShardEntry
-from rljob.checkpoints.store import StoreCredentials, StoreEndpoint
+from rljob.checkpoints.s3.transport import StoreCredentials, StoreEndpoint
 from rljob.sdk.checkpoint import (
     CheckpointReader,
     CheckpointWriter,

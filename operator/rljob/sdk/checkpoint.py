@@ -71,7 +71,7 @@ from rljob.checkpoints.layout import (
     check_shard_key,
 )
 from rljob.checkpoints.models import Manifest, ShardEntry
-from rljob.checkpoints.store import CheckpointStore, StoreEndpoint
+from rljob.checkpoints.s3 import CheckpointStore, StoreEndpoint
 from rljob.checkpoints.validity import Validity
 
 log = logging.getLogger(__name__)

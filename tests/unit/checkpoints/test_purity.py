@@ -1,5 +1,5 @@
-"""The pure checkpoint modules (and the CLI module, until it talks to a store) import no I/O
-library: the operator imports them freely, boto3 only where it touches S3."""
+"""The pure checkpoint modules import no I/O library: the operator imports them freely, boto3
+only where it touches S3 (rljob.checkpoints.s3)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ PURE = [
     "rljob.checkpoints.retention",
     "rljob.checkpoints.selection",
     "rljob.checkpoints.validity",
-    "rljob.checkpoints.cli",
 ]
 FORBIDDEN = ["boto3", "botocore", "kopf", "kubernetes", "aiohttp", "prometheus_client"]
 

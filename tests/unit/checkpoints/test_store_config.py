@@ -13,7 +13,7 @@ from rljob.checkpoints.errors import (
     StoreError,
     StoreUnavailable,
 )
-from rljob.checkpoints.store import (
+from rljob.checkpoints.s3.transport import (
     ClientCache,
     StoreCredentials,
     StoreEndpoint,
