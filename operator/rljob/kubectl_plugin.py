@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rljob.api.enums import RoleName
-from rljob.reconcile.requests import RESTART_REQUEST_ANNOTATION
+from rljob.api.labels import RESTART_REQUEST_ANNOTATION
 
 Body = dict[str, Any]
 RECENT_RESTARTS = 5

@@ -7,16 +7,29 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from rljob.api.labels import (
+    ATTEMPT_LABEL,
+    COMPLETION_INDEX_ANNOTATION,
+    JOB_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    RESTARTED_AT_ANNOTATION,
+    ROLE_LABEL,
+    SPEC_HASH_ANNOTATION,
+)
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "rljob-operator"
-JOB_LABEL = "rljob.io/job"
-ROLE_LABEL = "rljob.io/role"
-ATTEMPT_LABEL = "rljob.io/attempt"
-SPEC_HASH_ANNOTATION = "rljob.io/spec-hash"
-RESTARTED_AT_ANNOTATION = "rljob.io/restarted-at"
-COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+# MANAGED_BY and its label stay importable from here for handlers.py.
+__all__ = [
+    "MANAGED_BY",
+    "MANAGED_BY_LABEL",
+    "Body",
+    "JobKey",
+    "job_key",
+    "observed_from",
+    "summarize_child",
+    "summarize_pod",
+]
 _MESSAGE_LIMIT = 4096
 
 Body = Mapping[str, Any]

@@ -4,14 +4,36 @@ orphans live objects."""
 from __future__ import annotations
 
 from rljob.api import API_VERSION, KIND, RoleName
+from rljob.api.labels import (
+    ATTEMPT_LABEL,
+    COMPLETION_INDEX_ANNOTATION,
+    JOB_LABEL,
+    MANAGED_BY_LABEL,
+    ROLE_LABEL,
+    SPEC_HASH_ANNOTATION,
+)
+from rljob.api.labels import MANAGED_BY as MANAGER
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGER = "rljob-operator"
-JOB_LABEL = "rljob.io/job"
-ROLE_LABEL = "rljob.io/role"
-ATTEMPT_LABEL = "rljob.io/attempt"
-SPEC_HASH_ANNOTATION = "rljob.io/spec-hash"
-COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+# The label names stay importable from here (rljob.reconcile and benchmarks take them here).
+__all__ = [
+    "ATTEMPT_LABEL",
+    "COMPLETION_INDEX_ANNOTATION",
+    "JOB_LABEL",
+    "MANAGED_BY_LABEL",
+    "MANAGER",
+    "ROLE_LABEL",
+    "ROLE_ORDER",
+    "SPEC_HASH_ANNOTATION",
+    "child_labels",
+    "owner_reference",
+    "role_child_name",
+    "rollout_headless_service_name",
+    "selector_labels",
+    "service_address",
+    "trainer_job_name",
+    "trainer_master_address",
+    "trainer_service_name",
+]
 
 # Deterministic order: Services before workloads, rollout first.
 ROLE_ORDER = (RoleName.ROLLOUT, RoleName.TRAINER, RoleName.REFERENCE, RoleName.VERIFIER)

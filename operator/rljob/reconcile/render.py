@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rljob.api import RLJob, Role, RoleName, RolloutRole, ServingRole, TrainerRole
+from rljob.api.labels import ATTEMPT_LABEL, COMPLETION_INDEX_ANNOTATION, SPEC_HASH_ANNOTATION
 from rljob.checkpoints.layout import (
     ENV_CHECKPOINT_URI,
     ENV_JOB_UID,
@@ -31,7 +32,7 @@ DEFAULT_MASTER_PORT = 29500
 PROGRESS_DEADLINE_SECONDS = 3600
 # Time for the trainer to write a checkpoint on SIGTERM when the role does not set it.
 DEFAULT_TRAINER_GRACE_SECONDS = 300
-COMPLETION_INDEX_FIELD = f"metadata.annotations['{names.COMPLETION_INDEX_ANNOTATION}']"
+COMPLETION_INDEX_FIELD = f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"
 
 __all__ = ["DesiredChild", "RenderContext", "render_children", "trainer_job_name"]
 
@@ -254,7 +255,7 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
 
 
 def _trainer_labels(job_name: str, attempt: int) -> dict[str, str]:
-    return {**names.child_labels(job_name, RoleName.TRAINER), names.ATTEMPT_LABEL: str(attempt)}
+    return {**names.child_labels(job_name, RoleName.TRAINER), ATTEMPT_LABEL: str(attempt)}
 
 
 def _trainer_env(role: TrainerRole, ctx: RenderContext) -> list[dict[str, Any]]:
@@ -348,7 +349,7 @@ def _child(
             "name": name,
             "namespace": ctx.namespace,
             "labels": dict(labels),
-            "annotations": {names.SPEC_HASH_ANNOTATION: digest},
+            "annotations": {SPEC_HASH_ANNOTATION: digest},
             "ownerReferences": [names.owner_reference(ctx.name, ctx.uid)],
         },
         "spec": spec,

@@ -12,8 +12,16 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from rljob.api import RestartRequest, RLJobStatus, RoleName
+from rljob.api.labels import RESTART_REQUEST_ANNOTATION
 
-RESTART_REQUEST_ANNOTATION = "rljob.io/restart-request"
+# The annotation's name stays importable from here, where the request is read.
+__all__ = [
+    "RESTART_REQUEST_ANNOTATION",
+    "RestartOrder",
+    "malformed_restart",
+    "mark_handled",
+    "pending_restart",
+]
 _REQUEST = re.compile(
     r"^(?P<role>rollout|trainer|reference|verifier)/(?P<nonce>[A-Za-z0-9._-]{1,64})$"
 )

@@ -1,0 +1,25 @@
+"""Every label and annotation key the operator writes or reads on Kubernetes objects, and the
+managed-by value it selects its children by. Fixed by DESIGN section 2: changing one orphans
+live objects (their watches, selectors and spec hashes stop matching)."""
+
+from __future__ import annotations
+
+# The prefix of kopf's own annotations (handler progress, last-handled configuration).
+ANNOTATION_PREFIX = "rljob.io"
+FINALIZER = "rljob.io/finalizer"
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "rljob-operator"
+JOB_LABEL = "rljob.io/job"
+ROLE_LABEL = "rljob.io/role"
+ATTEMPT_LABEL = "rljob.io/attempt"
+
+SPEC_HASH_ANNOTATION = "rljob.io/spec-hash"
+# On a pod template: the remediation action that rolled the role (its action id).
+RESTARTED_AT_ANNOTATION = "rljob.io/restarted-at"
+# On the RLJob: `<role>/<nonce>`, written by `kubectl rljob restart`.
+RESTART_REQUEST_ANNOTATION = "rljob.io/restart-request"
+# Tests only: on a pod template, stands in for a new operator version rendering differently.
+RENDER_MARKER_ANNOTATION = "rljob.io/render-marker"
+# Set by the Job controller on each pod of an Indexed Job: the trainer rank.
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
