@@ -9,6 +9,7 @@ py=.venv/bin/python
 echo "== ruff"; $py -m ruff check operator tests bench
 echo "== ruff format"; $py -m ruff format --check operator tests bench
 echo "== mypy"; $py -m mypy; $py -m mypy bench; $py -m mypy -p tests
+echo "== import contract"; .venv/bin/lint-imports --no-logo
 echo "== pytest"
 set +e
 $py -m pytest -p no:cacheprovider -ra "$@"

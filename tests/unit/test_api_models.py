@@ -3,7 +3,6 @@ at the field the API server names, and parse durations as Go does."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 from typing import Any
 
@@ -352,28 +351,6 @@ class TestDurations:
             assert parse_rljob(body).spec.failure_policy.window == value
         else:
             assert rejected_fields(body) == {"spec.failurePolicy.window"}
-
-
-IO_MODULES = {"kopf", "kubernetes", "boto3", "botocore", "aiohttp", "prometheus_client", "requests"}
-
-
-def imported_top_level_modules(source: str) -> set[str]:
-    modules: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            modules.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            modules.add(node.module.split(".")[0])
-    return modules
-
-
-@pytest.mark.parametrize(
-    "path",
-    sorted((REPO / "operator" / "rljob" / "api").glob("*.py")),
-    ids=lambda path: path.name,
-)
-def test_api_modules_import_nothing_that_does_io(path: Path) -> None:
-    assert imported_top_level_modules(path.read_text()) & IO_MODULES == set()
 
 
 def test_rljob_parses_examples_into_the_envelope() -> None:
