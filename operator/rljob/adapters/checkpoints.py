@@ -1,17 +1,31 @@
-"""The operator's side of versioned checkpoints: before a trainer attempt starts, write its
-attempt marker and pick the version it resumes from; then apply retention. Every S3 call runs
-off the event loop under a deadline (AsyncCheckpointStore); S3 trouble raises StoreError and
-never deletes anything."""
+"""The operator's side of versioned checkpoints. An attempt's start is gather -> plan -> journal
+-> execute: `gather_attempt` reads the store (markers, resume candidates, the retention listing),
+rljob.checkpoints.attempt_plan decides, the runtime journals the plan, then `write_marker` and
+`apply_retention` carry it out. Every S3 call runs off the event loop under a deadline
+(AsyncCheckpointStore); an unreachable store raises StoreError before anything is written, and
+retention's trouble comes back as a message, never as an exception."""
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rljob.api import CheckpointRef, RLJob, StoreCapabilities, parse_duration
-from rljob.checkpoints.layout import CheckpointLocation, VersionId, resume_env
+from rljob.checkpoints.attempt_plan import (
+    AttemptInputs,
+    CandidateCheck,
+    discovery_lineage,
+    needs_discovery,
+    pinned_version,
+    plan_attempt_start,
+    recorded_choice,
+    retention_lineage,
+)
+from rljob.checkpoints.errors import StoreError
+from rljob.checkpoints.layout import CheckpointLocation, VersionId
 from rljob.checkpoints.lineage import Lineage
 from rljob.checkpoints.models import AttemptMarker
+from rljob.checkpoints.retention import RetentionPlan
 from rljob.checkpoints.s3 import (
     AsyncCheckpointStore,
     CheckpointStore,
@@ -19,12 +33,8 @@ from rljob.checkpoints.s3 import (
     StoreEndpoint,
 )
 from rljob.checkpoints.selection import checkpoint_ref
-from rljob.checkpoints.validity import Validity
 from rljob.observability import CHECKPOINT_SAVED, CHECKPOINT_STEP
 from rljob.reconcile.events import EventSpec
-
-RESUME_LATEST = "Latest"
-RESUME_NONE = "None"
 
 
 @dataclass(frozen=True)
@@ -37,14 +47,20 @@ class AttemptStart:
     capabilities: StoreCapabilities | None = None
     events: tuple[EventSpec, ...] = ()
     problem: str = ""  # why a newer version was not used ("" when none was skipped)
-    retention_problem: str = ""  # a delete that failed (object lock, permissions), else ""
+    retention_problem: str = ""  # why retention could not be planned or a delete failed, else ""
 
 
 class Checkpoints:
     """One shared client per (endpoint, region, credentials); the operator's own identity."""
 
-    def __init__(self, timeout: float = 10.0, default: StoreEndpoint | None = None) -> None:
-        self._clients = ClientCache()
+    def __init__(
+        self,
+        timeout: float = 10.0,
+        default: StoreEndpoint | None = None,
+        *,
+        clients: ClientCache | None = None,
+    ) -> None:
+        self._clients = clients or ClientCache()
         self._default = default or StoreEndpoint.from_env()
         self._timeout = timeout
 
@@ -78,66 +94,88 @@ class Checkpoints:
         own = [a for a, m in markers.items() if m.job_uid and m.job_uid == job.metadata.uid]
         return max(own) if own and max(own) == following - 1 else following
 
-    async def start_attempt(self, job: RLJob, attempt: int, now: dt.datetime) -> AttemptStart:
-        """Discovers the version to resume from, then writes the attempt's marker."""
-        store, location = self.store(job), self.location(job)
-        if store is None or location is None:
-            return AttemptStart(attempt)
+    async def gather_attempt(
+        self, job: RLJob, attempt: int, journaled_version: str | None, now: dt.datetime
+    ) -> AttemptInputs:
+        """Everything attempt's start is decided from, read-only (the capability probe writes
+        and deletes a scratch object once per endpoint, outside the protocol's keys). Raises
+        StoreError when the markers or the resume candidates cannot be read; a failed retention
+        listing is kept in the inputs. ValueError: the job keeps no checkpoints."""
+        store, location, spec = self.store(job), self.location(job), job.spec.checkpoint
+        if store is None or location is None or spec is None:
+            raise ValueError(f"{job.metadata.name} has no spec.checkpoint")
         capabilities = await store.probe_capabilities()
         markers = await store.read_markers()
-        chosen, events, problem = await self._choose(job, store, markers, attempt)
-        marker = AttemptMarker(
-            job=job.metadata.name,
-            namespace=job.metadata.namespace,
-            job_uid=job.metadata.uid,
+        inputs = AttemptInputs(
+            location=location,
             attempt=attempt,
-            started_at=now,
-            resumed_from_step=None if chosen is None else chosen.version.step,
-            resumed_from_version=None if chosen is None else chosen.version.name,
-        )
-        await store.write_marker(marker)
-        markers[attempt] = marker
-        retention = await self._retain(job, store, markers, attempt, chosen)
-        if chosen is None:
-            return AttemptStart(
-                attempt, capabilities=capabilities, events=events, problem=problem,
-                retention_problem=retention,
-            )  # fmt: skip
-        ref = checkpoint_ref(location, chosen, validated_at=now)
-        CHECKPOINT_STEP.labels(namespace=job.metadata.namespace, job=job.metadata.name).set(
-            ref.step
-        )
-        return AttemptStart(
-            attempt,
-            resume_env=resume_env(location, chosen.version),
-            resumed_from=ref,
-            capabilities=capabilities,
-            events=(*events, _resuming(attempt, ref)),
-            problem=problem,
-            retention_problem=retention,
-        )
-
-    async def _retain(
-        self,
-        job: RLJob,
-        store: AsyncCheckpointStore,
-        markers: dict[int, AttemptMarker],
-        attempt: int,
-        in_use: Validity | None,
-    ) -> str:
-        """Retention under the lineage that now includes this attempt's marker."""
-        spec = job.spec.checkpoint
-        if spec is None:
-            return ""
-        lineage = Lineage(attempt, {m.attempt: m.resumed_from_step for m in markers.values()})
-        plan = await store.plan_retention(
-            lineage,
+            now=now,
+            job_uid=job.metadata.uid,
+            resume=spec.resume,
             keep=spec.keep,
             incomplete_grace=dt.timedelta(seconds=parse_duration(spec.incomplete_grace)),
-            in_use=() if in_use is None else (in_use.version,),
+            markers=markers,
+            capabilities=capabilities,
+            journaled=journaled_version,
         )
-        result = await store.apply_retention(plan)
+        inputs = replace(inputs, candidates=await self._candidates(job, store, inputs))
+        try:  # retention never blocks an attempt: its listing's failure is only reported
+            listing = await store.retention_listing(retention_lineage(inputs), keep=spec.keep)
+        except StoreError as exc:
+            return replace(inputs, retention_error=f"retention not planned: {exc}")
+        return replace(inputs, retention=listing)
+
+    async def _candidates(
+        self, job: RLJob, store: AsyncCheckpointStore, inputs: AttemptInputs
+    ) -> tuple[CandidateCheck, ...]:
+        recorded = recorded_choice(inputs.markers, inputs.attempt, inputs.job_uid, inputs.journaled)
+        if recorded is not None:  # an earlier try's choice is kept; checked for status only
+            return () if recorded.version is None else (await store.recheck(recorded.version),)
+        if not needs_discovery(inputs.resume, inputs.attempt, inputs.markers):
+            return ()
+        return await store.resume_candidates(
+            discovery_lineage(inputs.markers, inputs.attempt),
+            history=[VersionId.parse(ref.version) for ref in _history(job)],
+            pinned=pinned_version(inputs.resume),
+        )
+
+    async def write_marker(self, job: RLJob, marker: AttemptMarker) -> None:
+        """Writes the attempt's marker; an existing one of this job is left as is. Raises
+        StoreError (PreconditionFailed: the marker belongs to another job uid)."""
+        store = self.store(job)
+        if store is not None:
+            await store.write_marker(marker)
+
+    async def apply_retention(self, job: RLJob, deletions: RetentionPlan) -> str:
+        """Carries out retention's deletions: "" when done, else what went wrong (a refused
+        delete, object lock, permissions, the store unreachable). Never raises StoreError."""
+        store = self.store(job)
+        if store is None or deletions.empty:
+            return ""
+        try:
+            result = await store.apply_retention(deletions)
+        except StoreError as exc:
+            return f"retention: {exc}"
         return "" if result.ok else result.message()
+
+    async def start_attempt(self, job: RLJob, attempt: int, now: dt.datetime) -> AttemptStart:
+        """gather -> plan -> marker -> retention in one call, for callers without a journal."""
+        if job.spec.checkpoint is None:
+            return AttemptStart(attempt)
+        plan = plan_attempt_start(await self.gather_attempt(job, attempt, None, now))
+        await self.write_marker(job, plan.marker)
+        applied = await self.apply_retention(job, plan.retention)
+        if plan.resumed_from is not None:
+            self._export(job, plan.resumed_from, saved=False)
+        return AttemptStart(
+            attempt,
+            resume_env=dict(plan.resume_env),
+            resumed_from=plan.resumed_from,
+            capabilities=plan.capabilities,
+            events=tuple(EventSpec(*event) for event in plan.events),
+            problem=plan.problem,
+            retention_problem="; ".join(p for p in (plan.retention_problem, applied) if p),
+        )
 
     async def newest(self, job: RLJob, now: dt.datetime) -> CheckpointRef | None:
         """The newest eligible valid version of the current attempt's lineage (one pointer read
@@ -157,42 +195,11 @@ class Checkpoints:
         self._export(job, ref)
         return ref
 
-    def _export(self, job: RLJob, ref: CheckpointRef) -> None:
+    def _export(self, job: RLJob, ref: CheckpointRef, *, saved: bool = True) -> None:
         labels = {"namespace": job.metadata.namespace, "job": job.metadata.name}
         CHECKPOINT_STEP.labels(**labels).set(ref.step)
-        if ref.saved_at is not None:
+        if saved and ref.saved_at is not None:
             CHECKPOINT_SAVED.labels(**labels).set(ref.saved_at.timestamp())
-
-    async def _choose(
-        self,
-        job: RLJob,
-        store: AsyncCheckpointStore,
-        markers: dict[int, AttemptMarker],
-        attempt: int,
-    ) -> tuple[Validity | None, tuple[EventSpec, ...], str]:
-        spec = job.spec.checkpoint
-        if spec is None or spec.resume == RESUME_NONE or (attempt <= 1 and not markers):
-            return None, (), ""
-        existing = markers.get(attempt)
-        if existing is not None:  # a retry of this attempt's start: keep what it chose then
-            if existing.resumed_from_version is None:
-                return None, (), ""
-            return await store.validate(VersionId.parse(existing.resumed_from_version)), (), ""
-        lineage = Lineage(attempt - 1, {m.attempt: m.resumed_from_step for m in markers.values()})
-        pinned = None if spec.resume == RESUME_LATEST else VersionId.parse(spec.resume)
-        history = [VersionId.parse(ref.version) for ref in _history(job)]
-        discovery = await store.discover(lineage, history=history, pinned=pinned)
-        selection = discovery.selection
-        if not selection.fell_back:
-            return selection.chosen, (), ""
-        message = selection.message()
-        return selection.chosen, (EventSpec("Warning", "CheckpointFallback", message),), message
-
-
-def _resuming(attempt: int, ref: CheckpointRef) -> EventSpec:
-    return EventSpec(
-        "Normal", "Resuming", f"attempt {attempt} resumes from {ref.version} (step {ref.step})"
-    )
 
 
 def _history(job: RLJob) -> list[CheckpointRef]:

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from rljob.checkpoints.layout import MANIFEST_NAME, CheckpointLocation, VersionId
@@ -33,6 +33,16 @@ class PendingUpload:
     key: str
     upload_id: str
     initiated: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RetentionListing:
+    """What retention plans from: every version under the job's prefix, verdicts for the newest
+    eligible ones (retention_window's order, until `keep` are valid), the pending uploads."""
+
+    versions: Mapping[VersionId, VersionObjects] = field(default_factory=dict)
+    validities: Mapping[VersionId, Validity] = field(default_factory=dict)
+    uploads: tuple[PendingUpload, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,23 @@ def retention_window(
     it has `keep` valid ones, and passes the verdicts to plan_retention."""
     return sorted(
         (v for v, objs in versions.items() if objs.complete and lineage.eligible(v)), reverse=True
+    )
+
+
+def fenced_out(versions: Mapping[VersionId, VersionObjects], lineage: Lineage) -> list[VersionId]:
+    """Committed versions deleted as outside the lineage (a later attempt resumed from an
+    earlier step), newest first: the store validates them too, so a broken one is kept as
+    evidence rather than deleted on the strength of the lineage alone."""
+    return sorted(
+        (
+            v
+            for v, objs in versions.items()
+            if objs.complete
+            and v.attempt <= lineage.current_attempt
+            and not lineage.eligible(v)
+            and _fenced_by_resume(v.attempt, lineage)
+        ),
+        reverse=True,
     )
 
 
@@ -177,8 +204,8 @@ class _Policy:
             return False, "incomplete, age unknown"
         age = self.now - newest
         if age > self.grace:
-            return True, f"incomplete for {_human(age)} > incompleteGrace {_human(self.grace)}"
-        return False, f"incomplete, written {_human(age)} ago: may still be in progress"
+            return True, f"incomplete for {human(age)} > incompleteGrace {human(self.grace)}"
+        return False, f"incomplete, written {human(age)} ago: may still be in progress"
 
     def aborts(
         self, location: CheckpointLocation, uploads: Sequence[PendingUpload]
@@ -192,8 +219,8 @@ class _Policy:
                 reason = f"upload of finished attempt {attempt}"
                 yield UploadAbort(upload.key, upload.upload_id, reason)
             elif upload.initiated is not None and self.now - upload.initiated > self.grace:
-                age = _human(self.now - upload.initiated)
-                reason = f"upload started {age} ago > incompleteGrace {_human(self.grace)}"
+                age = human(self.now - upload.initiated)
+                reason = f"upload started {age} ago > incompleteGrace {human(self.grace)}"
                 yield UploadAbort(upload.key, upload.upload_id, reason)
 
 
@@ -206,7 +233,7 @@ def _fenced_by_resume(attempt: int, lineage: Lineage) -> bool:
     )
 
 
-def _human(delta: timedelta) -> str:
+def human(delta: timedelta) -> str:
     seconds = int(delta.total_seconds())
     if seconds < 120:
         return f"{seconds}s"

@@ -77,6 +77,11 @@ class Problem(StrEnum):
     MISPLACED_MANIFEST = "MisplacedManifest"
 
 
+# Problems a stale listing can cause (an eventually consistent listing misses objects, never
+# invents them); a manifest's content is read directly and does not change on re-listing.
+LISTING_PROBLEMS = frozenset({Problem.INCOMPLETE, Problem.MISSING_SHARD, Problem.TRUNCATED_SHARD})
+
+
 @dataclass(frozen=True)
 class Validity:
     """The verdict on one version."""
@@ -90,6 +95,11 @@ class Validity:
     @property
     def valid(self) -> bool:
         return self.problem is None
+
+    @property
+    def may_be_stale(self) -> bool:
+        """Broken in a way another listing of its prefix might not confirm."""
+        return self.problem in LISTING_PROBLEMS
 
     def describe(self) -> str:
         """`v...-a...: <reason>` or `v...-a...: valid`."""

@@ -17,7 +17,9 @@ def v(step: int, attempt: int) -> VersionId:
     return VersionId(step, attempt)
 
 
-def manifest(version: VersionId, shards: dict[str, bytes] | None = None) -> Manifest:
+def manifest(
+    version: VersionId, shards: dict[str, bytes] | None = None, *, created_at: datetime = NOW
+) -> Manifest:
     shards = {"model/rank0.pt": b"weights"} if shards is None else shards
     return Manifest(
         job=LOC.job,
@@ -26,7 +28,7 @@ def manifest(version: VersionId, shards: dict[str, bytes] | None = None) -> Mani
         attempt=version.attempt,
         step=version.step,
         policy_generation=version.step,
-        created_at=NOW,
+        created_at=created_at,
         shards=[
             ShardEntry(key=k, size=len(d), sha256=hashlib.sha256(d).hexdigest())
             for k, d in shards.items()

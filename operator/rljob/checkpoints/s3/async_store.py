@@ -14,11 +14,12 @@ from datetime import timedelta
 from typing import ParamSpec, TypeVar
 
 from rljob.api.status import StoreCapabilities
+from rljob.checkpoints.attempt_plan import CandidateCheck
 from rljob.checkpoints.errors import StoreUnavailable
 from rljob.checkpoints.layout import VersionId
 from rljob.checkpoints.lineage import Lineage
 from rljob.checkpoints.models import AttemptMarker, Pointer
-from rljob.checkpoints.retention import RetentionPlan
+from rljob.checkpoints.retention import RetentionListing, RetentionPlan
 from rljob.checkpoints.s3.discovery import Discovery
 from rljob.checkpoints.s3.store import CheckpointStore, RetentionResult
 from rljob.checkpoints.s3.transport import DEADLINE
@@ -99,6 +100,23 @@ class AsyncCheckpointStore:
             pinned=pinned,
             full_scan=full_scan,
         )
+
+    async def resume_candidates(
+        self,
+        lineage: Lineage,
+        *,
+        history: Iterable[VersionId] = (),
+        pinned: VersionId | None = None,
+    ) -> tuple[CandidateCheck, ...]:
+        return await self._run(
+            self.store.resume_candidates, lineage, history=tuple(history), pinned=pinned
+        )
+
+    async def recheck(self, version: VersionId) -> CandidateCheck:
+        return await self._run(self.store.recheck, version)
+
+    async def retention_listing(self, lineage: Lineage, *, keep: int) -> RetentionListing:
+        return await self._run(self.store.retention_listing, lineage, keep=keep)
 
     async def plan_retention(
         self,

@@ -1,5 +1,7 @@
 """Discovery: the newest eligible valid version of a job, from the pointer and one listing
-after it (see `discover`)."""
+after it (see `discover`); and the resume candidates of an attempt's start, where a version found
+broken is listed again (bounded) before an older one is accepted: an eventually consistent
+listing can miss a shard of a good version."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rljob.checkpoints.attempt_plan import CandidateCheck
 from rljob.checkpoints.layout import VersionId
 from rljob.checkpoints.lineage import Lineage
 from rljob.checkpoints.selection import Selection, newest_eligible_first, summarize
@@ -14,6 +17,9 @@ from rljob.checkpoints.validity import Validity, VersionObjects
 
 if TYPE_CHECKING:
     from rljob.checkpoints.s3.store import CheckpointStore
+
+RELISTS = 2  # listings of a broken version's prefix after the first (3 in all)
+RECHECKED = 3  # broken candidates listed again per attempt start, newest first
 
 
 @dataclass(frozen=True)
@@ -123,3 +129,37 @@ def _check_newest_first(
         if verdict.valid:
             break
     return result
+
+
+def recheck(store: CheckpointStore, first: Validity, relists: int = RELISTS) -> CandidateCheck:
+    """`first` and the verdicts of up to `relists` fresh listings of the version's prefix, until
+    one is valid; only problems a stale listing can explain are listed again."""
+    verdicts = [first]
+    while not verdicts[-1].valid and verdicts[-1].may_be_stale and len(verdicts) <= relists:
+        verdicts.append(store.validate(first.version))
+    return CandidateCheck(first.version, tuple(verdicts))
+
+
+def resume_candidates(
+    store: CheckpointStore,
+    lineage: Lineage,
+    *,
+    history: Iterable[VersionId] = (),
+    pinned: VersionId | None = None,
+) -> tuple[CandidateCheck, ...]:
+    """Discovery's verdicts newest first, each broken one rechecked (the newest RECHECKED), and
+    cut after the first valid one."""
+    selection = discover(store, lineage, history=history, pinned=pinned).selection
+    checks: list[CandidateCheck] = []
+    for index, skipped in enumerate(selection.skipped):
+        check = (
+            recheck(store, skipped)
+            if index < RECHECKED
+            else CandidateCheck(skipped.version, (skipped,))
+        )
+        checks.append(check)
+        if check.valid:
+            return tuple(checks)
+    if selection.chosen is not None:
+        checks.append(CandidateCheck(selection.chosen.version, (selection.chosen,)))
+    return tuple(checks)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from rljob.api.status import StoreCapabilities
+from rljob.checkpoints.attempt_plan import CandidateCheck
 from rljob.checkpoints.errors import (
     PreconditionFailed,
     StoreAccessDenied,
@@ -25,8 +26,14 @@ from rljob.checkpoints.errors import (
 from rljob.checkpoints.layout import CheckpointLocation, KeyKind, VersionId
 from rljob.checkpoints.lineage import Lineage, next_attempt
 from rljob.checkpoints.models import AttemptMarker, DocumentError, Pointer
-from rljob.checkpoints.retention import RetentionPlan, plan_retention, retention_window
-from rljob.checkpoints.s3.discovery import Discovery, discover
+from rljob.checkpoints.retention import (
+    RetentionListing,
+    RetentionPlan,
+    fenced_out,
+    plan_retention,
+    retention_window,
+)
+from rljob.checkpoints.s3.discovery import Discovery, discover, recheck, resume_candidates
 from rljob.checkpoints.s3.objects import LIST_PAGE_SIZE, DeleteFailure, S3Objects
 from rljob.checkpoints.s3.transport import ClientCache, StoreEndpoint, unsupported
 from rljob.checkpoints.validity import Validity, VersionObjects, check_version, group_versions
@@ -238,7 +245,38 @@ class CheckpointStore(S3Objects):
         """The newest eligible valid version (see rljob.checkpoints.s3.discovery.discover)."""
         return discover(self, lineage, history=history, pinned=pinned, full_scan=full_scan)
 
+    def resume_candidates(
+        self,
+        lineage: Lineage,
+        *,
+        history: Iterable[VersionId] = (),
+        pinned: VersionId | None = None,
+    ) -> tuple[CandidateCheck, ...]:
+        """What an attempt's start chooses from (see s3.discovery.resume_candidates)."""
+        return resume_candidates(self, lineage, history=history, pinned=pinned)
+
+    def recheck(self, version: VersionId) -> CandidateCheck:
+        """A version's verdict, listed again (bounded) while a stale listing could explain it."""
+        return recheck(self, self.validate(version))
+
     # -- retention --------------------------------------------------------------------------
+
+    def retention_listing(self, lineage: Lineage, *, keep: int) -> RetentionListing:
+        """Lists every version and pending upload, and validates (from the listing itself: one
+        manifest read per version, cached by ETag) the newest eligible versions until `keep` are
+        valid and the committed versions outside the lineage."""
+        versions = self.list_versions()
+        validities: dict[VersionId, Validity] = {}
+        valid = 0
+        for version in retention_window(versions, lineage):
+            if valid >= keep:
+                break
+            verdict = self.validate(version, versions[version])
+            validities[version] = verdict
+            valid += verdict.valid
+        for version in fenced_out(versions, lineage):
+            validities[version] = self.validate(version, versions[version])
+        return RetentionListing(versions, validities, tuple(self.list_uploads()))
 
     def plan_retention(
         self,
@@ -250,29 +288,19 @@ class CheckpointStore(S3Objects):
         live: bool = True,
         now: datetime | None = None,
     ) -> RetentionPlan:
-        """Lists every version and pending upload, validates the newest eligible ones until
-        `keep` are valid, and plans (see rljob.checkpoints.retention)."""
-        versions = self.list_versions()
-        validities: dict[VersionId, Validity] = {}
-        valid = 0
-        for version in retention_window(versions, lineage):
-            if valid >= keep:
-                break
-            verdict = self.validate(version, versions[version])
-            validities[version] = verdict
-            valid += verdict.valid
-        uploads = self.list_uploads()
+        """The listing, then the plan (see rljob.checkpoints.retention)."""
+        listing = self.retention_listing(lineage, keep=keep)
         return plan_retention(
             location=self.location,
-            versions=versions,
+            versions=listing.versions,
             lineage=lineage,
             keep=keep,
-            validities=validities,
+            validities=listing.validities,
             now=now or datetime.now(UTC),
             incomplete_grace=incomplete_grace,
             in_use=in_use,
             live=live,
-            uploads=uploads,
+            uploads=listing.uploads,
         )
 
     def apply_retention(self, plan: RetentionPlan) -> RetentionResult:
