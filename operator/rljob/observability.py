@@ -63,7 +63,7 @@ SPEC_REJECTIONS = Counter(
 )
 
 
-# Health signals and detectors (rljob.adapters.metrics, rljob.health_scheduler). Labels are
+# Health signals and detectors (rljob.adapters.metrics, rljob.runtime.health_loop). Labels are
 # bounded: source is prometheus|direct, signal a fixed quantity name (never a metric name, which
 # a custom engine chooses), detector the spec field names, outcome a fixed set.
 HEALTH_QUERIES = Counter(

@@ -30,7 +30,8 @@ from rljob.dev.sim.exposition import CONTENT_TYPE
 from rljob.dev.sim.models import EngineModel
 from rljob.dev.sim.profiles import EngineProfile
 from rljob.health import INSUFFICIENT_DATA, Evaluation
-from rljob.health_scheduler import HealthScheduler, JobKey
+from rljob.health.monitor import JobKey
+from rljob.runtime.health_loop import HealthScheduler
 
 pytestmark = pytest.mark.integration
 

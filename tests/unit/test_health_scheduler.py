@@ -34,6 +34,7 @@ from rljob.dev.traces import (
     VerifierProfile,
 )
 from rljob.health import INSUFFICIENT_DATA, EngineSample, Evaluation
+from rljob.health.monitor import JobKey, next_slot
 from rljob.health.profiles import (
     GENERATION_TOKENS,
     KV_CACHE_USAGE,
@@ -51,7 +52,7 @@ from rljob.health.profiles import (
     Series,
     Signal,
 )
-from rljob.health_scheduler import HealthScheduler, JobKey, next_slot
+from rljob.runtime.health_loop import HealthScheduler
 
 PROM = "http://prom:9090"
 ENGINE_VALUES: dict[str, Callable[[EngineSample], float | None]] = {
@@ -577,3 +578,62 @@ async def test_run_loop_polls_and_closes_its_sources() -> None:
         await task
     assert len(bed.recorder.calls) >= 3
     assert bed.source().closed
+
+
+@dataclass
+class GatedSource(FakeSource):
+    """A source whose instant queries wait until the gate opens; `waiting` says one does."""
+
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    waiting: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def collect(self, queries: Queries, *, lookback: float, at: float) -> Collected:
+        self.waiting.set()
+        await self.gate.wait()
+        self.waiting.clear()
+        return await super().collect(queries, lookback=lookback, at=at)
+
+    async def round(self, tick: asyncio.Task[None]) -> None:
+        """Lets the round that `tick` started through, once it waits here."""
+        await asyncio.wait_for(self.waiting.wait(), 5)
+        self.gate.set()
+        await tick
+        self.gate.clear()
+
+
+async def test_forget_leaves_nothing_of_the_job_even_while_its_round_runs() -> None:
+    world, recorder = World(), Recorder()
+    made = [GatedSource(world, down=True), GatedSource(world)]
+    first, second = made
+
+    def factory(key: SourceKey) -> GatedSource:
+        return made.pop(0)
+
+    scheduler = HealthScheduler(factory, recorder, clock=world.clock)
+    job, key = make_job("brief", verifier=True), ("ns1", "brief")
+    pods = {
+        "rollout": rollout_pods(job, 1),
+        "trainer": [Pod("brief-trainer-0", "trainer", attempt=1)],
+        "verifier": [Pod("brief-verifier-0", "verifier")],
+    }
+    scheduler.register(job, pods)
+    await first.round(asyncio.create_task(scheduler.tick()))
+    assert scheduler.source_error(key) is not None
+    assert scheduler.job_keys() == {key}
+    world.now = 5.0
+    in_flight = asyncio.create_task(scheduler.tick())
+    await asyncio.wait_for(first.waiting.wait(), 5)
+    recorder.calls.clear()
+    scheduler.forget(key)  # deleted while its round waits for the source
+    assert scheduler.job_keys() == set() and len(scheduler) == 0
+    await first.round(in_flight)
+    assert recorder.calls == [] and scheduler.job_keys() == set()
+    assert scheduler.source_error(key) is None and first.closed
+    for detector in ("kv_drift", "engine_stall", "trainer_stall", "verifier_latency"):
+        labels = {"namespace": "ns1", "job": "brief", "detector": detector}
+        assert REGISTRY.get_sample_value("rljob_detector_value", labels) is None
+    # Registered again, it starts over: due at once, backfilled again.
+    scheduler.register(job, pods)
+    await second.round(asyncio.create_task(scheduler.tick()))
+    assert [kind for kind, _ in second.calls] == ["history"] * 3 + ["collect"]  # one per role
+    assert [k for _, k, _ in recorder.calls] == [key]
