@@ -1,0 +1,1 @@
+"""A model of the operator's world (an in-memory cluster and S3) and a stateful test on it."""
