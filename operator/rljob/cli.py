@@ -28,8 +28,8 @@ def _dev(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rljob.controller import RuntimeOptions
     from rljob.run import run_operator
+    from rljob.runtime.runtime import RuntimeOptions
 
     options = RuntimeOptions(
         kubeconfig=args.kubeconfig,

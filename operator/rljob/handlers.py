@@ -15,7 +15,7 @@ from rljob.adapters.observe import (
     summarize_pod,
 )
 from rljob.api import GROUP, PLURAL, VERSION
-from rljob.controller import Runtime, RuntimeOptions
+from rljob.runtime.runtime import Runtime, RuntimeOptions
 
 FINALIZER = "rljob.io/finalizer"
 ANNOTATION_PREFIX = "rljob.io"
@@ -85,6 +85,12 @@ def pods_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
     return {key: summarize_pod(body)} if key else {}
 
 
+@kopf.index(GROUP, VERSION, PLURAL)
+def rljobs_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    meta = body["metadata"]
+    return {(meta["namespace"], meta["name"]): meta["uid"]}
+
+
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
 @kopf.on.event("", "v1", "services", labels=MANAGED)
@@ -104,9 +110,9 @@ async def rljob_changed(
     runtime: Runtime = memo["runtime"]
     runtime.bind_indexes(kwargs)
     if event["type"] == "DELETED":
-        runtime.workers.forget(dict(body))
+        runtime.forget(dict(body))
     else:
-        runtime.workers.submit(dict(body))
+        runtime.submit(dict(body))
 
 
 @kopf.on.login()

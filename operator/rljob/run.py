@@ -6,8 +6,8 @@ import os
 
 import kopf
 
-from rljob.controller import RuntimeOptions
 from rljob.observability import configure_logging, serve_metrics
+from rljob.runtime.runtime import RuntimeOptions
 
 
 def run_operator(

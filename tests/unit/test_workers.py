@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rljob.workers import JobWorkers
+from rljob.runtime.workers import JobWorkers
 
 
 def _body(uid: str, name: str = "job") -> dict[str, Any]:

@@ -87,6 +87,8 @@ def summarize_child(body: Body) -> ObservedChild:
         deleting=bool(meta.get("deletionTimestamp")),
         created_at=_time(meta.get("creationTimestamp")),
         restarted_at=str(template_annotations.get(RESTARTED_AT_ANNOTATION, "")),
+        generation=int(meta.get("generation", 0) or 0),
+        observed_generation=int(status.get("observedGeneration", 0) or 0),
     )
 
 

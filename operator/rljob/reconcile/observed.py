@@ -28,6 +28,8 @@ class ObservedChild:
     deleting: bool = False
     created_at: datetime | None = None
     restarted_at: str = ""  # the pod template's rljob.io/restarted-at (a role roll's action id)
+    generation: int = 0
+    observed_generation: int = 0  # status describes this generation of the spec
 
 
 @dataclass(frozen=True)

@@ -155,8 +155,11 @@ def _to_delete(
     job: RLJob, desired: Sequence[DesiredChild], observed: Observed, decision: TrainerDecision
 ) -> tuple[DeleteChild, ...]:
     wanted = {(child.kind, child.name) for child in desired}
-    if decision.finished and decision.job is not None:
-        wanted.add((decision.job.kind, decision.job.name))  # kept for its logs
+    ended = decision.job is not None and (decision.job.succeeded or decision.job.failed)
+    if decision.finished and decision.job is not None and ended:
+        # An ended Job is kept for its logs; a live one (a FailJob decided while it ran) is
+        # deleted so that its ranks give their GPUs back.
+        wanted.add((decision.job.kind, decision.job.name))
     return tuple(
         DeleteChild(child.kind, child.name, child.uid, _delete_reason(job, child, decision))
         for child in observed.children

@@ -1,8 +1,9 @@
 """Manual restarts: the annotation `rljob.io/restart-request: <role>/<nonce>` (written by
 `kubectl rljob restart`) is honoured exactly once per nonce, remembered in
-status.lastRestartRequest. A trainer restart is a new gang attempt (attempt + 1: the reconcile
-then retires the old Job and creates the next one with the resume checkpoint); a serving role
-restart rolls its Deployment."""
+status.lastRestartRequest. A trainer restart is a journaled gang restart (attempt + 1: the
+reconcile then retires the old Job and creates the next one with the resume checkpoint); a
+serving role restart is a journaled roll of its Deployment. A request that arrives while an
+action is in flight waits for it."""
 
 from __future__ import annotations
 
@@ -11,15 +12,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from rljob.api import RestartRequest, RLJobStatus, RoleName
+from rljob.api import (
+    ActionKind,
+    ActionTarget,
+    InFlightAction,
+    RestartRequest,
+    RLJob,
+    RLJobStatus,
+    RoleName,
+)
 from rljob.api.labels import RESTART_REQUEST_ANNOTATION
+from rljob.reconcile.journal import MANUAL_PREFIX
+from rljob.reconcile.names import role_child_name
+from rljob.reconcile.observed import Observed
+from rljob.reconcile.remediation import current_trainer_job
 
 # The annotation's name stays importable from here, where the request is read.
 __all__ = [
     "RESTART_REQUEST_ANNOTATION",
     "RestartOrder",
+    "journal_manual_restart",
     "malformed_restart",
-    "mark_handled",
     "pending_restart",
 ]
 _REQUEST = re.compile(
@@ -58,11 +71,33 @@ def malformed_restart(annotations: Mapping[str, str]) -> str | None:
     return f"{RESTART_REQUEST_ANNOTATION}={value[:80]!r}: expected <role>/<nonce>"
 
 
-def mark_handled(status: RLJobStatus, order: RestartOrder, now: datetime) -> RLJobStatus:
-    """The status recording the request as carried out; a trainer restart starts attempt + 1."""
-    update: dict[str, object] = {
-        "last_restart_request": RestartRequest(id=order.nonce, role=order.role, handled_at=now)
-    }
+def journal_manual_restart(
+    job: RLJob, order: RestartOrder, observed: Observed, now: datetime
+) -> RLJobStatus:
+    """The request recorded as handled in the same write that journals it as an action in
+    flight (a trainer gang restart: attempt + 1; a serving role: its roll), so a crash between
+    the write and the roll resumes the roll. Not counted towards the restart budget."""
+    status = job.status.model_copy(
+        update={
+            "last_restart_request": RestartRequest(id=order.nonce, role=order.role, handled_at=now)
+        }
+    )
+    action_id = f"{MANUAL_PREFIX}{order.nonce}"[:64]
     if order.gang:
-        update["attempt"] = (status.attempt or 1) + 1
-    return status.model_copy(update=update)
+        current = current_trainer_job(job, observed)
+        target = ActionTarget(
+            role=RoleName.TRAINER,
+            name=current.name if current else None,
+            uid=current.uid if current else None,
+        )
+        action = InFlightAction(
+            id=action_id, kind=ActionKind.RESTART_TRAINER_GANG, target=target, started_at=now
+        )
+        return status.model_copy(update={"attempt": (status.attempt or 1) + 1, "in_flight": action})
+    if getattr(job.spec.roles, order.role.value) is None:
+        return status  # no such role: nothing to roll (kubectl rljob restart checks first)
+    target = ActionTarget(role=order.role, name=role_child_name(job.metadata.name, order.role))
+    action = InFlightAction(
+        id=action_id, kind=ActionKind.RESTART_ROLE, target=target, started_at=now
+    )
+    return status.model_copy(update={"in_flight": action})

@@ -20,7 +20,6 @@ from rljob.health import (
     EngineStallConfig,
     EngineStallDetector,
     Evaluation,
-    Failure,
     KVDriftDetector,
     TrainerSignals,
     TrainerStallConfig,
@@ -29,11 +28,14 @@ from rljob.health import (
     VerifierLatencyDetector,
     VerifierSample,
     classify_termination,
-    decide,
     histogram_quantile,
-    record_restart,
     ring_capacity,
     sanitize_message,
+)
+from rljob.reconcile.policy import (
+    Failure,
+    choose_action,
+    record_restart,
 )
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -308,7 +310,9 @@ def test_the_policy_keeps_a_valid_bounded_ledger(
     now = NOW
     for reason, role, exit_code, step in failures:
         now += timedelta(seconds=step)
-        decision = decide(Failure(reason, role, f"{role}-0", exit_code, "x"), policy, status, now)
+        decision = choose_action(
+            Failure(reason, role, f"{role}-0", exit_code, "x"), policy, status, now
+        )
         assert decision.delay_seconds >= 0
         status = record_restart(status, decision, now, policy)
 

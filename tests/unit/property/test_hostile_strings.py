@@ -27,12 +27,9 @@ from rljob.api.status import (
 from rljob.health import (
     ContainerTermination,
     CrashRepeatTracker,
-    Failure,
     PodCondition,
     PodObservation,
     classify_pod,
-    decide,
-    record_restart,
 )
 from rljob.reconcile.conditions import (
     MANAGED_TYPES,
@@ -44,6 +41,11 @@ from rljob.reconcile.conditions import (
 from rljob.reconcile.events import EventSpec, normal, warning
 from rljob.reconcile.lifecycle import TRAINER_FAILED, failing_rank
 from rljob.reconcile.observed import ObservedChild, ObservedPod
+from rljob.reconcile.policy import (
+    Failure,
+    choose_action,
+    record_restart,
+)
 from tests.unit.property.strategies import FEW, SETTINGS, hostile_text, printable
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -137,7 +139,7 @@ def test_restart_decisions_and_their_ledger_stay_valid(
     ledger = RestartsStatus()
     for index, (reason, role, message) in enumerate(failures):
         now = NOW + timedelta(minutes=index)
-        decision = decide(Failure(reason, role, pod, 1, message), POLICY, ledger, now)
+        decision = choose_action(Failure(reason, role, pod, 1, message), POLICY, ledger, now)
         assert_one_clean_line(decision.message)
         ledger = record_restart(ledger, decision, now, POLICY)
 
@@ -240,7 +242,7 @@ def test_a_status_full_of_hostile_text_stays_within_the_size_budget(texts: list[
     longest = (joined * (3 * MESSAGE_MAX_LENGTH // len(joined) + 1))[: 3 * MESSAGE_MAX_LENGTH]
     ledger = RestartsStatus()
     for index in range(MAX_RECENT_RESTARTS + 3):
-        decision = decide(
+        decision = choose_action(
             Failure(FailureReason.OOM_KILLED, RoleName.ROLLOUT, f"rollout-{index}", 137, longest),
             POLICY,
             ledger,

@@ -17,18 +17,11 @@ from rljob.api import (
     RLJob,
     RoleName,
 )
-from rljob.health.policy import Decision
 from rljob.reconcile import Observed, ObservedChild, reconcile
-from rljob.reconcile.remediation import (
-    disrupted_serving_pods,
-    failed_attempt,
-    journal_serving_restart,
-    journaled_event,
-    role_to_roll,
-    settle_journal,
-    stuck_pods,
-    trainer_failure,
-)
+from rljob.reconcile.journal import journaled_event, role_to_roll, settle_journal
+from rljob.reconcile.policy import Decision
+from rljob.reconcile.remediation import failed_attempt, stuck_pods, trainer_failure
+from rljob.reconcile.serving import disrupted_serving_pods, journal_serving_restart
 from tests.unit.reconcile.world import T0, example_job, pod
 
 NAME = "grpo-demo"  # examples/rljob-demo.yaml
@@ -144,15 +137,19 @@ def test_a_role_roll_targets_its_deployment_and_settles_once_rolled() -> None:
     rolling = role_to_roll(status)
     assert rolling == (f"{NAME}-verifier", "role-verifier-1")
 
-    def deployment(restarted_at: str, updated: int) -> Observed:
+    def deployment(restarted_at: str, updated: int, observed_generation: int = 2) -> Observed:
         child = ObservedChild(
             "Deployment", f"{NAME}-verifier", "d", "verifier", "h", None,
-            replicas=2, updated_replicas=updated, restarted_at=restarted_at,
+            replicas=2, ready_replicas=2, updated_replicas=updated, restarted_at=restarted_at,
+            generation=2, observed_generation=observed_generation,
         )  # fmt: skip
         return Observed((child,))
 
     assert settle_journal(status, deployment("", 2), NAME).in_flight is not None
     assert settle_journal(status, deployment("role-verifier-1", 1), NAME).in_flight
+    # The first watch event after the patch still carries the previous template's status.
+    stale = deployment("role-verifier-1", 2, observed_generation=1)
+    assert settle_journal(status, stale, NAME).in_flight is not None
     assert settle_journal(status, deployment("role-verifier-1", 2), NAME).in_flight is None
 
 

@@ -11,13 +11,13 @@ import pytest
 from rljob.api.enums import FailureAction, FailureReason, RoleName
 from rljob.api.spec import FailurePolicy, Health
 from rljob.api.status import MESSAGE_MAX_LENGTH, RestartRecord, RestartsStatus
-from rljob.health import (
+from rljob.reconcile.policy import (
     Decision,
     Failure,
     PolicyContext,
     backoff_seconds,
+    choose_action,
     cooldowns_from_health,
-    decide,
     record_restart,
 )
 
@@ -83,7 +83,7 @@ DEFAULT_CASES = [
 
 @pytest.mark.parametrize(("failed", "action", "counts"), DEFAULT_CASES)
 def test_built_in_defaults(failed: Failure, action: FailureAction, counts: bool) -> None:
-    decision = decide(failed, DEFAULT, RestartsStatus(), NOW)
+    decision = choose_action(failed, DEFAULT, RestartsStatus(), NOW)
 
     assert (decision.action, decision.counts) == (action, counts)
     assert decision.delay_seconds == 0
@@ -119,13 +119,13 @@ USER_CASES = [
 
 @pytest.mark.parametrize(("failed", "action", "rule"), USER_CASES)
 def test_user_rules_come_first(failed: Failure, action: FailureAction, rule: str) -> None:
-    decision = decide(failed, policy(rules=USER_RULES), RestartsStatus(), NOW)
+    decision = choose_action(failed, policy(rules=USER_RULES), RestartsStatus(), NOW)
 
     assert (decision.action, decision.rule) == (action, rule)
 
 
 def test_a_user_rule_for_infrastructure_counts_unless_it_says_otherwise() -> None:
-    decision = decide(failure(R.PREEMPTED), policy(rules=USER_RULES), RestartsStatus(), NOW)
+    decision = choose_action(failure(R.PREEMPTED), policy(rules=USER_RULES), RestartsStatus(), NOW)
 
     assert decision.counts
 
@@ -138,7 +138,9 @@ def ledger(*ages_minutes: float, **fields: Any) -> RestartsStatus:
 
 
 def test_an_exhausted_budget_fails_the_job() -> None:
-    decision = decide(failure(R.KV_CACHE_DRIFT), policy(maxRestarts=3), ledger(50, 40, 30), NOW)
+    decision = choose_action(
+        failure(R.KV_CACHE_DRIFT), policy(maxRestarts=3), ledger(50, 40, 30), NOW
+    )
 
     assert decision.action == A.FAIL_JOB
     assert decision.escalated_from == A.RESTART_POD
@@ -149,14 +151,14 @@ def test_an_exhausted_budget_fails_the_job() -> None:
 def test_restarts_outside_the_window_do_not_use_the_budget() -> None:
     old = ledger(25 * 60, 26 * 60, 27 * 60)
 
-    decision = decide(failure(R.KV_CACHE_DRIFT), policy(maxRestarts=3), old, NOW)
+    decision = choose_action(failure(R.KV_CACHE_DRIFT), policy(maxRestarts=3), old, NOW)
 
     assert decision.action == A.RESTART_POD
     assert decision.message.endswith("(1 of 3 restarts in 24h)")
 
 
 def test_infrastructure_restarts_go_on_when_the_budget_is_exhausted() -> None:
-    decision = decide(failure(R.NODE_LOST), policy(maxRestarts=1), ledger(5), NOW)
+    decision = choose_action(failure(R.NODE_LOST), policy(maxRestarts=1), ledger(5), NOW)
 
     assert (decision.action, decision.counts) == (A.RESTART_POD, False)
     assert decision.delay_seconds == 0
@@ -164,7 +166,7 @@ def test_infrastructure_restarts_go_on_when_the_budget_is_exhausted() -> None:
 
 
 def test_zero_max_restarts_fails_on_the_first_counted_failure() -> None:
-    decision = decide(failure(R.OOM_KILLED), policy(maxRestarts=0), RestartsStatus(), NOW)
+    decision = choose_action(failure(R.OOM_KILLED), policy(maxRestarts=0), RestartsStatus(), NOW)
 
     assert decision.action == A.FAIL_JOB
 
@@ -173,8 +175,8 @@ def test_backoff_doubles_from_the_second_restart_in_the_window() -> None:
     rules = policy(maxRestarts=20, backoff={"initial": "30s", "max": "5m"})
     status = RestartsStatus()
     delays = []
-    for index in range(8):
-        decision = decide(failure(R.CRASH_LOOP, target=f"pod-{index}"), rules, status, NOW)
+    for _ in range(8):
+        decision = choose_action(failure(R.NCCL_TIMEOUT, TRAINER), rules, status, NOW)
         delays.append(decision.delay_seconds)
         status = record_restart(status, decision, NOW, rules)
 
@@ -184,8 +186,8 @@ def test_backoff_doubles_from_the_second_restart_in_the_window() -> None:
 def test_backoff_counts_from_the_previous_counted_restart() -> None:
     rules = policy(backoff={"initial": "1m", "max": "30m"})
 
-    soon = decide(failure(R.CRASH_LOOP), rules, ledger(1.5, 0.5), NOW)
-    later = decide(failure(R.CRASH_LOOP), rules, ledger(20, 10), NOW)
+    soon = choose_action(failure(R.CRASH_LOOP), rules, ledger(1.5, 0.5), NOW)
+    later = choose_action(failure(R.CRASH_LOOP), rules, ledger(20, 10), NOW)
 
     assert soon.delay_seconds == pytest.approx(90)
     assert "after 1m30s backoff" in soon.message
@@ -212,29 +214,49 @@ def records(*entries: tuple[RoleName, str | None, FailureAction, float]) -> list
     ]
 
 
-def test_a_pod_restarted_three_times_in_the_window_escalates_to_its_role() -> None:
-    history = RestartsStatus(
-        recent=records(*[(ROLLOUT, "pod-0", A.RESTART_POD, age) for age in (90, 60, 30)])
-    )
-
-    decision = decide(failure(R.OOM_KILLED), DEFAULT, history, NOW)
-
-    assert decision.action == A.RESTART_ROLE
-    assert decision.escalated_from == A.RESTART_POD
-    assert "pod pod-0 already restarted 3 times in 24h: restart role rollout" in decision.message
-
-
-def test_pod_restarts_of_other_pods_or_outside_the_window_do_not_escalate() -> None:
+@pytest.mark.parametrize(
+    "pods",
+    [
+        pytest.param(["pod-0", "pod-0", "pod-0"], id="same-pod"),
+        # A Deployment replaces each deleted pod under a new name.
+        pytest.param(["pod-a", "pod-b", "pod-c"], id="replacements-renamed"),
+    ],
+)
+def test_pod_restarts_of_a_role_three_times_in_the_window_escalate_to_the_role(
+    pods: list[str],
+) -> None:
     history = RestartsStatus(
         recent=records(
-            (ROLLOUT, "pod-1", A.RESTART_POD, 30),
-            (ROLLOUT, "pod-0", A.RESTART_POD, 25 * 60),
-            (ROLLOUT, "pod-0", A.RESTART_POD, 10),
-            (ROLLOUT, "pod-0", A.RESTART_POD, 5),
+            *[
+                (ROLLOUT, pod, A.RESTART_POD, age)
+                for pod, age in zip(pods, (90, 60, 30), strict=True)
+            ]
         )
     )
 
-    assert decide(failure(R.OOM_KILLED), DEFAULT, history, NOW).action == A.RESTART_POD
+    decision = choose_action(failure(R.OOM_KILLED, target="pod-d"), DEFAULT, history, NOW)
+
+    assert decision.action == A.RESTART_ROLE
+    assert decision.escalated_from == A.RESTART_POD
+    expected = "rollout pods already restarted 3 times for OOMKilled in 24h: restart role rollout"
+    assert expected in decision.message
+
+
+def test_pod_restarts_of_other_roles_reasons_or_outside_the_window_do_not_escalate() -> None:
+    history = RestartsStatus(
+        recent=[
+            *records(
+                (VERIFIER, "pod-1", A.RESTART_POD, 30),
+                (ROLLOUT, "pod-0", A.RESTART_POD, 25 * 60),
+                (ROLLOUT, "pod-0", A.RESTART_POD, 10),
+            ),
+            RestartRecord(
+                time=NOW, role=ROLLOUT, pod="pod-2", reason=R.CRASH_LOOP, action=A.RESTART_POD
+            ),
+        ]
+    )
+
+    assert choose_action(failure(R.OOM_KILLED), DEFAULT, history, NOW).action == A.RESTART_POD
 
 
 def test_a_role_restarted_three_times_in_the_window_escalates_to_the_job() -> None:
@@ -245,7 +267,7 @@ def test_a_role_restarted_three_times_in_the_window_escalates_to_the_job() -> No
         )
     )
 
-    decision = decide(failure(R.OOM_KILLED), DEFAULT, history, NOW)
+    decision = choose_action(failure(R.OOM_KILLED), DEFAULT, history, NOW)
 
     assert decision.action == A.FAIL_JOB
     assert decision.escalated_from == A.RESTART_POD
@@ -257,7 +279,7 @@ def test_trainer_gang_restarts_do_not_escalate() -> None:
         recent=records(*[(TRAINER, None, A.RESTART_TRAINER_GANG, age) for age in (90, 60, 30)])
     )
 
-    decision = decide(failure(R.NCCL_TIMEOUT, TRAINER), DEFAULT, history, NOW)
+    decision = choose_action(failure(R.NCCL_TIMEOUT, TRAINER), DEFAULT, history, NOW)
 
     assert decision.action == A.RESTART_TRAINER_GANG
 
@@ -278,7 +300,9 @@ def test_no_progress_restarts_fail_the_job(
 ) -> None:
     context = PolicyContext(resumed_from_steps=steps, next_resume_step=next_step)
 
-    decision = decide(failure(R.NCCL_TIMEOUT, TRAINER), DEFAULT, RestartsStatus(), NOW, context)
+    decision = choose_action(
+        failure(R.NCCL_TIMEOUT, TRAINER), DEFAULT, RestartsStatus(), NOW, context
+    )
 
     assert decision.action == action
     if action == A.FAIL_JOB:
@@ -331,7 +355,7 @@ COOLDOWN_CASES = [
 def test_cooldowns_ignore_repeated_metric_findings(
     history: RestartsStatus, context: PolicyContext, reason: FailureReason, action: FailureAction
 ) -> None:
-    decision = decide(failure(reason), DEFAULT, history, NOW, context)
+    decision = choose_action(failure(reason), DEFAULT, history, NOW, context)
 
     assert decision.action == action
     if action == A.IGNORE:
@@ -354,7 +378,7 @@ def test_the_decision_message_tells_the_story() -> None:
         "prefix hit rate 0.71 -> 0.42"
     )
 
-    decision = decide(
+    decision = choose_action(
         failure(R.KV_CACHE_DRIFT, target="rollout-3", message=evidence),
         DEFAULT,
         ledger(300, 200),
@@ -367,7 +391,9 @@ def test_the_decision_message_tells_the_story() -> None:
 
 
 def test_huge_untrusted_evidence_is_cut_and_the_decision_survives() -> None:
-    decision = decide(failure(R.CRASH_LOOP, message="\x1b" + "x" * 10_000), DEFAULT, None, NOW)
+    decision = choose_action(
+        failure(R.CRASH_LOOP, message="\x1b" + "x" * 10_000), DEFAULT, None, NOW
+    )
 
     assert len(decision.message) <= MESSAGE_MAX_LENGTH
     assert decision.message.endswith("; restart pod pod-0 (1 of 10 restarts in 24h)")
@@ -377,7 +403,7 @@ def test_huge_untrusted_evidence_is_cut_and_the_decision_survives() -> None:
 def test_naive_ledger_times_are_read_as_utc() -> None:
     naive = RestartsStatus(counted_at=[datetime(2026, 5, 1, 11, 59, 30)])
 
-    decision = decide(failure(R.CRASH_LOOP), DEFAULT, naive, NOW)
+    decision = choose_action(failure(R.CRASH_LOOP), DEFAULT, naive, NOW)
 
     assert decision.delay_seconds == 0  # first backoff step is 30s, 30s elapsed
 

@@ -86,6 +86,15 @@ class JobWorkers:
             job.deleted = True
             job.wake.set()
 
+    def forget_uid(self, uid: str) -> None:
+        """As `forget`, by uid alone (a re-list no longer shows the job)."""
+        job = self._jobs.get(uid)
+        if job is not None:
+            self.forget(job.body)
+
+    def uids(self) -> set[str]:
+        return set(self._jobs)
+
     async def stop(self) -> None:
         tasks = [job.task for job in self._jobs.values() if job.task is not None]
         for task in tasks:

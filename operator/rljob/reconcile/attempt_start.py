@@ -1,0 +1,107 @@
+"""The start of a trainer attempt, decided: the resume version, the attempt marker and retention
+deletions come from the store's pure plan (rljob.checkpoints.attempt_plan) over what the runtime
+gathered read-only; this records them in status (the journal) and hands the side effects to the
+steps, which write the marker before the Job and delete nothing before the write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from rljob.api import RLJob, RLJobStatus
+from rljob.checkpoints.attempt_plan import AttemptInputs, AttemptPlan, plan_attempt_start
+from rljob.reconcile.checkpoint_status import (
+    AttemptCheckpoint,
+    checkpoint_conditions,
+    checkpoint_status,
+    store_down,
+)
+from rljob.reconcile.conditions import ConditionState, set_condition
+from rljob.reconcile.events import EventSpec
+from rljob.reconcile.lifecycle import decide_trainer
+from rljob.reconcile.observed import Observed
+from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile
+
+STORE_RETRY_SECONDS = 15.0
+GATHER_RETRY_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class AttemptGathered:
+    """The store's answer for `attempt`: what it holds (read-only), or why it could not say."""
+
+    attempt: int
+    inputs: AttemptInputs | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class AttemptStarted:
+    job: RLJob
+    plan: Plan
+    events: tuple[EventSpec, ...] = ()
+    store_plan: AttemptPlan | None = None
+
+
+def attempt_to_start(job: RLJob, observed: Observed, now: datetime) -> int | None:
+    """The attempt whose Job this pass may create, so the runtime reads the store for it first
+    (decide() makes the same call with more inputs; it can only hold an attempt back)."""
+    decision = decide_trainer(job, observed, now)
+    return decision.attempt if decision.create_job else None
+
+
+def creates_attempt(plan: Plan) -> bool:
+    return any(child.kind == "Job" for child in plan.apply)
+
+
+def with_attempt_start(
+    job: RLJob,
+    observed: Observed,
+    plan: Plan,
+    extras: ReconcileExtras,
+    *,
+    gathered: AttemptGathered | None,
+    now: datetime,
+) -> AttemptStarted:
+    """The plan with the attempt's resume env and checkpoint status, or without its Job while
+    the store's answer is missing (gathered next pass) or the store is down (retried)."""
+    if not creates_attempt(plan) or job.spec.checkpoint is None:
+        return AttemptStarted(job, plan)
+    attempt = plan.status.attempt or 1
+    if gathered is None or gathered.attempt != attempt:
+        return AttemptStarted(job, _without_job(plan, plan.status, GATHER_RETRY_SECONDS))
+    if gathered.inputs is None:
+        status = _condition(plan.status, store_down(attempt, gathered.error), now, job)
+        if not job.status.attempts:  # nothing started: the attempt number is not settled
+            status = status.model_copy(update={"attempt": job.status.attempt, "attempts": []})
+        return AttemptStarted(job, _without_job(plan, status, STORE_RETRY_SECONDS))
+    store_plan = plan_attempt_start(gathered.inputs)
+    outcome = AttemptCheckpoint(
+        attempt,
+        store_plan.resumed_from,
+        store_plan.capabilities,
+        store_plan.problem,
+        store_plan.retention_problem,
+    )
+    checkpoint = checkpoint_status(job.status.checkpoint, outcome)
+    job = job.model_copy(
+        update={"status": job.status.model_copy(update={"checkpoint": checkpoint})}
+    )
+    plan = reconcile(job, observed, now, replace(extras, resume_env=dict(store_plan.resume_env)))
+    status = plan.status
+    for state in checkpoint_conditions(job.status.conditions or [], outcome):
+        status = _condition(status, state, now, job)
+    events = tuple(EventSpec(*event) for event in store_plan.events)
+    return AttemptStarted(job, replace(plan, status=status), events, store_plan)
+
+
+def _without_job(plan: Plan, status: RLJobStatus, retry: float) -> Plan:
+    waiting = tuple(child for child in plan.apply if child.kind != "Job")
+    return replace(plan, apply=waiting, status=status, requeue_after=retry)
+
+
+def _condition(
+    status: RLJobStatus, state: ConditionState, now: datetime, job: RLJob
+) -> RLJobStatus:
+    conditions = set_condition(status.conditions or [], state, now, job.metadata.generation)
+    return status.model_copy(update={"conditions": conditions})

@@ -1,0 +1,260 @@
+"""One pass's whole decision, pure: `decide(job, observed, inputs)` -> a Decision.
+
+Reads top-down with early returns, like a Kubernetes controller's reconcile: settle the journal,
+take a manual restart, remediate a failed trainer attempt, crash-looping serving pods and health
+findings through the failure policy, end the job on a FailJob, then the children and the next
+attempt's start. Everything it decides is in the Decision: the status to journal (one
+resourceVersion-guarded write) and the steps to execute after that write, in order. Nothing here
+has a side effect, so a pass whose write fails (409) decided nothing that happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from rljob.api import (
+    ActionKind,
+    CheckpointRef,
+    FailureAction,
+    JobPhase,
+    RLJob,
+    RLJobStatus,
+)
+from rljob.health.evaluation import Evaluation
+from rljob.reconcile.attempt_start import AttemptGathered, with_attempt_start
+from rljob.reconcile.checkpoint_status import RETENTION_FAILED, with_latest
+from rljob.reconcile.conditions import ConditionState, set_condition
+from rljob.reconcile.events import EventSpec
+from rljob.reconcile.findings import crash_remedy, finding_remedy
+from rljob.reconcile.journal import settle_journal
+from rljob.reconcile.lifecycle import TrainerHold
+from rljob.reconcile.observed import Observed, ObservedPod
+from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile
+from rljob.reconcile.progress import ProgressReading, engine_policy_env, with_progress
+from rljob.reconcile.remediation import failed_attempt, remedy_for, trainer_failed_while_busy
+from rljob.reconcile.requests import journal_manual_restart, pending_restart
+from rljob.reconcile.serving import disruption_reports
+from rljob.reconcile.steps import Step, execution_steps
+
+SIGNALS = "HealthSignalsAvailable"
+
+
+@dataclass(frozen=True)
+class PassInputs:
+    """What the runtime gathered for this pass besides the RLJob and its children."""
+
+    now: datetime
+    findings: tuple[Evaluation, ...] = ()  # pending health findings, consumed once journaled
+    crashes: tuple[tuple[ObservedPod, Evaluation], ...] = ()  # serving pods crashing in place
+    progress: ProgressReading | None = None
+    latest_checkpoint: CheckpointRef | None = None  # listed after the trainer reported a save
+    continued_attempt: int | None = None  # a re-created name continues after the old markers
+    attempt: AttemptGathered | None = None  # the store's answer for the attempt about to start
+    watched: bool = False  # the health loop watches this job
+    signals_error: str | None = None
+    node_states: dict[str, str] = field(default_factory=dict)  # node -> Ready|NotReady|Gone|...
+    retention_problem: str = ""  # the last retention apply's failure, to say in a condition
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The status to journal and the steps to execute after it; `consumed`: the pending
+    findings and crashes this decision acted on (dropped only once the journal is written)."""
+
+    job: RLJob
+    observed: Observed
+    plan: Plan
+    steps: tuple[Step, ...]
+    events: tuple[EventSpec, ...]  # status-derived: posted only when the pass changed something
+    reports: tuple[tuple[str, EventSpec], ...]  # (throttle key, Event): said at most every 10 min
+    consumed: str = ""  # "finding" | "crash": what the runtime drops once journaled
+    restarted: tuple[str, str | None] | None = None  # (role, pod) whose detectors start afresh
+    watch: bool = True  # keep the job in the health loop
+
+
+def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
+    now = inputs.now
+    job = _continued(job, inputs)
+    job = _with_status(job, _refreshed(job, inputs))
+    job = _with_status(job, settle_journal(job.status, observed, job.metadata.name))
+    extras = ReconcileExtras(policy_env=engine_policy_env(job))
+    events: list[EventSpec] = []
+    if inputs.continued_attempt is not None and job.status.attempts == []:
+        events.append(_continued_event(job))
+    if _finished(job) or job.spec.suspend:
+        return _decided(job, observed, inputs, extras, events, watch=False)
+    job = _with_status(job, _signals(job, inputs))
+    remedy = _remedy(job, observed, inputs)
+    if remedy.fail is not None:
+        failed = _with_status(remedy.job, _failed(remedy.job, remedy.fail, now))
+        events.append(EventSpec("Warning", "FailJob", remedy.fail))
+        return _decided(failed, observed, inputs, extras, events, remedy=remedy, watch=False)
+    extras = replace(extras, trainer_hold=remedy.hold)
+    return _decided(remedy.job, observed, inputs, extras, events, remedy=remedy)
+
+
+@dataclass(frozen=True)
+class _Remedy:
+    """What remediation made of this pass: the job with its journaled action, a hold on a
+    failed attempt, a FailJob message, reports to say, and what the detectors must forget."""
+
+    job: RLJob
+    hold: TrainerHold | None = None
+    fail: str | None = None
+    reports: tuple[tuple[str, EventSpec], ...] = ()
+    consumed: str = ""
+    restarted: tuple[str, str | None] | None = None
+
+
+def _remedy(job: RLJob, observed: Observed, inputs: PassInputs) -> _Remedy:
+    """Manual restarts, then the trainer, then serving pods, then health findings: one new
+    action at most, and none while another is in flight (it is finished first)."""
+    now = inputs.now
+    busy = job.status.in_flight is not None
+    failed = failed_attempt(job, observed)
+    if failed is not None and busy:
+        return _Remedy(job, hold=trainer_failed_while_busy(job))
+    if failed is not None:
+        trainer = remedy_for(job, *failed, now)
+        if trainer.decision.action == FailureAction.FAIL_JOB:
+            return _Remedy(job, fail=trainer.decision.message)
+        if trainer.status is not None:
+            return _Remedy(_with_status(job, trainer.status), restarted=("trainer", None))
+        if trainer.hold is not None:
+            return _Remedy(job, hold=trainer.hold)
+    if busy:
+        return _Remedy(job)
+    order = pending_restart(job.metadata.annotations, job.status)
+    if order is not None:
+        return _Remedy(_with_status(job, journal_manual_restart(job, order, observed, now)))
+    for pod, evaluation in inputs.crashes:
+        crash = crash_remedy(job, observed, pod, evaluation, now)
+        if crash.fail is not None:
+            return _Remedy(job, fail=crash.fail, consumed="crash")
+        status = crash.status or job.status
+        return _Remedy(_with_status(job, status), reports=crash.reports, consumed="crash")
+    return _health_remedy(job, observed, inputs)
+
+
+def _health_remedy(job: RLJob, observed: Observed, inputs: PassInputs) -> _Remedy:
+    if not inputs.findings:
+        return _Remedy(job)
+    found = finding_remedy(job, observed, inputs.findings[0], inputs.now)
+    if found.fail is not None:
+        return _Remedy(job, fail=found.fail, consumed="finding")
+    if found.status is None:  # reported, backing off, or waiting for maxUnavailable room
+        return _Remedy(job, reports=found.reports, consumed="finding")
+    status = _with_status(job, found.status)
+    return _Remedy(status, consumed="finding", restarted=found.restarted)
+
+
+def _decided(
+    job: RLJob,
+    observed: Observed,
+    inputs: PassInputs,
+    extras: ReconcileExtras,
+    events: list[EventSpec],
+    *,
+    remedy: _Remedy | None = None,
+    watch: bool = True,
+) -> Decision:
+    plan = reconcile(job, observed, inputs.now, extras)
+    started = with_attempt_start(
+        job, observed, plan, extras, gathered=inputs.attempt, now=inputs.now
+    )
+    job, plan = started.job, started.plan
+    if inputs.retention_problem:
+        state = ConditionState.of(RETENTION_FAILED, True, "DeleteFailed", inputs.retention_problem)
+        plan = replace(plan, status=with_condition(plan.status, state, inputs.now, job))
+    steps = execution_steps(
+        job,
+        plan,
+        observed,
+        attempt_plan=started.store_plan,
+        node_states=inputs.node_states,
+        now=inputs.now,
+    )
+    reports = (*(remedy.reports if remedy is not None else ()), *disruption_reports(observed))
+    return Decision(
+        job=job,
+        observed=observed,
+        plan=plan,
+        steps=steps,
+        events=(*events, *started.events, *plan.events),
+        reports=reports,
+        consumed=remedy.consumed if remedy is not None else "",
+        restarted=remedy.restarted if remedy is not None else None,
+        watch=watch,
+    )
+
+
+def _finished(job: RLJob) -> bool:
+    return job.status.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED)
+
+
+def _continued(job: RLJob, inputs: PassInputs) -> RLJob:
+    if inputs.continued_attempt is None or job.status.attempt is not None:
+        return job
+    return _with_status(job, job.status.model_copy(update={"attempt": inputs.continued_attempt}))
+
+
+def _continued_event(job: RLJob) -> EventSpec:
+    message = (
+        f"checkpoints of an earlier {job.metadata.name} exist: continuing at attempt "
+        f"{job.status.attempt}"
+    )
+    return EventSpec("Normal", "AttemptsContinued", message)
+
+
+def _refreshed(job: RLJob, inputs: PassInputs) -> RLJobStatus:
+    """Progress and the newest checkpoint from the health rounds and the store."""
+    status = with_progress(job.status, inputs.progress, inputs.now)
+    if inputs.latest_checkpoint is not None:
+        checkpoint = with_latest(status.checkpoint, inputs.latest_checkpoint)
+        status = status.model_copy(update={"checkpoint": checkpoint})
+    return status
+
+
+def _signals(job: RLJob, inputs: PassInputs) -> RLJobStatus:
+    """HealthSignalsAvailable: False (no restart from metrics) while the source fails."""
+    if not inputs.watched:
+        return job.status
+    if inputs.signals_error is None:
+        state = ConditionState.of(SIGNALS, True, "SourceAnswers", "the metrics source answers")
+    else:
+        state = ConditionState.of(SIGNALS, False, "SourceUnavailable", inputs.signals_error[:200])
+    return with_condition(job.status, state, inputs.now, job)
+
+
+def _failed(job: RLJob, message: str, now: datetime) -> RLJobStatus:
+    """A decided FailJob ends the job wherever it came from: phase Failed, the journal closed,
+    and the children stopped as for any finished job."""
+    state = ConditionState.of("Failed", True, "FailurePolicy", message)
+    status = with_condition(job.status, state, now, job)
+    return status.model_copy(
+        update={
+            "phase": JobPhase.FAILED,
+            "completion_time": status.completion_time or now,
+            "in_flight": None,
+        }
+    )
+
+
+def with_condition(
+    status: RLJobStatus, state: ConditionState, now: datetime, job: RLJob
+) -> RLJobStatus:
+    conditions = set_condition(status.conditions or [], state, now, job.metadata.generation)
+    return status.model_copy(update={"conditions": conditions})
+
+
+def _with_status(job: RLJob, status: RLJobStatus) -> RLJob:
+    return job.model_copy(update={"status": status})
+
+
+def journaled_kind(status: RLJobStatus) -> ActionKind | None:
+    return status.in_flight.kind if status.in_flight is not None else None
+
+
+__all__: Sequence[str] = ("Decision", "PassInputs", "decide", "journaled_kind", "with_condition")

@@ -1,0 +1,109 @@
+"""Detector findings and serving pods crashing in place, through the failure policy: a journaled
+engine restart, role roll or trainer gang restart; a FailJob; or a report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from rljob.api import FailureAction, FailureReason, RLJob, RLJobStatus, RoleName
+from rljob.health.evaluation import Evaluation
+from rljob.reconcile.events import EventSpec
+from rljob.reconcile.observed import Observed, ObservedPod
+from rljob.reconcile.policy import Decision, Failure, choose_action
+from rljob.reconcile.remediation import current_trainer_job, journal_gang_restart, policy_context
+from rljob.reconcile.serving import (
+    SERVING_ROLES,
+    journal_serving_restart,
+    room_to_restart,
+    unavailable,
+)
+
+Report = tuple[str, EventSpec]  # (throttle key, Event)
+
+
+@dataclass(frozen=True)
+class FindingRemedy:
+    """A journaled status, or a FailJob message, or reports; `restarted`: the (role, pod) whose
+    detectors start afresh once the journal is written."""
+
+    status: RLJobStatus | None = None
+    fail: str | None = None
+    reports: tuple[Report, ...] = ()
+    restarted: tuple[str, str | None] | None = None
+
+
+def finding_remedy(
+    job: RLJob, observed: Observed, finding: Evaluation, now: datetime
+) -> FindingRemedy:
+    """A detector's finding: an engine restart (its pod deleted after the journal, within
+    maxUnavailable), a role roll, a trainer gang restart, a FailJob, or a report."""
+    reason = finding.reason or FailureReason.CONTAINER_FAILED
+    trainer = finding.target == "trainer"
+    pod = None if trainer else next((p for p in observed.pods if p.name == finding.target), None)
+    role = RoleName.TRAINER if trainer else _role_of(pod)
+    target = None if trainer else finding.target
+    failure = Failure(reason, role, target=target, message=finding.message)
+    decision = _decide(job, failure, now)
+    key = f"{reason.value}/{finding.target}"
+    if decision.action == FailureAction.FAIL_JOB:
+        return FindingRemedy(fail=decision.message)
+    if pod is not None and pod.role in SERVING_ROLES:
+        return _serving(job, observed, decision, pod, key=key, now=now)
+    current = current_trainer_job(job, observed)
+    gang = decision.action == FailureAction.RESTART_TRAINER_GANG
+    if gang and decision.delay_seconds <= 0 and current is not None:
+        status = journal_gang_restart(job, decision, current, None, now)
+        return FindingRemedy(status=status, restarted=(RoleName.TRAINER.value, None))
+    return FindingRemedy(reports=_report(key, decision))
+
+
+def crash_remedy(
+    job: RLJob, observed: Observed, pod: ObservedPod, evaluation: Evaluation, now: datetime
+) -> FindingRemedy:
+    """A serving pod whose container keeps restarting in place (OOMKilled, CrashLoop)."""
+    reason = evaluation.reason or FailureReason.CRASH_LOOP
+    failure = Failure(reason, RoleName(pod.role), pod.name, pod.exit_code, evaluation.message)
+    decision = _decide(job, failure, now)
+    if decision.action == FailureAction.FAIL_JOB:
+        return FindingRemedy(fail=decision.message)
+    # Keyed by the restart count: each crash is said once.
+    key = f"{reason.value}/{pod.name}/{pod.restart_count}"
+    return _serving(job, observed, decision, pod, key=key, now=now)
+
+
+def _serving(
+    job: RLJob,
+    observed: Observed,
+    decision: Decision,
+    pod: ObservedPod,
+    *,
+    key: str,
+    now: datetime,
+) -> FindingRemedy:
+    if decision.action == FailureAction.RESTART_POD and not room_to_restart(job, observed, pod):
+        spec = getattr(job.spec.roles, pod.role)
+        waiting = (
+            f"{decision.message}; waiting: {unavailable(job, observed, pod.role)} {pod.role} "
+            f"pods unavailable already (maxUnavailable {spec.max_unavailable})"
+        )
+        return FindingRemedy(reports=((key, EventSpec("Warning", decision.reason.value, waiting)),))
+    status = journal_serving_restart(job, decision, pod, now)
+    if status is None:
+        return FindingRemedy(reports=_report(key, decision))
+    whole_role = decision.action == FailureAction.RESTART_ROLE
+    return FindingRemedy(status=status, restarted=(pod.role, None if whole_role else pod.name))
+
+
+def _decide(job: RLJob, failure: Failure, now: datetime) -> Decision:
+    return choose_action(
+        failure, job.spec.failure_policy, job.status.restarts, now, policy_context(job)
+    )
+
+
+def _report(key: str, decision: Decision) -> tuple[Report, ...]:
+    return ((key, EventSpec("Warning", decision.reason.value, decision.message)),)
+
+
+def _role_of(pod: ObservedPod | None) -> RoleName:
+    return RoleName(pod.role) if pod is not None and pod.role else RoleName.ROLLOUT

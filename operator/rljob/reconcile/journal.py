@@ -1,0 +1,96 @@
+"""The journal of an action in flight (status.inFlight): what it still has to do, when it is
+done, and the one Event that announces it. An action is journaled in the same status write as its
+restart-ledger entry, before its first side effect, so a restarted operator resumes it."""
+
+from __future__ import annotations
+
+from rljob.api import ActionKind, InFlightAction, RLJobStatus
+from rljob.reconcile.events import EventSpec
+from rljob.reconcile.names import trainer_job_name
+from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
+
+GANG_RESTARTED = "GangRestarted"
+MANUAL_PREFIX = "manual-"
+
+
+def role_to_roll(status: RLJobStatus) -> tuple[str, str] | None:
+    """(Deployment name, action id) of a journaled role roll."""
+    action = status.in_flight
+    if action is None or action.kind != ActionKind.RESTART_ROLE or action.target is None:
+        return None
+    return action.target.name or "", action.id
+
+
+def pod_to_delete(status: RLJobStatus, observed: Observed) -> ObservedPod | None:
+    """The pod a journaled pod restart still has to delete."""
+    action = status.in_flight
+    if action is None or action.kind != ActionKind.RESTART_POD or action.target is None:
+        return None
+    uid = action.target.uid
+    return next((p for p in observed.pods if p.uid == uid and not p.deleting), None)
+
+
+def settle_journal(status: RLJobStatus, observed: Observed, job_name: str) -> RLJobStatus:
+    """Clears the journal once the action is done: a gang restart when the new attempt's Job
+    exists, a pod restart when the pod is gone, a role roll when its Deployment was rolled."""
+    action = status.in_flight
+    if action is None:
+        return status
+    if action.kind == ActionKind.RESTART_TRAINER_GANG:
+        created = trainer_job_name(job_name, status.attempt or 1)
+        done = any(c.kind == "Job" and c.name == created for c in observed.children)
+    elif action.kind == ActionKind.RESTART_POD:
+        uid = action.target.uid if action.target else None
+        done = not any(p.uid == uid and not p.deleting for p in observed.pods)
+    elif action.kind == ActionKind.RESTART_ROLE:
+        done = any(_rolled(c, action) for c in observed.children)
+    else:
+        done = False
+    return status.model_copy(update={"in_flight": None}) if done else status
+
+
+def _rolled(child: ObservedChild, action: InFlightAction) -> bool:
+    """The Deployment carries the action's restart annotation and every replica was replaced."""
+    named = action.target is not None and child.name == action.target.name
+    return (
+        named
+        and child.kind == "Deployment"
+        and child.restarted_at == action.id
+        # The Deployment controller's status must describe this template, not the one before.
+        and child.observed_generation >= child.generation
+        and child.updated_replicas >= child.replicas
+        and child.ready_replicas >= child.replicas
+    )
+
+
+JOURNALED_EVENT_REASONS = {
+    ActionKind.RESTART_TRAINER_GANG: GANG_RESTARTED,
+    ActionKind.RESTART_POD: "PodRestarted",
+    ActionKind.RESTART_ROLE: "RoleRestarted",
+}
+
+
+def journaled_event(status: RLJobStatus) -> tuple[str, EventSpec] | None:
+    """The one Event of a journaled restart, posted before its first side effect under a name
+    that makes posting it idempotent (a restarted operator posts it again; the API answers
+    409), so a crash anywhere in the action neither loses nor doubles it."""
+    action = status.in_flight
+    if action is None or action.kind not in JOURNALED_EVENT_REASONS:
+        return None
+    if action.id.startswith(MANUAL_PREFIX):
+        what = (
+            "trainer gang restart"
+            if action.kind == ActionKind.RESTART_TRAINER_GANG
+            else (f"roll of {action.target.name if action.target else 'the role'}")
+        )
+        message = f"{what} requested ({action.id.removeprefix(MANUAL_PREFIX)})"
+        if action.kind == ActionKind.RESTART_TRAINER_GANG:
+            message += f": attempt {status.attempt}"
+        return action.id, EventSpec("Normal", "RestartRequested", message)
+    if not status.restarts:
+        return None
+    last = status.restarts.recent[-1] if status.restarts.recent else None
+    text = last.message if last else str(action.reason)
+    gang = action.kind == ActionKind.RESTART_TRAINER_GANG
+    message = f"attempt {status.attempt}: {text}" if gang else text
+    return action.id, EventSpec("Warning", JOURNALED_EVENT_REASONS[action.kind], message)

@@ -1,0 +1,168 @@
+"""The failure policy's rules: what to do about one failure or finding (DESIGN 5, 6). Pure.
+
+Order of decisions, each able to end the story:
+1. The first matching rule, user rules before the built-in ones; a RestartPod or RestartRole for
+   the trainer becomes RestartTrainerGang (its ranks cannot restart alone).
+2. Cooldown: a metric finding on a target restarted less than its cooldown ago is ignored; the
+   restart has not had time to show its effect yet.
+3. Escalation pod -> role -> job: pods of a role already restarted ESCALATE_POD_AFTER times for
+   the same reason within the window (whichever pods: a Deployment renames replacements) get
+   their role restarted instead; a role already restarted ESCALATE_ROLE_AFTER times
+   within the window fails the job. Trainer gang restarts do not escalate: `noProgressRestarts`
+   and the budget bound them.
+4. No progress: `noProgressRestarts` gang restarts in a row that resumed from the same step fail
+   the job instead of a further one from that step.
+5. Budget: `maxRestarts` counted restarts within `window` (from `status.restarts.countedAt`);
+   one more fails the job. Infrastructure reasons do not count by default.
+6. Backoff: none for the first counted restart in the window, then initial * 2^(n-1) capped at
+   max, counted from the previous counted restart (a failure long after it does not wait).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rljob.api.durations import parse_duration
+from rljob.api.enums import FailureAction, FailureReason, RoleName
+from rljob.api.spec import FailureRule, Health
+
+ESCALATE_POD_AFTER = 3
+ESCALATE_ROLE_AFTER = 3
+# Nvidia Resiliency Extension's "do not requeue" exit code.
+EXIT_DO_NOT_REQUEUE = 93
+
+RESTART_ACTIONS = frozenset(
+    {FailureAction.RESTART_POD, FailureAction.RESTART_ROLE, FailureAction.RESTART_TRAINER_GANG}
+)
+_R = FailureReason
+_TRAINER_FAILURES = [
+    _R.NCCL_TIMEOUT,
+    _R.TRAINER_STALLED,
+    _R.OOM_KILLED,
+    _R.CRASH_LOOP,
+    _R.CONTAINER_FAILED,
+]
+_POD_FAILURES = [
+    _R.KV_CACHE_DRIFT,
+    _R.ENGINE_STALLED,
+    _R.OOM_KILLED,
+    _R.CRASH_LOOP,
+    _R.CONTAINER_FAILED,
+    _R.NCCL_TIMEOUT,
+]
+_IMAGE_OR_CONFIG = frozenset({_R.IMAGE_PULL_FAILED, _R.CONFIG_ERROR})
+
+BUILT_IN_RULES: tuple[tuple[str, FailureRule], ...] = (
+    (
+        "do-not-requeue-exit-code",
+        FailureRule(on_exit_codes=[EXIT_DO_NOT_REQUEUE], action=FailureAction.FAIL_JOB),
+    ),
+    (
+        "trainer-failures",
+        FailureRule(
+            roles=[RoleName.TRAINER],
+            on_reasons=_TRAINER_FAILURES,
+            action=FailureAction.RESTART_TRAINER_GANG,
+        ),
+    ),
+    (
+        "infrastructure",
+        FailureRule(
+            on_reasons=[_R.PREEMPTED, _R.EVICTED, _R.NODE_LOST],
+            action=FailureAction.RESTART_POD,
+            counts_towards_max=False,
+        ),
+    ),
+    # Softened to Report once the role has run: then it is a registry or secret hiccup to
+    # surface (Degraded) while the kubelet retries, not a broken spec.
+    (
+        "image-or-config",
+        FailureRule(on_reasons=sorted(_IMAGE_OR_CONFIG), action=FailureAction.FAIL_JOB),
+    ),
+    (
+        "report-only",
+        FailureRule(on_reasons=[_R.VERIFIER_SLOW, _R.UNSCHEDULABLE], action=FailureAction.REPORT),
+    ),
+    ("pod-failures", FailureRule(on_reasons=_POD_FAILURES, action=FailureAction.RESTART_POD)),
+)
+_FALLBACK = ("no-rule-matched", FailureRule(action=FailureAction.REPORT))
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A finding or pod failure to decide on. `target` is the pod (None for role-wide ones);
+    `message` is the evidence, one line."""
+
+    reason: FailureReason
+    role: RoleName
+    target: str | None = None
+    exit_code: int | None = None
+    message: str = ""
+    role_has_run: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyContext:
+    """What the policy needs beyond the spec and the ledger.
+
+    `last_restart_at`: restart times by target (pod name, or role name for role and gang
+    restarts), merged with the ledger's recent records. `resumed_from_steps`: the step each gang
+    restart resumed from, oldest first (None: from scratch). `next_resume_step`: the step a gang
+    restart now would resume from; None: unknown, taken as the last resumed step.
+    `cooldowns`: seconds per reason (see `cooldowns_from_health`).
+    """
+
+    last_restart_at: Mapping[str, datetime] = field(default_factory=dict)
+    resumed_from_steps: Sequence[int | None] = ()
+    next_resume_step: int | None = None
+    cooldowns: Mapping[FailureReason, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do. `counts`: uses up the restart budget; `delay_seconds`: backoff to wait first;
+    `rule`: the rule that matched, for explanations."""
+
+    action: FailureAction
+    reason: FailureReason
+    role: RoleName
+    target: str | None
+    counts: bool
+    delay_seconds: float
+    message: str
+    escalated_from: FailureAction | None = None
+    rule: str = ""
+
+    @property
+    def restarts(self) -> bool:
+        return self.action in RESTART_ACTIONS
+
+
+def cooldowns_from_health(health: Health) -> dict[FailureReason, float]:
+    """Per-reason cooldowns for metric findings, from the detectors' own time scales."""
+    return {
+        FailureReason.KV_CACHE_DRIFT: parse_duration(health.kv_drift.cooldown),
+        FailureReason.ENGINE_STALLED: parse_duration(health.engine_stall.timeout),
+        FailureReason.TRAINER_STALLED: parse_duration(health.trainer_stall.startup_grace),
+        FailureReason.VERIFIER_SLOW: parse_duration(health.verifier_latency.window),
+    }
+
+
+def rule_matches(rule: FailureRule, failure: Failure) -> bool:
+    if rule.roles is not None and failure.role not in rule.roles:
+        return False
+    if rule.on_reasons is not None and failure.reason not in rule.on_reasons:
+        return False
+    return rule.on_exit_codes is None or failure.exit_code in rule.on_exit_codes
+
+
+def match_rule(failure: Failure, user_rules: Sequence[FailureRule]) -> tuple[str, FailureRule]:
+    """The first matching rule and its name: user rules, then built-in ones, then Report."""
+    named_user_rules = [(f"failurePolicy.rules[{i}]", r) for i, r in enumerate(user_rules)]
+    built_in = [(f"built-in:{name}", rule) for name, rule in BUILT_IN_RULES]
+    for name, rule in [*named_user_rules, *built_in]:
+        if rule_matches(rule, failure):
+            return name, rule
+    return f"built-in:{_FALLBACK[0]}", _FALLBACK[1]

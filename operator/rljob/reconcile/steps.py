@@ -1,0 +1,177 @@
+"""The side effects a pass carries out after its journal write, in order, as plain data; the
+runtime maps each kind of step to its applier. Every step is idempotent: deletes carry the uid
+as a precondition, created objects have deterministic names, a named Event is posted once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from rljob.api import ActionKind, RLJob
+from rljob.checkpoints.attempt_plan import AttemptPlan
+from rljob.checkpoints.models import AttemptMarker
+from rljob.checkpoints.retention import RetentionPlan
+from rljob.reconcile.events import EventSpec
+from rljob.reconcile.journal import journaled_event, pod_to_delete, role_to_roll
+from rljob.reconcile.observed import Observed, ObservedPod
+from rljob.reconcile.plan import Plan
+from rljob.reconcile.remediation import stuck_pods
+
+# Node states for which nothing will ever confirm a pod's deletion (DESIGN section 6).
+UNREACHABLE_NODE_STATES = frozenset({"NotReady", "Unknown", "Gone"})
+_API_VERSIONS = {"Deployment": "apps/v1", "Job": "batch/v1", "Service": "v1", "Pod": "v1"}
+_CRASH_PREFIXES = {
+    ActionKind.RESTART_TRAINER_GANG: "gang-restart",
+    ActionKind.RESTART_POD: "pod-restart",
+    ActionKind.RESTART_ROLE: "role-restart",
+}
+
+
+@dataclass(frozen=True)
+class CrashPoint:
+    """Tests only: where a SIGKILL proves the action resumes rather than repeats."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class PostEvent:
+    """An Event; `name` makes it idempotent, `once` posts it once per process while it lasts."""
+
+    event: EventSpec
+    name: str = ""
+    once: bool = False
+
+
+@dataclass(frozen=True)
+class DeleteObject:
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    grace_period_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class RollDeployment:
+    """`kubectl rollout restart` with the action id as the restart annotation."""
+
+    name: str
+    nonce: str
+
+
+@dataclass(frozen=True)
+class ApplyChild:
+    body: dict[str, Any]
+    creates_attempt: bool = False
+
+
+@dataclass(frozen=True)
+class WriteMarker:
+    """The attempt's marker in the checkpoint store, written before its Job is created."""
+
+    marker: AttemptMarker
+
+
+@dataclass(frozen=True)
+class ApplyRetention:
+    deletions: RetentionPlan
+
+
+@dataclass(frozen=True)
+class DeleteRLJob:
+    """ttlSecondsAfterFinished expired."""
+
+
+Step = (
+    CrashPoint
+    | PostEvent
+    | DeleteObject
+    | RollDeployment
+    | ApplyChild
+    | WriteMarker
+    | ApplyRetention
+    | DeleteRLJob
+)
+
+
+def execution_steps(
+    job: RLJob,
+    plan: Plan,
+    observed: Observed,
+    *,
+    attempt_plan: AttemptPlan | None,
+    node_states: Mapping[str, str],
+    now: datetime,
+) -> tuple[Step, ...]:
+    """The plan's side effects in the order that keeps every crash resumable: the journaled
+    action's Event, deletes, the pod restart or role roll, stuck pods, the attempt marker, the
+    applies, retention, and the RLJob's own deletion."""
+    status = plan.status
+    action = status.in_flight
+    prefix = _CRASH_PREFIXES.get(action.kind, "") if action is not None else ""
+    steps: list[Step] = []
+    journaled = journaled_event(status)
+    if journaled is not None and action is not None:
+        name = f"{job.metadata.name}.{journaled[0]}"
+        steps += [CrashPoint(f"{prefix}:journaled"), PostEvent(journaled[1], name, once=True)]
+    steps += [
+        DeleteObject(_API_VERSIONS.get(d.kind, "v1"), d.kind, d.name, d.uid) for d in plan.delete
+    ]
+    if plan.delete and prefix == "gang-restart":
+        steps.append(CrashPoint("gang-restart:old-job-deleted"))
+    victim = pod_to_delete(status, observed)
+    if victim is not None:
+        steps += [DeleteObject("v1", "Pod", victim.name, victim.uid)]
+        steps.append(CrashPoint("pod-restart:pod-deleted"))
+    rolling = role_to_roll(status)
+    if rolling is not None:
+        steps += [RollDeployment(*rolling), CrashPoint("role-restart:rolled")]
+    steps += _teardown_steps(job, observed, node_states, now)
+    creates = any(child.kind == "Job" for child in plan.apply)
+    if creates and attempt_plan is not None:
+        steps += [WriteMarker(attempt_plan.marker), CrashPoint("attempt:marker-written")]
+    steps += [ApplyChild(c.body, creates_attempt=c.kind == "Job") for c in plan.apply]
+    if creates and prefix == "gang-restart":
+        steps.append(CrashPoint("gang-restart:new-job-created"))
+    if creates and attempt_plan is not None and not attempt_plan.retention.empty:
+        steps.append(ApplyRetention(attempt_plan.retention))
+    if plan.delete_job:
+        steps.append(DeleteRLJob())
+    return tuple(steps)
+
+
+def _teardown_steps(
+    job: RLJob, observed: Observed, node_states: Mapping[str, str], now: datetime
+) -> list[Step]:
+    """Old attempts' pods still terminating past teardownTimeout: force-deleted only where their
+    node can no longer confirm the deletion; a pod on a healthy node may still be saving its
+    checkpoint on SIGTERM, so it is reported instead (TrainerTeardownStuck)."""
+    steps: list[Step] = []
+    timeout = job.spec.failure_policy.teardown_timeout
+    for pod in stuck_pods(job, observed, now):
+        state = node_states.get(pod.node, "Unknown") if pod.node else "Gone"
+        if state in UNREACHABLE_NODE_STATES:
+            steps += _force_delete(job, pod, state, timeout)
+            continue
+        message = (
+            f"pod {pod.name} on node {pod.node} (node {state}) still terminating after {timeout} "
+            "(teardownTimeout): not force-deleted while its node runs it; the next attempt waits"
+        )
+        event = EventSpec("Warning", "TrainerTeardownStuck", message)
+        steps.append(PostEvent(event, f"{job.metadata.name}.stuck-{pod.uid}", once=True))
+    return steps
+
+
+def _force_delete(job: RLJob, pod: ObservedPod, state: str, timeout: str) -> list[Step]:
+    message = (
+        f"pod {pod.name} on node {pod.node or '?'} ({state}) still terminating after {timeout} "
+        "(teardownTimeout): force-deleted"
+    )
+    event = EventSpec("Warning", "PodForceDeleted", message)
+    return [
+        DeleteObject("v1", "Pod", pod.name, pod.uid, grace_period_seconds=0),
+        PostEvent(event, f"{job.metadata.name}.force-{pod.uid}"),
+    ]

@@ -1,0 +1,135 @@
+"""Carries out a decision's steps after its journal write: a table maps each kind of step to its
+applier (as JobSet maps each failure-policy action to its applier). Appliers are idempotent."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rljob.adapters.checkpoints import Checkpoints
+from rljob.adapters.events import post_event
+from rljob.adapters.kube import Kube
+from rljob.adapters.paths import object_path
+from rljob.api import API_VERSION, KIND, RLJob
+from rljob.api.labels import RESTARTED_AT_ANNOTATION
+from rljob.crashpoints import crash_point
+from rljob.reconcile.steps import (
+    ApplyChild,
+    ApplyRetention,
+    CrashPoint,
+    DeleteObject,
+    DeleteRLJob,
+    PostEvent,
+    RollDeployment,
+    Step,
+    WriteMarker,
+)
+from rljob.runtime.memory import JobMemory
+
+RESTART_FIELD_MANAGER = "rljob-operator-restart"
+# Tests only: stands in for "a new operator version renders templates differently".
+RENDER_MARKER_ENV = "RLJOB_TEST_RENDER_MARKER"
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every applier may use: the clients, the RLJob as read and as decided, its memory."""
+
+    kube: Kube
+    checkpoints: Checkpoints
+    body: dict[str, Any]
+    job: RLJob
+    memory: JobMemory
+    now: dt.datetime
+
+    @property
+    def namespace(self) -> str:
+        return str(self.body["metadata"]["namespace"])
+
+
+async def _crash_point(step: CrashPoint, ctx: Context) -> None:
+    crash_point(step.name)
+
+
+async def _post_event(step: PostEvent, ctx: Context) -> None:
+    posted = f"{ctx.namespace}/{step.name}"
+    if step.once and posted in ctx.memory.events_posted.current(time.monotonic()):
+        return  # posted by this process while the action waits: the API would answer 409
+    await post_event(ctx.kube, ctx.body, step.event, ctx.now, name=step.name)
+    if step.once:
+        ctx.memory.events_posted.add(posted, time.monotonic())
+
+
+async def _delete_object(step: DeleteObject, ctx: Context) -> None:
+    await ctx.kube.delete(
+        step.api_version,
+        step.kind,
+        ctx.namespace,
+        step.name,
+        step.uid,
+        grace_period_seconds=step.grace_period_seconds,
+    )
+    ctx.memory.deletes_issued.add(step.uid, time.monotonic())
+
+
+async def _roll(step: RollDeployment, ctx: Context) -> None:
+    """As `kubectl rollout restart`, under a field manager of its own so that our server-side
+    applies leave the annotation alone; the same nonce twice is a no-op."""
+    annotations = {RESTARTED_AT_ANNOTATION: step.nonce}
+    await ctx.kube.request(
+        "patch",
+        object_path("apps/v1", "Deployment", ctx.namespace, step.name),
+        {"spec": {"template": {"metadata": {"annotations": annotations}}}},
+        content_type="application/merge-patch+json",
+        field_manager=RESTART_FIELD_MANAGER,
+    )
+
+
+async def _write_marker(step: WriteMarker, ctx: Context) -> None:
+    await ctx.checkpoints.write_marker(ctx.job, step.marker)
+
+
+async def _apply(step: ApplyChild, ctx: Context) -> None:
+    await ctx.kube.apply(_with_render_marker(step.body))
+
+
+async def _retention(step: ApplyRetention, ctx: Context) -> None:
+    """Retention never fails the pass: a delete refused becomes a condition on the next one."""
+    ctx.memory.retention_problem = await ctx.checkpoints.apply_retention(ctx.job, step.deletions)
+
+
+async def _delete_rljob(step: DeleteRLJob, ctx: Context) -> None:
+    meta = ctx.body["metadata"]
+    await ctx.kube.delete(API_VERSION, KIND, meta["namespace"], meta["name"], meta["uid"])
+
+
+Applier = Callable[[Any, Context], Awaitable[None]]
+APPLIERS: dict[type, Applier] = {
+    CrashPoint: _crash_point,
+    PostEvent: _post_event,
+    DeleteObject: _delete_object,
+    RollDeployment: _roll,
+    WriteMarker: _write_marker,
+    ApplyChild: _apply,
+    ApplyRetention: _retention,
+    DeleteRLJob: _delete_rljob,
+}
+
+
+async def execute(steps: Sequence[Step], ctx: Context) -> None:
+    for step in steps:
+        await APPLIERS[type(step)](step, ctx)
+
+
+def _with_render_marker(body: dict[str, Any]) -> dict[str, Any]:
+    marker = os.environ.get(RENDER_MARKER_ENV)
+    template = body.get("spec", {}).get("template")
+    if not marker or template is None:
+        return body
+    annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations["rljob.io/render-marker"] = marker
+    return body

@@ -1,0 +1,136 @@
+"""The read-only half of a pass: what decide() needs from outside the RLJob and its children
+(the checkpoint store, the nodes of stuck pods, the job's memory). Reads only; a store that
+cannot answer becomes an input saying so, never an exception that stops the pass."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from rljob.adapters.checkpoints import Checkpoints
+from rljob.adapters.kube import Kube, KubeError
+from rljob.adapters.paths import object_path
+from rljob.api import CheckpointRef, JobPhase, RLJob
+from rljob.checkpoints.errors import StoreError
+from rljob.observability import CHECKPOINT_ERRORS
+from rljob.reconcile.attempt_start import AttemptGathered, attempt_to_start
+from rljob.reconcile.decide import PassInputs
+from rljob.reconcile.observed import Observed
+from rljob.reconcile.remediation import stuck_pods
+from rljob.reconcile.serving import crash_findings
+from rljob.runtime.memory import JobMemory
+
+log = structlog.get_logger("rljob.runtime")
+
+
+@dataclass(frozen=True)
+class Gatherer:
+    kube: Kube
+    checkpoints: Checkpoints
+
+    async def inputs(
+        self,
+        job: RLJob,
+        observed: Observed,
+        memory: JobMemory,
+        now: dt.datetime,
+        signals_error: str | None,
+    ) -> PassInputs:
+        self._note_crashes(observed, memory, now)
+        continued = await self._continued_attempt(job)
+        if continued is not None:
+            job = job.model_copy(
+                update={"status": job.status.model_copy(update={"attempt": continued})}
+            )
+        return PassInputs(
+            now=now,
+            findings=tuple(memory.findings),
+            crashes=tuple(memory.crashes),
+            progress=memory.progress,
+            latest_checkpoint=await self._latest(job, memory, now),
+            continued_attempt=continued,
+            attempt=await self._attempt(job, observed, now),
+            watched=watched(job),
+            signals_error=signals_error,
+            node_states=await self._node_states(job, observed, now),
+            retention_problem=memory.retention_problem,
+        )
+
+    @staticmethod
+    def _note_crashes(observed: Observed, memory: JobMemory, now: dt.datetime) -> None:
+        """New crash findings join the pending ones (consumed once a pass journals them)."""
+        found = crash_findings(memory.crash_tracker, observed, now)
+        pending = {pod.name for pod, _ in memory.crashes}
+        memory.crashes += [(pod, e) for pod, e in found if pod.name not in pending]
+        live = {pod.name for pod in observed.pods}
+        memory.crashes = [(pod, e) for pod, e in memory.crashes if pod.name in live]
+
+    async def _continued_attempt(self, job: RLJob) -> int | None:
+        """A new RLJob of an old name continues attempt numbers after the highest marker."""
+        if job.status.attempt is not None or job.spec.checkpoint is None:
+            return None
+        try:
+            first = await self.checkpoints.first_attempt(job)
+        except StoreError:
+            return None  # the attempt start reports the outage and waits
+        return first if first > 1 else None
+
+    async def _latest(
+        self, job: RLJob, memory: JobMemory, now: dt.datetime
+    ) -> CheckpointRef | None:
+        """Lists the store only when the trainer reported a save newer than status knows."""
+        saved = memory.saved_step
+        latest = job.status.checkpoint.latest if job.status.checkpoint else None
+        if saved is None or job.spec.checkpoint is None or memory.listed_step == saved:
+            return None
+        if latest is not None and latest.step >= saved:
+            return None
+        memory.listed_step = saved
+        try:
+            return await self.checkpoints.newest(job, now)
+        except StoreError as exc:
+            CHECKPOINT_ERRORS.labels(kind=type(exc).__name__).inc()
+            memory.listed_step = None  # try again on the next report
+            return None
+
+    async def _attempt(
+        self, job: RLJob, observed: Observed, now: dt.datetime
+    ) -> AttemptGathered | None:
+        attempt = attempt_to_start(job, observed, now)
+        if attempt is None or job.spec.checkpoint is None:
+            return None
+        record = next((r for r in job.status.attempts if r.attempt == attempt), None)
+        journaled = record.resumed_from_version if record is not None else None
+        try:
+            inputs = await self.checkpoints.gather_attempt(job, attempt, journaled, now)
+        except StoreError as exc:
+            CHECKPOINT_ERRORS.labels(kind=type(exc).__name__).inc()
+            return AttemptGathered(attempt, error=str(exc))
+        return AttemptGathered(attempt, inputs=inputs)
+
+    async def _node_states(
+        self, job: RLJob, observed: Observed, now: dt.datetime
+    ) -> dict[str, str]:
+        """Ready | NotReady | Unknown | Gone | Unread for the nodes of pods stuck terminating."""
+        nodes = {pod.node for pod in stuck_pods(job, observed, now) if pod.node}
+        return {node: await self._node_state(node) for node in sorted(nodes)}
+
+    async def _node_state(self, node: str) -> str:
+        try:
+            body = await self.kube.request("get", object_path("v1", "Node", None, node))
+        except KubeError as exc:
+            if exc.not_found:
+                return "Gone"
+            log.warning("cannot read node", node=node, status=exc.status)
+            return "Unread"  # not proof the node is lost: no force delete
+        conditions = (body.get("status") or {}).get("conditions") or []
+        ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
+        return {"True": "Ready", "False": "NotReady"}.get(str(ready.get("status")), "Unknown")
+
+
+def watched(job: RLJob) -> bool:
+    """The health loop watches a job that runs: not suspended, not finished."""
+    return not job.spec.suspend and job.status.phase not in (JobPhase.SUCCEEDED, JobPhase.FAILED)

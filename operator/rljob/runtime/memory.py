@@ -1,0 +1,86 @@
+"""Per-job memory: everything the operator keeps about one RLJob between passes, in ONE object
+per uid (as kopf keeps one memory per resource), dropped with its per-job gauges when the RLJob
+is deleted or is missing from a re-list. State that must survive an operator restart is in the
+RLJob's status, never here: losing this costs at most a repeated read or a repeated report."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rljob.health.evaluation import Evaluation
+from rljob.health.termination import CrashRepeatTracker
+from rljob.reconcile.events import REPORT_REPEAT_SECONDS
+from rljob.reconcile.expectations import EXPECTATION_SECONDS, Recent
+from rljob.reconcile.observed import ObservedPod
+from rljob.reconcile.progress import ProgressReading, StepSample
+
+JobKey = tuple[str, str]  # (namespace, name)
+
+
+@dataclass
+class JobMemory:
+    """What one RLJob's passes remember. Pending findings and crashes are consumed only after
+    the pass that acted on them wrote its journal: a 409 loses nothing."""
+
+    key: JobKey
+    findings: list[Evaluation] = field(default_factory=list)
+    crashes: list[tuple[ObservedPod, Evaluation]] = field(default_factory=list)
+    crash_tracker: CrashRepeatTracker = field(default_factory=CrashRepeatTracker)
+    progress: ProgressReading | None = None
+    saved_step: int | None = None  # the trainer's checkpoint-step metric
+    listed_step: int | None = None  # the saved step the store was last listed for
+    step_window: list[StepSample] = field(default_factory=list)
+    reported: Recent = field(default_factory=lambda: Recent(REPORT_REPEAT_SECONDS))
+    deletes_issued: Recent = field(default_factory=lambda: Recent(EXPECTATION_SECONDS))
+    events_posted: Recent = field(default_factory=lambda: Recent(EXPECTATION_SECONDS))
+    written: dict[str, Any] | None = None  # the last status patch this process wrote
+    phase: str | None = None  # for the jobs-by-phase gauge
+    retention_problem: str = ""  # the last retention apply's failure, for the next journal
+
+
+class Memories:
+    """JobMemory by uid. `on_forget(key)` removes what lives outside (per-job gauges, the
+    health loop's state) so that nothing of a deleted RLJob remains in the process."""
+
+    def __init__(self, on_forget: Callable[[JobKey, JobMemory], None]) -> None:
+        self._by_uid: dict[str, JobMemory] = {}
+        self._on_forget = on_forget
+
+    def __len__(self) -> int:
+        return len(self._by_uid)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._by_uid
+
+    def of(self, uid: str, key: JobKey) -> JobMemory:
+        memory = self._by_uid.get(uid)
+        if memory is None or memory.key != key:
+            memory = self._by_uid[uid] = JobMemory(key)
+        return memory
+
+    def get(self, uid: str) -> JobMemory | None:
+        return self._by_uid.get(uid)
+
+    def by_key(self, key: JobKey) -> JobMemory | None:
+        return next((m for m in self._by_uid.values() if m.key == key), None)
+
+    def forget(self, uid: str) -> None:
+        memory = self._by_uid.pop(uid, None)
+        if memory is not None:
+            with contextlib.suppress(Exception):
+                self._on_forget(memory.key, memory)
+
+    def retain(self, uids: Iterable[str]) -> list[str]:
+        """After a re-list: forget every uid the list no longer has (a watch gap sends no
+        DELETED). Returns the forgotten uids."""
+        keep = set(uids)
+        gone = [uid for uid in self._by_uid if uid not in keep]
+        for uid in gone:
+            self.forget(uid)
+        return gone
+
+    def uids(self) -> set[str]:
+        return set(self._by_uid)

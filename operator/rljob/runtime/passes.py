@@ -1,0 +1,220 @@
+"""One pass of one RLJob: gather -> decide() -> journal -> execute.
+
+The journal is one resourceVersion-guarded status write holding everything the pass decided
+(the action in flight with its ledger entry, the attempt and its resume choice). Only after it
+succeeds does anything happen: pending findings are consumed, detectors are reset, and the
+steps run. A 409 on the write loses nothing; a crash after it is resumed, never repeated."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from rljob.adapters.checkpoints import Checkpoints
+from rljob.adapters.events import post_event
+from rljob.adapters.kube import Kube, KubeError
+from rljob.adapters.leadership import Leadership
+from rljob.adapters.observe import JobKey
+from rljob.api import InvalidRLJobError, RLJobStatus, parse_rljob
+from rljob.health.monitor import pods_by_role
+from rljob.observability import (
+    ACTION_LATENCY,
+    JOBS_BY_PHASE,
+    RECONCILE_ERRORS,
+    RECONCILE_SECONDS,
+    RESTARTS,
+    SPEC_REJECTIONS,
+)
+from rljob.reconcile.acceptance import invalid_spec_status, with_accepted
+from rljob.reconcile.conditions import ConditionState
+from rljob.reconcile.decide import Decision, decide, with_condition
+from rljob.reconcile.expectations import with_deletes_issued
+from rljob.reconcile.observed import Observed
+from rljob.reconcile.plan import status_patch
+from rljob.runtime.execute import Context, execute
+from rljob.runtime.gather import Gatherer
+from rljob.runtime.health_loop import HealthScheduler
+from rljob.runtime.memory import JobMemory, Memories
+
+log = structlog.get_logger("rljob.runtime")
+STALE_RETRY_SECONDS = 0.2
+REJECTED_RETRY_SECONDS = 60.0
+
+
+class Passes:
+    """Runs passes for the per-job workers; owns nothing but references."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        checkpoints: Checkpoints,
+        leadership: Leadership,
+        *,
+        memories: Memories,
+        health: HealthScheduler,
+        observed: Callable[[JobKey], Observed],
+        refresh: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self.kube = kube
+        self.checkpoints = checkpoints
+        self.leadership = leadership
+        self.memories = memories
+        self.health = health
+        self.observed = observed
+        self.refresh = refresh
+        self.gatherer = Gatherer(kube, checkpoints)
+
+    async def run(self, body: dict[str, Any]) -> float | None:
+        if not self.leadership.acting():
+            return None  # a standby observes and waits; the leader acts
+        meta = body["metadata"]
+        bound = log.bind(namespace=meta["namespace"], name=meta["name"])
+        with RECONCILE_SECONDS.time():
+            try:
+                return await self.run_once(body)
+            except InvalidRLJobError as exc:
+                SPEC_REJECTIONS.labels(reason="InvalidSpec").inc()
+                status = invalid_spec_status(body, exc.violations, _now())
+                await self.write_status(body, status, self._memory(body))
+                bound.warning("invalid spec", violations=[str(v) for v in exc.violations])
+                return None
+            except KubeError as exc:
+                return await self._api_error(body, exc, bound)
+
+    async def _api_error(self, body: dict[str, Any], exc: KubeError, bound: Any) -> float:
+        if exc.conflict:  # our copy of the RLJob was stale: the fresh one is on its way
+            return STALE_RETRY_SECONDS
+        if exc.namespace_terminating:  # the job goes with its namespace: nothing to do
+            bound.info("namespace is being deleted; not acting", error=exc.message)
+            return REJECTED_RETRY_SECONDS
+        if exc.status in (400, 422):  # a child the API rejects: say so, retry slowly
+            job = parse_rljob(body)
+            state = ConditionState.of("Degraded", True, "ChildRejected", exc.message)
+            status = with_condition(job.status, state, _now(), job)
+            await self.write_status(body, status, self._memory(body))
+            bound.warning("child rejected by the API", error=exc.message)
+            return REJECTED_RETRY_SECONDS
+        RECONCILE_ERRORS.labels(kind=f"api_{exc.status}").inc()
+        bound.warning("API call failed; retrying", status=exc.status, error=exc.message)
+        raise exc
+
+    async def run_once(self, body: dict[str, Any]) -> float | None:
+        """gather -> decide -> journal -> execute."""
+        now = _now()
+        job = parse_rljob(body)
+        memory = self._memory(body)
+        issued = memory.deletes_issued.current(time.monotonic())
+        observed = with_deletes_issued(self.observed(memory.key), issued)
+        inputs = await self.gatherer.inputs(
+            job, observed, memory, now, self.health.source_error(memory.key)
+        )
+        decision = decide(job, observed, inputs)
+        self._watch(decision, memory)
+        status = with_accepted(decision.plan.status, decision.job, now)
+        wrote = await self.write_status(body, status, memory)
+        self._journaled(body, decision, memory, wrote, now)
+        ctx = Context(self.kube, self.checkpoints, body, decision.job, memory, now)
+        await execute(decision.steps, ctx)
+        plan = decision.plan
+        events = decision.events if (wrote or plan.apply or plan.delete) else ()
+        for event in events:
+            await post_event(self.kube, body, event, now)
+        await self._report(body, decision, memory, now)
+        self._count_phase(memory, plan.status.phase)
+        return plan.requeue_after
+
+    def _watch(self, decision: Decision, memory: JobMemory) -> None:
+        if decision.watch:
+            self.health.register(decision.job, pods_by_role(decision.observed.pods))
+            return
+        self.health.forget(memory.key)
+        memory.findings, memory.crashes, memory.progress = [], [], None
+
+    def _journaled(
+        self, body: dict[str, Any], decision: Decision, memory: JobMemory, wrote: bool, now: Any
+    ) -> None:
+        """What only happens once the journal is written: findings consumed, detectors of a
+        restarted target start afresh, the ledger's new restarts counted in metrics."""
+        if decision.consumed == "finding":
+            memory.findings = []
+        if decision.consumed == "crash":
+            memory.crashes = memory.crashes[1:]
+        memory.retention_problem = ""
+        if decision.restarted is not None:
+            role, pod = decision.restarted
+            self.health.note_restart(memory.key, role, pod, now.timestamp())
+        if wrote:
+            _count_restarts(body, decision.plan.status)
+            _observe_settled(body, decision.plan.status, now)
+
+    async def _report(
+        self, body: dict[str, Any], decision: Decision, memory: JobMemory, now: dt.datetime
+    ) -> None:
+        """Reports are said whether or not the pass wrote, at most every 10 minutes each."""
+        for key, event in decision.reports:
+            if memory.reported.admit(key, now.timestamp()):
+                await post_event(self.kube, body, event, now)
+
+    async def write_status(
+        self, body: dict[str, Any], status: RLJobStatus, memory: JobMemory
+    ) -> bool:
+        """Patches status only when it differs from both the observed and our last write, and
+        only while this replica still holds the lease."""
+        if not self.leadership.acting():
+            raise KubeError(0, "no longer the leader")
+        meta = body["metadata"]
+        observed = RLJobStatus.model_validate(body.get("status") or {})
+        patch = status_patch(observed, status)
+        if patch is None or memory.written == patch:
+            return False
+        updated = await self.kube.patch_status(
+            meta["namespace"], meta["name"], patch, resource_version=meta.get("resourceVersion")
+        )
+        memory.written = patch
+        self.refresh(updated)
+        return True
+
+    def _memory(self, body: dict[str, Any]) -> JobMemory:
+        meta = body["metadata"]
+        return self.memories.of(meta["uid"], (meta["namespace"], meta["name"]))
+
+    @staticmethod
+    def _count_phase(memory: JobMemory, phase: object) -> None:
+        new = str(getattr(phase, "value", phase) or "Pending")
+        if memory.phase == new:
+            return
+        if memory.phase is not None:
+            JOBS_BY_PHASE.labels(phase=memory.phase).dec()
+        JOBS_BY_PHASE.labels(phase=new).inc()
+        memory.phase = new
+
+
+def _count_restarts(body: dict[str, Any], status: RLJobStatus) -> None:
+    """rljob_restarts_total for the restarts this write recorded (the ledger's new entries)."""
+    before = ((body.get("status") or {}).get("restarts") or {}).get("total", 0)
+    ledger = status.restarts
+    if ledger is None or ledger.total <= before:
+        return
+    meta = body["metadata"]
+    for record in ledger.recent[-(ledger.total - before) :]:
+        RESTARTS.labels(meta["namespace"], meta["name"], record.reason.value, record.role.value,
+                        record.action.value).inc()  # fmt: skip
+
+
+def _observe_settled(body: dict[str, Any], status: RLJobStatus, now: dt.datetime) -> None:
+    """rljob_action_latency_seconds for the journaled action this write completed."""
+    before = (body.get("status") or {}).get("inFlight") or {}
+    if not before or (status.in_flight is not None and status.in_flight.id == before.get("id")):
+        return
+    with contextlib.suppress(KeyError, ValueError):
+        started = dt.datetime.fromisoformat(before["startedAt"].replace("Z", "+00:00"))
+        ACTION_LATENCY.labels(before["kind"]).observe(max((now - started).total_seconds(), 0.0))
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)  # status times in whole seconds

@@ -1,0 +1,183 @@
+"""The running operator process: shared clients, kopf's child indexes, the per-job workers, the
+health loop and the per-job memories; kopf handlers only feed it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rljob.adapters.checkpoints import Checkpoints
+from rljob.adapters.kube import Kube, connect
+from rljob.adapters.leadership import Leadership
+from rljob.adapters.metrics import MetricsSources
+from rljob.adapters.observe import JobKey, observed_from
+from rljob.health.evaluation import CHECKPOINT_STEP_EVIDENCE, Evaluation
+from rljob.observability import JOBS_BY_PHASE, TRAINER_STEP, TRAINER_STEP_RATE
+from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
+from rljob.reconcile.progress import StepSample, progress_reading, step_rate, step_window
+from rljob.runtime.health_loop import HealthScheduler
+from rljob.runtime.memory import JobMemory, Memories
+from rljob.runtime.passes import Passes
+from rljob.runtime.workers import JobWorkers
+
+CHILD_INDEXES = ("deployments_idx", "jobs_idx", "services_idx", "pods_idx")
+RLJOB_INDEX = "rljobs_idx"
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """How the operator process was started."""
+
+    kubeconfig: str | None = None
+    namespace: str | None = None
+    resync_seconds: float = 300.0
+    api_timeout: float = 10.0
+    lease_namespace: str | None = None  # leader election on: the Lease lives there
+
+
+class Runtime:
+    """Shared clients, the child indexes, the per-job workers and memories of one process."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        options: RuntimeOptions,
+        leadership: Leadership,
+        checkpoints: Checkpoints | None = None,
+        health: HealthScheduler | None = None,
+    ) -> None:
+        self.kube = kube
+        self.leadership = leadership
+        self.options = options
+        self.checkpoints = checkpoints or Checkpoints(timeout=options.api_timeout)
+        self.memories = Memories(self._forgotten)
+        self.health = health or HealthScheduler(MetricsSources(), self._on_health)
+        self._indexes: dict[str, Mapping[Any, Iterable[Any]]] = {}
+        self.passes = Passes(
+            kube,
+            self.checkpoints,
+            leadership,
+            memories=self.memories,
+            health=self.health,
+            observed=self.observed,
+            refresh=self._refresh,
+        )
+        self.workers = JobWorkers(self.passes.run, resync_seconds=options.resync_seconds)
+        self._health_task: asyncio.Task[None] | None = None
+        self._prune_task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, options: RuntimeOptions) -> Runtime:
+        api = await connect(options.kubeconfig)
+        leadership = Leadership(api, options.lease_namespace)
+        kube = Kube(api, timeout=options.api_timeout, may_write=leadership.acting)
+        runtime = cls(kube, options, leadership)
+        runtime.leadership.start(runtime._elected)
+        runtime._health_task = asyncio.create_task(runtime.health.run(), name="rljob:health")
+        runtime._prune_task = asyncio.create_task(runtime._prune_loop(), name="rljob:prune")
+        return runtime
+
+    async def _prune_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.resync_seconds)
+            self.prune()
+
+    async def run_pass(self, body: dict[str, Any]) -> float | None:
+        return await self.passes.run(body)
+
+    async def stop(self) -> None:
+        for task in (self._health_task, self._prune_task):
+            if task is not None:
+                task.cancel()
+        await self.leadership.stop()
+        await self.workers.stop()
+        await self.kube.close()
+
+    def bind_indexes(self, kwargs: Mapping[str, Any]) -> None:
+        """kopf hands its indexes to handlers only; keep a reference for the workers."""
+        if not self._indexes:
+            names = (*CHILD_INDEXES, RLJOB_INDEX)
+            self._indexes = {name: kwargs[name] for name in names if name in kwargs}
+
+    def observed(self, key: JobKey) -> Observed:
+        def values(name: str) -> list[Any]:
+            index = self._indexes.get(name)
+            return list(index.get(key, ())) if index is not None else []
+
+        children: list[ObservedChild] = [
+            *values("deployments_idx"),
+            *values("jobs_idx"),
+            *values("services_idx"),
+        ]
+        pods: list[ObservedPod] = values("pods_idx")
+        return observed_from(children, pods)
+
+    def submit(self, body: dict[str, Any]) -> None:
+        self.workers.submit(body)
+
+    def forget(self, body: dict[str, Any]) -> None:
+        """The RLJob is gone: its worker stops and nothing of it remains in memory."""
+        self.workers.forget(body)
+        self.memories.forget(body["metadata"]["uid"])
+
+    def prune(self) -> list[str]:
+        """Forgets every job a re-list no longer shows (a watch gap sends no DELETED)."""
+        index = self._indexes.get(RLJOB_INDEX)
+        if index is None:
+            return []
+        live = {uid for uids in index.values() for uid in uids}
+        gone = self.memories.retain(live)
+        for uid in gone:
+            self.workers.forget_uid(uid)
+        return gone
+
+    def _refresh(self, body: dict[str, Any]) -> None:
+        self.workers.refresh(body)
+
+    async def _elected(self) -> None:
+        self.workers.wake_all()  # a standby that takes over acts on every job at once
+
+    async def _on_health(self, key: JobKey, evaluations: list[Evaluation]) -> None:
+        """One health round of a job: keep its findings for its next pass, and wake it."""
+        memory = self.memories.by_key(key)
+        if memory is None:
+            return
+        self._note_saved_step(memory, evaluations)
+        reading = progress_reading(evaluations)
+        memory.progress = reading
+        if reading.step is not None:
+            self._export_step(memory, StepSample(reading.step, time.time()))
+        findings = [e for e in evaluations if e.is_finding]
+        if findings or memory.findings:
+            memory.findings = findings
+            self.workers.wake(key)
+
+    def _note_saved_step(self, memory: JobMemory, evaluations: list[Evaluation]) -> None:
+        """The trainer's checkpoint-step metric: a new save wakes the job to refresh latest."""
+        steps = [e.evidence.get(CHECKPOINT_STEP_EVIDENCE) for e in evaluations]
+        saved = max((int(s) for s in steps if isinstance(s, int | float)), default=None)
+        if saved is not None and memory.saved_step != saved:
+            memory.saved_step = saved
+            self.workers.wake(memory.key)
+
+    @staticmethod
+    def _export_step(memory: JobMemory, sample: StepSample) -> None:
+        """rljob_job_trainer_step and its rate over the last few minutes."""
+        memory.step_window = step_window(memory.step_window, sample)
+        TRAINER_STEP.labels(*memory.key).set(sample.step)
+        rate = step_rate(memory.step_window)
+        if rate is not None:
+            TRAINER_STEP_RATE.labels(*memory.key).set(rate)
+
+    def _forgotten(self, key: JobKey, memory: JobMemory) -> None:
+        """What lives outside a JobMemory: its gauges and the health loop's state."""
+        self.health.forget(key)
+        for gauge in (TRAINER_STEP, TRAINER_STEP_RATE):
+            with contextlib.suppress(KeyError):
+                gauge.remove(*key)
+        if memory.phase is not None:
+            JOBS_BY_PHASE.labels(phase=memory.phase).dec()
