@@ -330,10 +330,16 @@ def test_a_store_fault_at_an_attempt_start_deletes_nothing_and_resumes_correctly
     assert job["status"]["lastRestartRequest"]["id"] == "under-fault"
     assert _jobs(cluster, namespace) == [f"{NAME}-trainer-a4"]
     # Every valid eligible version is kept whole; retention removed only what its policy says
-    # (the zombie's commit, the dead attempt's incomplete version), and only now.
+    # (the zombie's commit), and only now. The dead attempt's incomplete version stays as
+    # evidence until incompleteGrace has passed.
     after = history.versions()
-    valid = ("v000000000100-a000001", "v000000000200-a000002", "v000000000250-a000003")
-    assert after == {name: before[name] for name in valid}
+    kept = (
+        "v000000000100-a000001",
+        "v000000000200-a000002",
+        "v000000000250-a000003",
+        "v000000000300-a000003",
+    )
+    assert after == {name: before[name] for name in kept}
 
 
 def test_a_store_outage_when_a_job_of_an_old_name_is_created_still_continues_its_attempts(
