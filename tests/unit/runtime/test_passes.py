@@ -1,0 +1,113 @@
+"""A pass against an in-memory Kube: nothing the pass decided happens before its journal write,
+so a 409 on that write loses nothing (the finding waits, the detector keeps its state)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from rljob.adapters.kube import KubeError
+from rljob.adapters.leadership import Leadership
+from rljob.api import FailureReason
+from rljob.health.evaluation import finding
+from rljob.runtime.runtime import Runtime, RuntimeOptions
+from tests.unit.reconcile.world import World, example_body, pod
+
+ENGINE = "grpo-demo-rollout-abc"
+
+
+class Kube:
+    """Answers like the API server; `conflicts` status writes answer 409 first."""
+
+    def __init__(self, world: World, conflicts: int) -> None:
+        self.world = world
+        self.conflicts = conflicts
+        self.deleted: list[str] = []
+        self.events: list[str] = []
+
+    async def patch_status(
+        self, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None = None
+    ) -> dict[str, Any]:
+        if self.conflicts:
+            self.conflicts -= 1
+            raise KubeError(409, "the object has been modified")
+        body = copy.deepcopy(self.world.body)
+        body["status"] = {**body.get("status", {}), **patch}
+        return body
+
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str,
+                     **_: Any) -> None:  # fmt: skip
+        self.deleted.append(name)
+
+    async def apply(self, body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+    async def request(self, method: str, path: str, body: Any = None, **_: Any) -> Any:
+        if path.endswith("/events"):
+            self.events.append(body["reason"])
+        return {}
+
+
+class Health:
+    """The health loop's surface a pass uses."""
+
+    def __init__(self) -> None:
+        self.restarted: list[tuple[str, str | None]] = []
+
+    def register(self, job: Any, pods: Any) -> None:
+        pass
+
+    def forget(self, key: Any) -> None:
+        pass
+
+    def note_restart(self, key: Any, role: object, pod: str | None, at: float) -> None:
+        self.restarted.append((str(role), pod))
+
+    def source_error(self, key: Any) -> str | None:
+        return None
+
+
+@pytest.mark.parametrize("conflicts", [pytest.param(0, id="written"), pytest.param(1, id="409")])
+async def test_a_finding_is_consumed_only_once_its_restart_is_journaled(conflicts: int) -> None:
+    world = World(example_body())
+    world.settle()
+    world.ready()
+    world.settle()
+    world.pods[ENGINE] = pod(ENGINE, "rollout")
+    kube, health = Kube(world, conflicts), Health()
+    runtime = Runtime(kube, RuntimeOptions(), Leadership(None, None), health=health)  # type: ignore[arg-type]
+    runtime.passes.observed = lambda key: world.observed
+    body = copy.deepcopy(world.body)
+    body["metadata"]["resourceVersion"] = "10"
+    memory = runtime.memories.of(body["metadata"]["uid"], ("rl", "grpo-demo"))
+    drift = finding("kv_drift", ENGINE, FailureReason.KV_CACHE_DRIFT, "down 35%", {})
+    memory.findings = [drift]
+
+    if conflicts:
+        assert await runtime.run_pass(body) is not None  # a stale copy: retried soon
+        assert memory.findings == [drift], "the finding waits for the pass that journals it"
+        assert health.restarted == [] and kube.deleted == []
+    await runtime.run_pass(body)
+
+    assert memory.findings == []
+    assert health.restarted == [("rollout", ENGINE)]
+    assert kube.deleted == [ENGINE]
+    assert kube.events.count("PodRestarted") == 1
+
+
+async def test_nothing_of_a_deleted_rljob_remains_in_memory() -> None:
+    world = World(example_body())
+    world.settle()
+    kube, health = Kube(world, 0), Health()
+    runtime = Runtime(kube, RuntimeOptions(), Leadership(None, None), health=health)  # type: ignore[arg-type]
+    runtime.passes.observed = lambda key: world.observed
+    body = copy.deepcopy(world.body)
+    await runtime.run_pass(body)
+    assert body["metadata"]["uid"] in runtime.memories
+
+    runtime.forget(body)
+
+    assert len(runtime.memories) == 0
+    assert len(runtime.workers) == 0
