@@ -29,11 +29,13 @@ def client_error(code: str, status: int) -> ClientError:
 
 
 def denied(params: dict[str, Any]) -> Exception:
-    return client_error("AccessDenied", 403)
+    error: Exception = client_error("AccessDenied", 403)
+    return error
 
 
 def read_timeout(params: dict[str, Any]) -> Exception:
-    return ReadTimeoutError(endpoint_url="http://fake")
+    error: Exception = ReadTimeoutError(endpoint_url="http://fake")
+    return error
 
 
 class FakeS3:
