@@ -181,3 +181,46 @@ def test_old_ranks_stuck_terminating_are_force_deleted_only_on_a_lost_node(
     said = {s.event.reason for s in decision.steps if isinstance(s, PostEvent)}
     assert ("PodForceDeleted" in said) == force_deleted
     assert ("TrainerTeardownStuck" in said) == (not force_deleted)
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "restarts_total"),
+    [
+        pytest.param(
+            {"id": "gang-a2", "kind": "RestartTrainerGang", "reason": "NCCLTimeout",
+             "step": "Journaled", "startedAt": "2026-03-01T12:00:00Z",
+             "target": {"role": "trainer", "name": "grpo-demo-trainer-a1", "uid": "old"}},
+            1, id="gang-restart",
+        ),
+        pytest.param(
+            {"id": "role-rollout-1", "kind": "RestartRole", "reason": "OOMKilled",
+             "step": "Journaled", "startedAt": "2026-03-01T12:00:00Z",
+             "target": {"role": "rollout", "name": "grpo-demo-rollout"}},
+            1, id="role-roll",
+        ),
+    ],
+)  # fmt: skip
+def test_a_journal_written_by_the_previous_release_is_resumed(
+    in_flight: dict[str, Any], restarts_total: int
+) -> None:
+    # The exact shape the operator wrote before decide() existed: an upgrade mid-action must
+    # finish the action, not repeat or drop it.
+    w = running_world()
+    if in_flight["kind"] == "RestartTrainerGang":
+        fail_trainer(w)
+        w.body["status"]["attempt"] = 2
+    w.body["status"]["inFlight"] = in_flight
+    w.body["status"]["restarts"] = {"total": restarts_total, "counted": restarts_total}
+
+    decision = decide_now(w)
+
+    status = decision.plan.status
+    assert status.in_flight is not None and status.in_flight.id == in_flight["id"]
+    assert status.restarts is not None and status.restarts.total == restarts_total
+    if in_flight["kind"] == "RestartTrainerGang":
+        old = trainer_job_name(w.name, 1)
+        assert old in [s.name for s in decision.steps if isinstance(s, DeleteObject)]
+        assert status.attempt == 2
+    else:
+        rolls = [s for s in decision.steps if type(s).__name__ == "RollDeployment"]
+        assert [r.nonce for r in rolls] == ["role-rollout-1"]  # type: ignore[attr-defined]
