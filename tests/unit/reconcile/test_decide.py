@@ -12,7 +12,7 @@ from rljob.api import ActionKind, FailureReason, JobPhase
 from rljob.health.evaluation import finding
 from rljob.reconcile.decide import Decision, PassInputs, decide
 from rljob.reconcile.names import trainer_job_name
-from rljob.reconcile.steps import DeleteObject, PostEvent
+from rljob.reconcile.steps import DeleteObject, PostEvent, RollDeployment
 from tests.unit.reconcile.world import World, example_body, pod
 
 NCCL = "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE)"
@@ -85,8 +85,8 @@ def test_a_manual_serving_restart_is_journaled_before_the_roll() -> None:
     action = decision.plan.status.in_flight
     assert action is not None and action.kind == ActionKind.RESTART_ROLE
     assert decision.plan.status.last_restart_request is not None
-    rolls = [s for s in decision.steps if type(s).__name__ == "RollDeployment"]
-    assert rolls and rolls[0].nonce == action.id  # type: ignore[union-attr]
+    rolls = [s for s in decision.steps if isinstance(s, RollDeployment)]
+    assert rolls and rolls[0].nonce == action.id
 
 
 @pytest.mark.parametrize(
@@ -222,5 +222,5 @@ def test_a_journal_written_by_the_previous_release_is_resumed(
         assert old in [s.name for s in decision.steps if isinstance(s, DeleteObject)]
         assert status.attempt == 2
     else:
-        rolls = [s for s in decision.steps if type(s).__name__ == "RollDeployment"]
-        assert [r.nonce for r in rolls] == ["role-rollout-1"]  # type: ignore[attr-defined]
+        rolls = [s for s in decision.steps if isinstance(s, RollDeployment)]
+        assert [r.nonce for r in rolls] == ["role-rollout-1"]
