@@ -1,0 +1,231 @@
+"""The roles of an RLJob: the settings every role shares (they shape its pod template) and
+what each kind of role adds."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field
+
+from rljob.api.base import SpecModel
+from rljob.api.durations import Duration
+from rljob.api.enums import Engine, EngineField
+from rljob.api.kube_types import (
+    EnvList,
+    ObjectName,
+    PodTemplate,
+    PullSecretList,
+    ResourceRequirements,
+    Toleration,
+    VolumeList,
+    VolumeMountList,
+)
+from rljob.api.rules import CrossFieldRule, Immutable
+
+PROMETHEUS_NAME_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
+RESOURCE_NAME_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+MAX_REPLICAS = 1024
+MAX_TRAINER_NODES = 1024
+MAX_GPUS_PER_POD = 64
+
+ImageRef = Annotated[str, Field(min_length=1, max_length=1024)]
+CommandArg = Annotated[str, Field(max_length=16384)]
+MetricName = Annotated[str, Field(pattern=PROMETHEUS_NAME_PATTERN, max_length=200)]
+
+
+class MetricsEndpoint(SpecModel):
+    """Where the role's pods serve Prometheus metrics."""
+
+    port: int = Field(ge=1, le=65535, description="Container port serving metrics.")
+    path: Annotated[str, Field(pattern=r"^/", max_length=256)] = Field(
+        default="/metrics", description="HTTP path of the metrics page."
+    )
+
+
+class Role(SpecModel):
+    """Settings every role shares; they shape the role's pod template."""
+
+    image: ImageRef | None = Field(
+        default=None, description="Container image; defaults to spec.image."
+    )
+    command: Annotated[list[CommandArg], Field(max_length=64)] | None = Field(
+        default=None, description="Entrypoint of the main container (replaces the image's)."
+    )
+    args: Annotated[list[CommandArg], Field(max_length=256)] | None = Field(
+        default=None, description="Arguments of the main container."
+    )
+    env: EnvList = Field(
+        default_factory=list, description="Environment variables of the main container."
+    )
+    resources: ResourceRequirements | None = Field(
+        default=None, description="CPU, memory and other resources of the main container."
+    )
+    gpus: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_GPUS_PER_POD,
+        description="GPUs per pod, requested and limited as gpuResourceName.",
+    )
+    gpu_resource_name: Annotated[str, Field(pattern=RESOURCE_NAME_PATTERN, max_length=253)] = Field(
+        default="nvidia.com/gpu", description="Extended resource name of a GPU."
+    )
+    node_selector: Annotated[
+        dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)
+    ] = Field(default_factory=dict, description="Node labels the role's pods require.")
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] = Field(
+        default_factory=list, description="Taints the role's pods tolerate."
+    )
+    priority_class_name: ObjectName | None = Field(
+        default=None, description="PriorityClass of the role's pods."
+    )
+    scheduler_name: ObjectName | None = Field(
+        default=None, description="Scheduler for the role's pods (e.g. a gang scheduler)."
+    )
+    service_account_name: ObjectName | None = Field(
+        default=None, description="ServiceAccount the role's pods run as."
+    )
+    image_pull_secrets: PullSecretList = Field(
+        default_factory=list, description="Secrets for pulling the role's images."
+    )
+    volumes: VolumeList = Field(
+        default_factory=list, description="Extra pod volumes, as in a pod spec."
+    )
+    volume_mounts: VolumeMountList = Field(
+        default_factory=list, description="Extra mounts of the main container."
+    )
+    termination_grace_period_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=86400,
+        description="Seconds a stopping pod gets after SIGTERM; the trainer uses it to "
+        "checkpoint. Default: the operator's per-role default.",
+    )
+    metrics: MetricsEndpoint | None = Field(
+        default=None, description="Metrics endpoint; default: the engine's or SDK's port."
+    )
+    pod_template: PodTemplate | None = Field(
+        default=None,
+        description="Free-form pod template merged over the rendered one, for what the fields "
+        "above do not cover; its metadata and containers must have a pod template's shape.",
+    )
+
+
+MAX_UNAVAILABLE_WITHIN_REPLICAS = CrossFieldRule(
+    cel="self.maxUnavailable <= self.replicas",
+    message="maxUnavailable must not exceed replicas",
+    field="maxUnavailable",
+    holds=lambda role: role.max_unavailable <= role.replicas,
+)
+
+
+class ServingRole(Role):
+    """A role run as a Deployment of identical replicas (rollout, reference, verifier)."""
+
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, description="Number of pods.")
+    max_unavailable: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Pods that may be down at once during restarts and rollouts.",
+    )
+
+    cel_rules: ClassVar[tuple[CrossFieldRule, ...]] = (MAX_UNAVAILABLE_WITHIN_REPLICAS,)
+
+
+class EngineMetricNames(SpecModel):
+    """Prometheus metric names of a rollout engine, overriding the engine's defaults."""
+
+    generation_tokens_total: MetricName | None = Field(
+        default=None, description="Counter of generated tokens."
+    )
+    requests_running: MetricName | None = Field(
+        default=None, description="Gauge of requests being processed."
+    )
+    requests_waiting: MetricName | None = Field(
+        default=None, description="Gauge of queued requests."
+    )
+    kv_cache_usage: MetricName | None = Field(
+        default=None, description="Gauge of KV-cache usage, 0 to 1."
+    )
+    prefix_cache_hits_total: MetricName | None = Field(
+        default=None, description="Counter of prefix-cache hits."
+    )
+    prefix_cache_queries_total: MetricName | None = Field(
+        default=None, description="Counter of prefix-cache queries."
+    )
+    preemptions_total: MetricName | None = Field(
+        default=None, description="Counter of request preemptions."
+    )
+    sleep_state: MetricName | None = Field(
+        default=None, description="Gauge that is non-zero while the engine sleeps."
+    )
+
+
+def _custom_engine_has_metric_names(role: Any) -> bool:
+    if role.engine != Engine.CUSTOM:
+        return True
+    names = role.metric_names
+    return names is not None and None not in (
+        names.generation_tokens_total,
+        names.requests_running,
+        names.requests_waiting,
+    )
+
+
+CUSTOM_ENGINE_NEEDS_METRIC_NAMES = CrossFieldRule(
+    cel="self.engine != 'custom' || (has(self.metricNames)"
+    " && has(self.metricNames.generationTokensTotal)"
+    " && has(self.metricNames.requestsRunning)"
+    " && has(self.metricNames.requestsWaiting))",
+    message="engine custom needs metricNames.generationTokensTotal, requestsRunning and "
+    "requestsWaiting",
+    field="metricNames",
+    holds=_custom_engine_has_metric_names,
+)
+
+
+class RolloutRole(ServingRole):
+    """Inference engines generating samples."""
+
+    engine: Annotated[
+        EngineField,
+        Immutable("engine is immutable: create a new RLJob to switch engines"),
+    ] = Field(default=Engine.VLLM, description="Inference engine: vllm, sglang or custom.")
+    metric_names: EngineMetricNames | None = Field(
+        default=None,
+        description="Metric names overriding the engine's; required for engine custom.",
+    )
+
+    cel_rules = (MAX_UNAVAILABLE_WITHIN_REPLICAS, CUSTOM_ENGINE_NEEDS_METRIC_NAMES)
+
+
+class TrainerRole(Role):
+    """The multi-node trainer: one Indexed Job per attempt, restarted as a gang."""
+
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_TRAINER_NODES,
+        description="Trainer pods (one per node); changes only while suspended.",
+    )
+    scheduling_timeout: Duration = Field(
+        default="15m",
+        description="How long the whole gang may wait to be scheduled before Unschedulable.",
+    )
+
+
+class Roles(SpecModel):
+    """The job's workloads."""
+
+    rollout: RolloutRole = Field(description="Inference engines generating samples.")
+    trainer: TrainerRole = Field(description="The multi-node trainer; runs the RL driver.")
+    reference: ServingRole | None = Field(
+        default=None, description="Reference-model servers (optional)."
+    )
+    verifier: ServingRole | None = Field(
+        default=None, description="Verifiers: reward models or sandboxes, often CPU-only."
+    )
