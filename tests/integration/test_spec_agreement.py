@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from rljob.api import (
     PLURAL,
+    RESERVED_ENV_NAMES,
     AddressingStyle,
     Engine,
     FailureAction,
@@ -41,6 +42,15 @@ from rljob.api import (
     RLJobStatus,
     RoleName,
     parse_rljob,
+)
+from rljob.api.kube_names import (
+    ENV_NAME_PATTERN,
+    IMAGE_MAX_LENGTH,
+    IMAGE_PATTERN,
+    LABEL_VALUE_MAX_LENGTH,
+    LABEL_VALUE_PATTERN,
+    QUALIFIED_NAME_MAX_LENGTH,
+    QUALIFIED_NAME_PATTERN,
 )
 from rljob.api.kube_types import DNS1123_SUBDOMAIN, INT64_MAX, INT64_MIN
 from rljob.api.resource import DNS1035_LABEL_PATTERN, NAME_MAX_LENGTH
@@ -204,16 +214,23 @@ def short_lists(items: Strategy, max_items: int) -> Strategy:
 
 
 ENV = some(
-    {"name": mostly(st.sampled_from(["A", "B", "PATH"]), patterned(None, 256))},
+    {
+        "name": mostly(
+            st.sampled_from(["A", "B", "PATH"]),
+            st.one_of(patterned(ENV_NAME_PATTERN, 256), st.sampled_from(RESERVED_ENV_NAMES)),
+        )
+    },
     {"value": patterned(None, 32768), "valueFrom": st.dictionaries(ascii_text(6), FREE_FORM)},
 )
+LABEL_KEYS = patterned(QUALIFIED_NAME_PATTERN, QUALIFIED_NAME_MAX_LENGTH)
+LABEL_VALUES = patterned(LABEL_VALUE_PATTERN, LABEL_VALUE_MAX_LENGTH)
 TOLERATION = some(
     {},
     {
-        "key": patterned(None, 253),
-        "operator": patterned(None, 16),
-        "value": patterned(None, 253),
-        "effect": patterned(None, 32),
+        "key": LABEL_KEYS,
+        "operator": enum_values(["Exists", "Equal"]),
+        "value": LABEL_VALUES,
+        "effect": enum_values(["NoSchedule", "PreferNoSchedule", "NoExecute", ""]),
         "tolerationSeconds": mostly(
             st.integers(INT64_MIN, INT64_MAX), st.sampled_from([INT64_MAX + 1, "1"])
         ),
@@ -238,14 +255,14 @@ RESOURCE_MAP = st.dictionaries(
 def role_fields() -> dict[str, Strategy]:
     """The fields every role shares, all optional."""
     return {
-        "image": patterned(None, 1024, prefix="r"),
+        "image": patterned(IMAGE_PATTERN, IMAGE_MAX_LENGTH, pad="r"),
         "command": short_lists(patterned(None, 16384), 64),
         "args": st.lists(ascii_text(), max_size=3),
         "env": keyed_lists(ENV, "name"),
         "resources": some({}, {"limits": RESOURCE_MAP, "requests": RESOURCE_MAP}),
         "gpus": integers(0, 64),
         "gpuResourceName": patterned(RESOURCE_NAME_PATTERN, 253),
-        "nodeSelector": st.dictionaries(ascii_text(8), patterned(None, 63), max_size=2),
+        "nodeSelector": st.dictionaries(LABEL_KEYS, LABEL_VALUES, max_size=2),
         "tolerations": st.lists(TOLERATION, max_size=2),
         "priorityClassName": OBJECT_NAMES,
         "schedulerName": OBJECT_NAMES,
@@ -511,6 +528,70 @@ def test_server_and_model_agree_on_generated_rljobs(
     # The domain reaches both verdicts often enough for the agreement to mean something.
     assert tally["accepted"] >= EXAMPLES // 10, tally
     assert tally["rejected"] >= EXAMPLES // 10, tally
+
+
+# ------------------------------------------------------------------ shapes refused by both
+
+
+def _trainer(**fields: Any) -> Body:
+    return _job(roles={"rollout": {}, "trainer": fields})
+
+
+TRAINER = "spec.roles.trainer"
+# Kubernetes shapes a child would refuse: both validators refuse them on the RLJob, naming the
+# same field.
+REFUSED_BY_BOTH = [
+    pytest.param(_job(image="registry.example.com/RL:1"), "spec.image", id="image-upper-case"),
+    pytest.param(_trainer(image="rl:1.4 "), f"{TRAINER}.image", id="image-trailing-space"),
+    pytest.param(_trainer(image="rl@sha256:abc"), f"{TRAINER}.image", id="image-short-digest"),
+    pytest.param(
+        _trainer(nodeSelector={"a" * 254 + "/x": "v"}),
+        f"{TRAINER}.nodeSelector",
+        id="node-selector-prefix-over-253",
+    ),
+    pytest.param(
+        _trainer(nodeSelector={"pool": "gpu pool"}),
+        f"{TRAINER}.nodeSelector",
+        id="node-selector-value-with-space",
+    ),
+    pytest.param(
+        _trainer(tolerations=[{"key": "pool", "operator": "In"}]),
+        f"{TRAINER}.tolerations[0].operator",
+        id="toleration-operator-unknown",
+    ),
+    pytest.param(
+        _trainer(tolerations=[{"value": "gpu"}]),
+        f"{TRAINER}.tolerations[0].operator",
+        id="toleration-empty-key-needs-exists",
+    ),
+    pytest.param(
+        _trainer(tolerations=[{"key": "pool", "operator": "Exists", "value": "gpu"}]),
+        f"{TRAINER}.tolerations[0].value",
+        id="toleration-exists-with-value",
+    ),
+    pytest.param(
+        _trainer(tolerations=[{"key": "pool", "effect": "NoSchedule", "tolerationSeconds": 9}]),
+        f"{TRAINER}.tolerations[0].effect",
+        id="toleration-seconds-without-no-execute",
+    ),
+    pytest.param(
+        _trainer(env=[{"name": "PET_NNODES", "value": "9"}]),
+        f"{TRAINER}.env[0].name",
+        id="env-name-the-operator-sets",
+    ),
+    pytest.param(_trainer(env=[{"name": "1X"}]), f"{TRAINER}.env[0].name", id="env-name-digit"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), REFUSED_BY_BOTH)
+def test_both_refuse_the_shape_naming_the_field(
+    cluster: Cluster, crd: list[str], namespace: str, body: Body, field: str
+) -> None:
+    server, model = server_verdict(cluster, namespace, body), model_verdict(body)
+    assert not server.accepted, f"server accepted {json.dumps(body)}"
+    assert not model.accepted, f"model accepted {json.dumps(body)}"
+    assert field in server.detail, server.detail
+    assert field in model.detail, model.detail
 
 
 # ------------------------------------------------------------------ irreducible differences

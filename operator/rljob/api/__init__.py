@@ -14,6 +14,7 @@ from rljob.api.enums import (
     JobPhase,
     RoleName,
 )
+from rljob.api.reserved import RESERVED_ENV_NAMES
 from rljob.api.resource import (
     API_VERSION,
     GROUP,
@@ -65,6 +66,7 @@ __all__ = [
     "GROUP",
     "KIND",
     "PLURAL",
+    "RESERVED_ENV_NAMES",
     "VERSION",
     "ActionKind",
     "ActionTarget",

@@ -4,7 +4,7 @@ cheap to check early (names, quantities, list keys) and leave the rest to the po
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -17,7 +17,9 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from rljob.api.base import SpecModel
-from rljob.api.rules import KubeList
+from rljob.api.kube_names import EnvName, LabelKeyOrEmpty, LabelValue
+from rljob.api.reserved import RESERVED_ENV_MESSAGE, RESERVED_ENV_NAMES
+from rljob.api.rules import CelCheck, CrossFieldRule, KubeList
 
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # The API server's resource.Quantity grammar, as controller-gen emits it.
@@ -28,7 +30,6 @@ QUANTITY_PATTERN = (
 _QUANTITY = re.compile(QUANTITY_PATTERN)
 
 ObjectName = Annotated[str, Field(pattern=DNS1123_SUBDOMAIN, min_length=1, max_length=253)]
-ShortText = Annotated[str, Field(max_length=253)]
 FreeForm = dict[str, Any]
 """An object passed through unchecked (x-kubernetes-preserve-unknown-fields)."""
 
@@ -126,12 +127,20 @@ class ResourceRequirements(SpecModel):
     )
 
 
+_RESERVED_ENV_LIST = ", ".join(f"'{name}'" for name in RESERVED_ENV_NAMES)
+
+
 class EnvVar(SpecModel):
     """An environment variable of the role's main container."""
 
-    name: Annotated[str, Field(min_length=1, max_length=256)] = Field(
-        description="Variable name; unique within the role."
-    )
+    name: Annotated[
+        EnvName,
+        CelCheck(
+            cel=f"!(self in [{_RESERVED_ENV_LIST}])",
+            message=RESERVED_ENV_MESSAGE,
+            holds=lambda name: name not in RESERVED_ENV_NAMES,
+        ),
+    ] = Field(description="Variable name; unique within the role; not one the operator sets.")
     value: Annotated[str, Field(max_length=32768)] | None = Field(
         default=None, description="Literal value."
     )
@@ -145,17 +154,47 @@ class EnvVar(SpecModel):
 class Toleration(SpecModel):
     """A toleration added to the role's pods, as in a pod spec."""
 
-    key: ShortText | None = Field(default=None, description="Taint key to tolerate.")
-    operator: Annotated[str, Field(max_length=16)] | None = Field(
+    key: LabelKeyOrEmpty | None = Field(
+        default=None, description="Taint key to tolerate; empty (with Exists) tolerates all."
+    )
+    operator: Literal["Exists", "Equal"] | None = Field(
         default=None, description="Exists or Equal (default Equal)."
     )
-    value: ShortText | None = Field(default=None, description="Taint value to match.")
-    effect: Annotated[str, Field(max_length=32)] | None = Field(
+    value: LabelValue | None = Field(
+        default=None, description="Taint value to match; empty with operator Exists."
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = Field(
         default=None, description="Taint effect to match; empty matches all effects."
     )
     toleration_seconds: Int64 | None = Field(
         default=None,
         description="How long a NoExecute taint is tolerated before eviction.",
+    )
+
+    # The pod API's own toleration rules, each at the field it names.
+    cel_rules = (
+        CrossFieldRule(
+            cel="(has(self.key) && self.key != '')"
+            " || (has(self.operator) && self.operator == 'Exists')",
+            message="operator must be Exists when key is empty (which tolerates every taint)",
+            field="operator",
+            holds=lambda toleration: bool(toleration.key) or toleration.operator == "Exists",
+        ),
+        CrossFieldRule(
+            cel="!has(self.operator) || self.operator != 'Exists' || !has(self.value)"
+            " || self.value == ''",
+            message="value must be empty when operator is Exists",
+            field="value",
+            holds=lambda toleration: toleration.operator != "Exists" or not toleration.value,
+        ),
+        CrossFieldRule(
+            cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            message="effect must be NoExecute when tolerationSeconds is set",
+            field="effect",
+            holds=lambda toleration: (
+                toleration.toleration_seconds is None or toleration.effect == "NoExecute"
+            ),
+        ),
     )
 
 
@@ -199,6 +238,7 @@ class VolumeMount(SpecModel):
 
 
 EnvList = Annotated[list[EnvVar], Field(max_length=128), KubeList("map", ("name",))]
+TolerationList = Annotated[list[Toleration], Field(max_length=32)]
 VolumeList = Annotated[list[Volume], Field(max_length=64), KubeList("map", ("name",))]
 VolumeMountList = Annotated[
     list[VolumeMount], Field(max_length=64), KubeList("map", ("mountPath",))

@@ -10,13 +10,14 @@ from pydantic import Field
 from rljob.api.base import SpecModel
 from rljob.api.durations import Duration
 from rljob.api.enums import Engine, EngineField
+from rljob.api.kube_names import ImageRef, NodeSelector
 from rljob.api.kube_types import (
     EnvList,
     ObjectName,
     PodTemplate,
     PullSecretList,
     ResourceRequirements,
-    Toleration,
+    TolerationList,
     VolumeList,
     VolumeMountList,
 )
@@ -32,7 +33,6 @@ MAX_REPLICAS = 1024
 MAX_TRAINER_NODES = 1024
 MAX_GPUS_PER_POD = 64
 
-ImageRef = Annotated[str, Field(min_length=1, max_length=1024)]
 CommandArg = Annotated[str, Field(max_length=16384)]
 MetricName = Annotated[str, Field(pattern=PROMETHEUS_NAME_PATTERN, max_length=200)]
 
@@ -73,10 +73,10 @@ class Role(SpecModel):
     gpu_resource_name: Annotated[str, Field(pattern=RESOURCE_NAME_PATTERN, max_length=253)] = Field(
         default="nvidia.com/gpu", description="Extended resource name of a GPU."
     )
-    node_selector: Annotated[
-        dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)
-    ] = Field(default_factory=dict, description="Node labels the role's pods require.")
-    tolerations: Annotated[list[Toleration], Field(max_length=32)] = Field(
+    node_selector: NodeSelector = Field(
+        default_factory=dict, description="Node labels the role's pods require."
+    )
+    tolerations: TolerationList = Field(
         default_factory=list, description="Taints the role's pods tolerate."
     )
     priority_class_name: ObjectName | None = Field(

@@ -18,12 +18,12 @@ from rljob.api.enums import (
     RoleName,
     RoleNameField,
 )
+from rljob.api.kube_names import ImageRef
 from rljob.api.kube_types import Int64Check, ObjectName, SecretKeyReference
 from rljob.api.roles import (
     PROMETHEUS_NAME_PATTERN,
     RESOURCE_NAME_PATTERN,
     EngineMetricNames,
-    ImageRef,
     MetricsEndpoint,
     Role,
     Roles,
