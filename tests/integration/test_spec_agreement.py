@@ -538,8 +538,8 @@ def _trainer(**fields: Any) -> Body:
 
 
 TRAINER = "spec.roles.trainer"
-# Kubernetes shapes a child would refuse: both validators refuse them on the RLJob, naming the
-# same field.
+# Kubernetes shapes a child would refuse, and durations that contradict each other: both
+# validators refuse them on the RLJob, naming the same field.
 REFUSED_BY_BOTH = [
     pytest.param(_job(image="registry.example.com/RL:1"), "spec.image", id="image-upper-case"),
     pytest.param(_trainer(image="rl:1.4 "), f"{TRAINER}.image", id="image-trailing-space"),
@@ -580,6 +580,16 @@ REFUSED_BY_BOTH = [
         id="env-name-the-operator-sets",
     ),
     pytest.param(_trainer(env=[{"name": "1X"}]), f"{TRAINER}.env[0].name", id="env-name-digit"),
+    pytest.param(
+        _job(health={"interval": "1m", "kvDrift": {"window": "59.999999999s"}}),
+        "spec.health.kvDrift.window",
+        id="kv-drift-window-under-interval",
+    ),
+    pytest.param(
+        _job(health={"interval": "10m"}),
+        "spec.health.engineStall.timeout",
+        id="interval-over-default-stall-timeout",
+    ),
 ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, model_validator
-from pydantic.alias_generators import to_camel, to_snake
+from pydantic.alias_generators import to_camel
 from typing_extensions import Unpack
 
 from rljob.api.rules import (
@@ -14,6 +14,7 @@ from rljob.api.rules import (
     TransitionRule,
     raise_rule_errors,
     rule_error,
+    value_at,
 )
 
 
@@ -21,13 +22,6 @@ def _add_cel_rules(schema: dict[str, Any], model: type[Any]) -> None:
     rules = [*getattr(model, "cel_rules", ()), *getattr(model, "transition_rules", ())]
     if rules:
         schema[CEL_RULES_KEY] = [rule.schema() for rule in rules]
-
-
-def _value_at(model: BaseModel, loc: tuple[str, ...]) -> Any:
-    value: Any = model
-    for alias in loc:
-        value = getattr(value, to_snake(alias), None)
-    return value
 
 
 def camel_case(**settings: Unpack[ConfigDict]) -> ConfigDict:
@@ -55,7 +49,7 @@ class SpecModel(BaseModel):
     @model_validator(mode="after")
     def _check_cel_rules(self) -> Self:
         errors = [
-            rule_error(rule.loc, rule.message, _value_at(self, rule.loc))
+            rule_error(rule.loc, rule.message, value_at(self, rule.loc))
             for rule in type(self).cel_rules
             if not rule.holds(self)
         ]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
-from rljob.api.rules import CelCheck
+from rljob.api.rules import CelCheck, CrossFieldRule, value_at
 
 # A strict subset of Go's grammar (no sign, no bare "0", no "µs", digits on both sides of a dot),
 # so every value the schema admits is one CEL's duration() parses. [0-9], never \d: RE2 and
@@ -107,3 +107,30 @@ DurationAtLeastOneSecond = Annotated[
     ),
 ]
 """A Duration of at least one second, for intervals that would otherwise busy-loop."""
+
+
+def durations_in_order(shorter: str, longer: str, *, field: str, message: str) -> CrossFieldRule:
+    """A rule that the duration at `shorter` does not exceed the one at `longer` (dotted
+    camelCase paths under the rule's object). It holds while either is unset: the API server
+    also checks a default {} against the rule, before nested defaults fill it in."""
+    present = [f"has(self.{prefix})" for prefix in dict.fromkeys(_prefixes(shorter, longer))]
+    cel = " || ".join(
+        [*(f"!{test}" for test in present), f"duration(self.{shorter}) <= duration(self.{longer})"]
+    )
+
+    def holds(model: Any) -> bool:
+        low, high = value_at(model, shorter.split(".")), value_at(model, longer.split("."))
+        return (
+            low is None or high is None or duration_nanoseconds(low) <= duration_nanoseconds(high)
+        )
+
+    return CrossFieldRule(cel=cel, message=message, field=field, holds=holds)
+
+
+def _prefixes(*paths: str) -> list[str]:
+    """Each path's leading parts, shortest first: "a.b" gives "a", "a.b"."""
+    prefixes = []
+    for path in paths:
+        parts = path.split(".")
+        prefixes += [".".join(parts[: end + 1]) for end in range(len(parts))]
+    return prefixes

@@ -38,6 +38,14 @@ def field_path(loc: Sequence[int | str]) -> str:
     return path
 
 
+def value_at(model: Any, loc: Sequence[str]) -> Any:
+    """The value at a path of wire names (camelCase) under a model; None where a part is unset."""
+    value: Any = model
+    for alias in loc:
+        value = getattr(value, to_snake(alias), None)
+    return value
+
+
 def rule_error(loc: tuple[int | str, ...], message: str, value: Any) -> InitErrorDetails:
     return InitErrorDetails(type=PydanticCustomError("rule", message), loc=loc, input=value)
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from rljob.api.base import SpecModel
-from rljob.api.durations import Duration, DurationAtLeastOneSecond, duration_nanoseconds
+from rljob.api.durations import Duration, DurationAtLeastOneSecond, durations_in_order
 from rljob.api.enums import (
     AddressingStyle,
     AddressingStyleField,
@@ -229,9 +229,17 @@ class Health(SpecModel):
     trainer_stall: TrainerStall = _nested(TrainerStall, "Stalled-trainer detection.")
     verifier_latency: VerifierLatency = _nested(VerifierLatency, "Slow-verifier detection.")
 
-
-def _backoff_in_order(backoff: Any) -> bool:
-    return duration_nanoseconds(backoff.initial) <= duration_nanoseconds(backoff.max)
+    # Health is evaluated once per interval: a shorter window or timeout cannot be honoured.
+    cel_rules = tuple(
+        durations_in_order(
+            "interval",
+            bound,
+            field=bound,
+            message=f"{bound} must not be shorter than interval: health is evaluated once per "
+            "interval",
+        )
+        for bound in ("kvDrift.window", "verifierLatency.window", "engineStall.timeout")
+    )
 
 
 class Backoff(SpecModel):
@@ -241,14 +249,8 @@ class Backoff(SpecModel):
     max: Duration = Field(default="30m", description="Upper bound of the delay.")
 
     cel_rules = (
-        CrossFieldRule(
-            # The API server also checks the default {} against this rule, before nested
-            # defaults fill it in: hence the has() guards.
-            cel="!has(self.initial) || !has(self.max)"
-            " || duration(self.initial) <= duration(self.max)",
-            message="initial must not exceed max",
-            field="initial",
-            holds=_backoff_in_order,
+        durations_in_order(
+            "initial", "max", field="initial", message="initial must not exceed max"
         ),
     )
 
