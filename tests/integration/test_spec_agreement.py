@@ -537,49 +537,51 @@ def _trainer(**fields: Any) -> Body:
     return _job(roles={"rollout": {}, "trainer": fields})
 
 
-TRAINER = "spec.roles.trainer"
+TRAINER_PATH = "spec.roles.trainer"
 # Kubernetes shapes a child would refuse, and durations that contradict each other: both
 # validators refuse them on the RLJob, naming the same field.
 REFUSED_BY_BOTH = [
     pytest.param(_job(image="registry.example.com/RL:1"), "spec.image", id="image-upper-case"),
-    pytest.param(_trainer(image="rl:1.4 "), f"{TRAINER}.image", id="image-trailing-space"),
-    pytest.param(_trainer(image="rl@sha256:abc"), f"{TRAINER}.image", id="image-short-digest"),
+    pytest.param(_trainer(image="rl:1.4 "), f"{TRAINER_PATH}.image", id="image-trailing-space"),
+    pytest.param(_trainer(image="rl@sha256:abc"), f"{TRAINER_PATH}.image", id="image-short-digest"),
     pytest.param(
         _trainer(nodeSelector={"a" * 254 + "/x": "v"}),
-        f"{TRAINER}.nodeSelector",
+        f"{TRAINER_PATH}.nodeSelector",
         id="node-selector-prefix-over-253",
     ),
     pytest.param(
         _trainer(nodeSelector={"pool": "gpu pool"}),
-        f"{TRAINER}.nodeSelector",
+        f"{TRAINER_PATH}.nodeSelector",
         id="node-selector-value-with-space",
     ),
     pytest.param(
         _trainer(tolerations=[{"key": "pool", "operator": "In"}]),
-        f"{TRAINER}.tolerations[0].operator",
+        f"{TRAINER_PATH}.tolerations[0].operator",
         id="toleration-operator-unknown",
     ),
     pytest.param(
         _trainer(tolerations=[{"value": "gpu"}]),
-        f"{TRAINER}.tolerations[0].operator",
+        f"{TRAINER_PATH}.tolerations[0].operator",
         id="toleration-empty-key-needs-exists",
     ),
     pytest.param(
         _trainer(tolerations=[{"key": "pool", "operator": "Exists", "value": "gpu"}]),
-        f"{TRAINER}.tolerations[0].value",
+        f"{TRAINER_PATH}.tolerations[0].value",
         id="toleration-exists-with-value",
     ),
     pytest.param(
         _trainer(tolerations=[{"key": "pool", "effect": "NoSchedule", "tolerationSeconds": 9}]),
-        f"{TRAINER}.tolerations[0].effect",
+        f"{TRAINER_PATH}.tolerations[0].effect",
         id="toleration-seconds-without-no-execute",
     ),
     pytest.param(
         _trainer(env=[{"name": "PET_NNODES", "value": "9"}]),
-        f"{TRAINER}.env[0].name",
+        f"{TRAINER_PATH}.env[0].name",
         id="env-name-the-operator-sets",
     ),
-    pytest.param(_trainer(env=[{"name": "1X"}]), f"{TRAINER}.env[0].name", id="env-name-digit"),
+    pytest.param(
+        _trainer(env=[{"name": "1X"}]), f"{TRAINER_PATH}.env[0].name", id="env-name-digit"
+    ),
     pytest.param(
         _job(health={"interval": "1m", "kvDrift": {"window": "59.999999999s"}}),
         "spec.health.kvDrift.window",
