@@ -31,11 +31,6 @@ from typing import Any
 
 from rljob.adapters.kube import Kube, KubeError
 from rljob.adapters.observe import (
-    ATTEMPT_LABEL,
-    COMPLETION_INDEX_ANNOTATION,
-    JOB_LABEL,
-    MANAGED_BY_LABEL,
-    ROLE_LABEL,
     JobKey,
     job_key,
     observed_from,
@@ -43,6 +38,13 @@ from rljob.adapters.observe import (
     summarize_pod,
 )
 from rljob.api import API_VERSION, KIND, PLURAL
+from rljob.api.labels import (
+    ATTEMPT_LABEL,
+    COMPLETION_INDEX_ANNOTATION,
+    JOB_LABEL,
+    MANAGED_BY_LABEL,
+    ROLE_LABEL,
+)
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 
 JSON = dict[str, Any]
@@ -908,7 +910,7 @@ class Cluster(Kube):
         status = patched.get("status") or {}
         return {
             "annotations": dict(template.get("annotations") or {}),
-            "in_flight_after": (status.get("inFlight") or {}).get("id"),
+            "in_flight_after": copy.deepcopy(status.get("inFlight")),
             "restarts_after": (status.get("restarts") or {}).get("total", 0),
         }
 

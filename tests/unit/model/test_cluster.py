@@ -9,11 +9,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.unit.model.cluster import NAMESPACE, Cluster, ProcessDied
 
 from rljob.adapters.kube import KubeError
 from rljob.adapters.observe import summarize_child, summarize_pod
 from rljob.adapters.paths import object_path
+from tests.unit.model.cluster import NAMESPACE, Cluster, ProcessDied
 
 JSON = dict[str, Any]
 JOB = "demo"

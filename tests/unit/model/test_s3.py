@@ -8,15 +8,6 @@ import datetime as dt
 from collections.abc import Callable
 
 import pytest
-from tests.unit.model.s3 import (
-    FakeClients,
-    FakeS3,
-    begin_version,
-    store,
-    version_keys,
-    write_version,
-)
-from tests.unit.reconcile.world import T0, example_body
 
 from rljob.adapters.checkpoints import Checkpoints
 from rljob.api import parse_rljob
@@ -30,6 +21,15 @@ from rljob.checkpoints.errors import (
 from rljob.checkpoints.layout import CheckpointLocation, VersionId
 from rljob.checkpoints.lineage import Lineage
 from rljob.checkpoints.models import AttemptMarker
+from tests.unit.model.s3 import (
+    FakeClients,
+    FakeS3,
+    begin_version,
+    store,
+    version_keys,
+    write_version,
+)
+from tests.unit.reconcile.world import T0, example_body
 
 BUCKET = "ckpt"
 LOCATION = CheckpointLocation.from_uri(f"s3://{BUCKET}/runs", "rl", "demo")
