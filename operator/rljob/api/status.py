@@ -3,7 +3,7 @@ grow without limit on a job that runs for weeks."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
@@ -17,7 +17,7 @@ from rljob.api.enums import (
     JobPhase,
     RoleName,
 )
-from rljob.api.rules import KubeList
+from rljob.api.rules import CelCheck, KubeList
 from rljob.api.spec import CHECKPOINT_VERSION_PATTERN, URI_MAX_LENGTH
 
 # metav1.Condition's grammar for type and reason.
@@ -36,6 +36,14 @@ MAX_COUNTED_AT = 101
 MAX_RECENT_RESTARTS = 20
 MAX_SUSPECT_NODES = 16
 MAX_ATTEMPTS = 20
+# Per-engine detector state kept across operator restarts: a few hundred bytes an engine.
+MAX_ENGINE_HEALTH = 256
+MAX_ENGINE_HEALTH_VALUES = 8
+ENGINE_HEALTH_KEY_MAX_LENGTH = 63
+# Longer than any failover or upgrade takes; an operator gone longer has missed too much of the
+# engines' life (in-place container restarts keep the pod name) for its saved baselines to hold.
+ENGINE_HEALTH_MAX_AGE = timedelta(hours=6)
+DETECTOR_NAME_PATTERN = r"^[a-z][a-zA-Z0-9]*$"
 
 
 def _truncate(limit: int) -> BeforeValidator:
@@ -231,6 +239,55 @@ class AttemptRecord(StatusModel):
     )
 
 
+def _short_keys(values: dict[str, float]) -> bool:
+    return all(0 < len(key) <= ENGINE_HEALTH_KEY_MAX_LENGTH for key in values)
+
+
+EngineHealthValues = Annotated[
+    dict[str, Annotated[float, Field(allow_inf_nan=False)]],
+    Field(max_length=MAX_ENGINE_HEALTH_VALUES),
+    CelCheck(
+        f"self.all(k, size(k) > 0 && size(k) <= {ENGINE_HEALTH_KEY_MAX_LENGTH})",
+        f"must be keyed by names of 1 to {ENGINE_HEALTH_KEY_MAX_LENGTH} characters",
+        _short_keys,
+    ),
+]
+
+
+class EngineHealth(StatusModel):
+    """One detector's summary of one engine, so a restarted operator need not learn it again."""
+
+    pod: Name = Field(description="Engine pod.")
+    role: RoleName = Field(description="Role of the pod.")
+    detector: Annotated[str, Field(pattern=DETECTOR_NAME_PATTERN, min_length=1, max_length=63)] = (
+        Field(description="Detector the summary belongs to, as named in spec.health (kvDrift).")
+    )
+    baseline_tokens_per_second: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description="Post-warm-up throughput baseline."
+    )
+    warmed_up_at: datetime | None = Field(default=None, description="When the baseline was taken.")
+    cooldown_until: datetime | None = Field(
+        default=None, description="Until when a finding on the engine is not acted on."
+    )
+    updated_at: datetime = Field(description="When the summary was last confirmed.")
+    values: EngineHealthValues = Field(
+        default_factory=dict, description="Further numbers a detector keeps, by name."
+    )
+
+
+class HealthStatus(StatusModel):
+    """Detector state that must survive an operator restart."""
+
+    engines: Annotated[
+        list[EngineHealth],
+        Field(max_length=MAX_ENGINE_HEALTH),
+        KubeList("map", ("pod", "detector")),
+    ] = Field(
+        default_factory=list,
+        description="Per-engine detector summaries; stale ones are not restored.",
+    )
+
+
 class RLJobStatus(StatusModel):
     """What the operator observed and did."""
 
@@ -267,4 +324,7 @@ class RLJobStatus(StatusModel):
     )
     attempts: Annotated[list[AttemptRecord], Field(max_length=MAX_ATTEMPTS)] = Field(
         default_factory=list, description="Latest trainer attempts, oldest first."
+    )
+    health: HealthStatus | None = Field(
+        default=None, description="Detector state kept across operator restarts."
     )
