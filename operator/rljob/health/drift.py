@@ -12,6 +12,10 @@ nothing about throughput, and an RL engine sleeps through every training phase, 
 would leave a generate/train job "insufficient data" forever. A window also needs saturated
 time of at least a quarter of its wall time, so a window spent mostly asleep is not judged on a
 few minutes.
+
+A warmed-up engine's baseline and cooldown are summarized into status.health.engines[] and
+restored by a restarted operator: re-taken after a restart, a baseline would be measured on
+throughput that may already have drifted, and the drifting engine would become its own baseline.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ import itertools
 import math
 import statistics
 from array import array
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from rljob.api.durations import parse_duration
-from rljob.api.enums import FailureReason
+from rljob.api.enums import FailureReason, RoleName
 from rljob.api.spec import Health
+from rljob.api.status import ENGINE_HEALTH_MAX_AGE, MAX_ENGINE_HEALTH, EngineHealth
 from rljob.health.evaluation import (
     KV_DRIFT,
     Evaluation,
@@ -52,6 +58,10 @@ MAX_SLICES = 6
 MIN_SLICE_SATURATED_SHARE = 0.25
 # A preemption-rate rise confirms drift only when it adds at least one preemption a minute.
 MIN_PREEMPTION_RISE_PER_SECOND = 1 / 60
+# status.health.engines[].detector of drift summaries: the spec.health field configuring it.
+KV_DRIFT_SUMMARY = "kvDrift"
+_PREFIX_HIT_RATE = "prefixHitRate"
+_PREEMPTIONS_PER_SECOND = "preemptionsPerSecond"
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,14 +252,81 @@ class WindowStats:
         ]
 
 
+@dataclass(frozen=True, slots=True)
+class _Seed:
+    """A saved summary waiting for its engine's first sample; times in unix seconds."""
+
+    baseline: Baseline
+    warmed_up_at: float
+    cooldown_until: float
+    saved_at: float
+
+
+def _moment(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def _summary(pod: str, role: RoleName, seed: _Seed, updated_at: float, now: float) -> EngineHealth:
+    baseline = seed.baseline
+    values = {
+        _PREFIX_HIT_RATE: baseline.prefix_hit_rate,
+        _PREEMPTIONS_PER_SECOND: baseline.preemptions_per_second,
+    }
+    return EngineHealth(
+        pod=pod,
+        role=role,
+        detector=KV_DRIFT_SUMMARY,
+        baseline_tokens_per_second=baseline.throughput,
+        warmed_up_at=_moment(seed.warmed_up_at),
+        cooldown_until=_moment(seed.cooldown_until) if seed.cooldown_until > now else None,
+        updated_at=_moment(updated_at),
+        values={key: value for key, value in values.items() if value is not None},
+    )
+
+
+def _seed(summary: EngineHealth, role: RoleName, now: float) -> _Seed | None:
+    """The summary as a seed, or None when it is not this detector's, stale or incomplete."""
+    saved_at = summary.updated_at.timestamp()
+    throughput = summary.baseline_tokens_per_second
+    if (
+        summary.detector != KV_DRIFT_SUMMARY
+        or summary.role != role
+        or not now - saved_at <= ENGINE_HEALTH_MAX_AGE.total_seconds()
+        or throughput is None
+        or not throughput > 0
+        or summary.warmed_up_at is None
+    ):
+        return None
+    cooldown = summary.cooldown_until
+    return _Seed(
+        baseline=Baseline(
+            throughput=throughput,
+            prefix_hit_rate=summary.values.get(_PREFIX_HIT_RATE),
+            preemptions_per_second=summary.values.get(_PREEMPTIONS_PER_SECOND),
+        ),
+        warmed_up_at=summary.warmed_up_at.timestamp(),
+        cooldown_until=cooldown.timestamp() if cooldown is not None else -math.inf,
+        saved_at=saved_at,
+    )
+
+
 class _EngineState:
-    __slots__ = ("baseline", "cooldown_until", "not_before", "ring", "series", "warmup")
+    __slots__ = (
+        "baseline",
+        "cooldown_until",
+        "not_before",
+        "ring",
+        "series",
+        "warmed_up_at",
+        "warmup",
+    )
 
     def __init__(self, config: DriftConfig) -> None:
         self.series = EngineSeries(config.interval)
         self.ring = CumulativeRing(ring_capacity(config.window, config.interval), _WIDTH)
         self.warmup: _Warmup | None = _Warmup(ring_capacity(config.warmup, config.interval))
         self.baseline: Baseline | None = None
+        self.warmed_up_at: float | None = None
         self.cooldown_until = -math.inf
         self.not_before = -math.inf
 
@@ -261,26 +338,40 @@ class _EngineState:
             return
         if interval.counter_reset:
             # The token counter only goes down when the engine process restarted.
-            self.restart(config)
+            self.restart(config, interval.end)
             return
         self.ring.append(interval.start, interval.end, _amounts(interval))
         if self.warmup is not None:
             self.warmup.add(interval)
             if self.warmup.done(config.warmup):
-                self._take_baseline(config)
+                self._take_baseline(config, interval.end)
 
-    def _take_baseline(self, config: DriftConfig) -> None:
+    def _take_baseline(self, config: DriftConfig, at: float) -> None:
         baseline = self.warmup.baseline() if self.warmup is not None else None
         if baseline is not None and baseline.throughput > 0:
-            self.baseline, self.warmup = baseline, None
+            self.baseline, self.warmup, self.warmed_up_at = baseline, None, at
         else:
             # A warm-up spent stalled gives no baseline to compare against: start it over.
             self.warmup = _Warmup(ring_capacity(config.warmup, config.interval))
 
-    def restart(self, config: DriftConfig) -> None:
+    def restart(self, config: DriftConfig, at: float) -> None:
         self.ring.clear()
+        # Samples arrive in time order anyway; this keeps older saved summaries off the new process.
+        self.not_before = max(self.not_before, at)
         self.warmup = _Warmup(ring_capacity(config.warmup, config.interval))
-        self.baseline = None
+        self.baseline = self.warmed_up_at = None
+
+    def seed(self, seed: _Seed) -> None:
+        if seed.saved_at < self.not_before:
+            return  # restarted after the summary was saved: its baseline is the old process's
+        # The saved baseline wins over one taken since the restart, possibly on drifted throughput.
+        self.baseline, self.warmup, self.warmed_up_at = seed.baseline, None, seed.warmed_up_at
+        self.cooldown_until = max(self.cooldown_until, seed.cooldown_until)
+
+    def as_seed(self) -> _Seed | None:
+        if self.baseline is None or self.warmed_up_at is None:
+            return None
+        return _Seed(self.baseline, self.warmed_up_at, self.cooldown_until, -math.inf)
 
     def window_stats(self, config: DriftConfig, now: float) -> WindowStats:
         return WindowStats.of(self.ring, now - config.window, now, config.slices)
@@ -292,9 +383,12 @@ class _EngineState:
 class KVDriftDetector:
     """Drift detection for the engines of one role of one job (the peer group)."""
 
-    def __init__(self, config: DriftConfig) -> None:
+    def __init__(self, config: DriftConfig, role: RoleName = RoleName.ROLLOUT) -> None:
         self.config = config
+        self.role = role
         self._engines: dict[str, _EngineState] = {}
+        # Restored summaries of engines not observed yet; applied at their first sample.
+        self._seeds: dict[str, _Seed] = {}
 
     @property
     def targets(self) -> list[str]:
@@ -304,6 +398,8 @@ class KVDriftDetector:
         state = self._engines.get(target)
         if state is None:
             state = self._engines[target] = _EngineState(self.config)
+            if (seed := self._seeds.pop(target, None)) is not None:
+                state.seed(seed)
         state.add(sample, self.config)
 
     def note_restart(self, target: str, at: float) -> None:
@@ -313,13 +409,47 @@ class KVDriftDetector:
         state.cooldown_until = at + self.config.cooldown
         state.not_before = at
         self._engines[target] = state
+        self._seeds.pop(target, None)
 
     def forget(self, target: str) -> None:
         self._engines.pop(target, None)
+        self._seeds.pop(target, None)
 
     def retain(self, targets: Collection[str]) -> None:
         for target in [name for name in self._engines if name not in targets]:
             del self._engines[target]
+        self._seeds = {name: seed for name, seed in self._seeds.items() if name in targets}
+
+    def summaries(self, now: float) -> list[EngineHealth]:
+        """Warmed-up engines' baselines and cooldowns for status.health.engines[], by pod name;
+        restored engines not observed since keep the time their summary was saved."""
+        seeds = {
+            target: (seed, now)
+            for target, state in self._engines.items()
+            if (seed := state.as_seed()) is not None
+        }
+        for target, seed in self._seeds.items():
+            if now - seed.saved_at <= ENGINE_HEALTH_MAX_AGE.total_seconds():
+                seeds.setdefault(target, (seed, seed.saved_at))
+        return [
+            _summary(target, self.role, seed, updated_at, now)
+            for target, (seed, updated_at) in sorted(seeds.items())[:MAX_ENGINE_HEALTH]
+        ]
+
+    def restore(self, summaries: Iterable[EngineHealth], now: float) -> None:
+        """Seeds engines from summaries a previous operator saved: a restored engine is judged
+        against its saved baseline from its first sample on, cooldown kept. Summaries of other
+        detectors or roles, stale ones and those of pods never observed (gone) have no effect;
+        engines without one warm up as usual."""
+        for summary in summaries:
+            seed = _seed(summary, self.role, now)
+            if seed is None:
+                continue
+            state = self._engines.get(summary.pod)
+            if state is None:
+                self._seeds[summary.pod] = seed
+            else:
+                state.seed(seed)
 
     def baseline(self, target: str) -> Baseline | None:
         state = self._engines.get(target)
