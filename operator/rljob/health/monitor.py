@@ -137,6 +137,14 @@ class JobMonitor(Generic[S]):
         self.has_verifier = False
         self.health: Health | None = None
         self._configure(job.spec.health, job.spec.roles.verifier is not None)
+        self.restore(job, now)
+
+    def restore(self, job: RLJob, now: float) -> None:
+        """Detector state a previous operator saved in status: a restart or failover does not
+        re-take drift baselines on throughput that may already be degraded."""
+        saved = job.status.health.engines if job.status.health is not None else []
+        if saved:
+            self.drift.restore(saved, now)
 
     def _configure(self, health: Health, has_verifier: bool) -> None:
         self.health = health
@@ -193,6 +201,7 @@ class JobMonitor(Generic[S]):
         has_verifier = job.spec.roles.verifier is not None
         if job.spec.health != self.health or has_verifier != self.has_verifier:
             self._configure(job.spec.health, has_verifier)
+            self.restore(job, now)
         self.source = source
         try:
             self.engine, self.engine_error = engine_metrics(job.spec.roles.rollout), ""

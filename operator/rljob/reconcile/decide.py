@@ -22,10 +22,12 @@ from rljob.api import (
     RLJob,
     RLJobStatus,
 )
+from rljob.api.status import EngineHealth
 from rljob.health.evaluation import Evaluation
 from rljob.reconcile.attempt_start import AttemptGathered, with_attempt_start
 from rljob.reconcile.checkpoint_status import RETENTION_FAILED, with_latest
 from rljob.reconcile.conditions import ConditionState, set_condition
+from rljob.reconcile.engine_health import with_engine_health
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.findings import crash_remedy, finding_remedy
 from rljob.reconcile.journal import settle_journal
@@ -56,6 +58,7 @@ class PassInputs:
     signals_error: str | None = None
     node_states: dict[str, str] = field(default_factory=dict)  # node -> Ready|NotReady|Gone|...
     retention_problem: str = ""  # the last retention apply's failure, to say in a condition
+    engine_summaries: tuple[EngineHealth, ...] | None = None  # detector state to keep in status
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,8 @@ def _continued_event(job: RLJob) -> EventSpec:
 def _refreshed(job: RLJob, inputs: PassInputs) -> RLJobStatus:
     """Progress and the newest checkpoint from the health rounds and the store."""
     status = with_progress(job.status, inputs.progress, inputs.now)
+    if inputs.engine_summaries is not None:
+        status = with_engine_health(status, inputs.engine_summaries, inputs.now)
     if inputs.latest_checkpoint is not None:
         checkpoint = with_latest(status.checkpoint, inputs.latest_checkpoint)
         status = status.model_copy(update={"checkpoint": checkpoint})

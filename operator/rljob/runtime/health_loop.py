@@ -34,6 +34,7 @@ from rljob.adapters.metrics import (
     source_key,
 )
 from rljob.api import RLJob
+from rljob.api.status import EngineHealth
 from rljob.health import Evaluation
 from rljob.health.monitor import (
     JobKey,
@@ -133,6 +134,12 @@ class HealthScheduler:
         by_role = {role_name(role): list(members) for role, members in pods.items()}
         source = source_key(job.spec.health, namespace, self._default_source)
         monitor.update(job, by_role, now, source)
+
+    def engine_summaries(self, key: JobKey) -> list[EngineHealth] | None:
+        """The job's detector summaries to keep in status; None while it is not watched."""
+        uid = self._uids.get(key)
+        monitor = self._jobs.get(uid) if uid is not None else None
+        return None if monitor is None else monitor.drift.summaries(self._clock())
 
     def forget(self, key: JobKey) -> None:
         """The job is gone (deleted, or finished): drop its state (detectors, source error,

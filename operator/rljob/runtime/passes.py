@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -113,6 +114,9 @@ class Passes:
         inputs = await self.gatherer.inputs(
             job, observed, memory, now, self.health.source_error(memory.key)
         )
+        summaries = self.health.engine_summaries(memory.key)
+        if summaries is not None:
+            inputs = replace(inputs, engine_summaries=tuple(summaries))
         decision = decide(job, observed, inputs)
         self._watch(decision, memory)
         status = with_accepted(decision.plan.status, decision.job, now)

@@ -68,6 +68,9 @@ class Health:
     def source_error(self, key: Any) -> str | None:
         return None
 
+    def engine_summaries(self, key: Any) -> None:
+        return None
+
 
 @pytest.mark.parametrize("conflicts", [pytest.param(0, id="written"), pytest.param(1, id="409")])
 async def test_a_finding_is_consumed_only_once_its_restart_is_journaled(conflicts: int) -> None:
@@ -111,3 +114,27 @@ async def test_nothing_of_a_deleted_rljob_remains_in_memory() -> None:
 
     assert len(runtime.memories) == 0
     assert len(runtime.workers) == 0
+
+
+def test_a_new_monitor_restores_the_drift_state_a_previous_operator_saved_in_status() -> None:
+    from rljob.adapters.metrics import SourceKey
+    from rljob.api import parse_rljob
+    from rljob.health.monitor import JobMonitor
+
+    body = example_body()
+    now = 1_800_000_000.0
+    saved = {
+        "pod": ENGINE,
+        "role": "rollout",
+        "detector": "kvDrift",
+        "baselineTokensPerSecond": 1200.0,
+        "warmedUpAt": "2027-01-15T07:00:00Z",
+        "updatedAt": "2027-01-15T07:55:00Z",
+    }
+    body["status"] = {"health": {"engines": [saved]}}
+    job = parse_rljob(body)
+
+    monitor: JobMonitor[SourceKey] = JobMonitor("uid", ("rl", "grpo-demo"), job, now)
+
+    restored = monitor.drift.summaries(now)
+    assert [(s.pod, s.baseline_tokens_per_second) for s in restored] == [(ENGINE, 1200.0)]
