@@ -214,7 +214,8 @@ def _continued_event(job: RLJob) -> EventSpec:
 def _refreshed(job: RLJob, inputs: PassInputs) -> RLJobStatus:
     """Progress and the newest checkpoint from the health rounds and the store."""
     status = with_progress(job.status, inputs.progress, inputs.now)
-    if inputs.engine_summaries is not None:
+    refreshed = status.progress != job.status.progress
+    if inputs.engine_summaries is not None and refreshed:  # rides the 5-minute refresh only
         status = with_engine_health(status, inputs.engine_summaries, inputs.now)
     if inputs.latest_checkpoint is not None:
         checkpoint = with_latest(status.checkpoint, inputs.latest_checkpoint)
