@@ -195,14 +195,19 @@ BIG_SHARDS = 1100  # more keys than one ListObjectsV2 page (1000) of the operato
 @dataclass(frozen=True)
 class StoreFault:
     fault: Fault
-    says: str  # what the CheckpointStoreUnavailable message names
+    says: str  # what the condition's message names
     counted: str  # the proxy's count of the fault it applied
+    blocks: bool = True  # False: only retention's full listing fails; the attempt starts
 
 
 STORE_FAULTS = {
     "unavailable": StoreFault(Fault.REFUSE, "Connection was closed", "refused"),
     "slow": StoreFault(Fault.SLOW, "no answer within 10s", "delayed"),
-    "failing mid-listing": StoreFault(Fault.CUT_LATER_PAGES, "list_objects_v2", "cut"),
+    # Discovery reads the pointer and one page after it; retention's full listing is what a
+    # cut later page breaks, and retention never blocks an attempt.
+    "failing mid-listing": StoreFault(
+        Fault.CUT_LATER_PAGES, "list_objects_v2", "cut", blocks=False
+    ),
 }
 
 
@@ -313,6 +318,15 @@ def test_a_store_fault_at_an_attempt_start_deletes_nothing_and_resumes_correctly
 
     store_proxy.set_fault(fault.fault)
     _restart_trainer(cluster, namespace, "under-fault")
+    if not fault.blocks:
+        env = _trainer_env(cluster, namespace, 4)
+        assert env["RLJOB_RESUME_VERSION"] == "v000000000250-a000003"
+        job = wait_condition(cluster, namespace, NAME, "CheckpointRetentionFailed", timeout=60)
+        message = condition(job, "CheckpointRetentionFailed")["message"]
+        assert fault.says in message, message
+        assert store_proxy.counts[fault.counted] > 0
+        assert history.versions() == before, "retention deleted nothing it could not list"
+        return
     job = wait_condition(cluster, namespace, NAME, "CheckpointStoreUnavailable", timeout=90)
     message = condition(job, "CheckpointStoreUnavailable")["message"]
     assert "attempt 4 waits" in message and fault.says in message, message
