@@ -40,7 +40,10 @@ class Gatherer:
         signals_error: str | None,
     ) -> PassInputs:
         self._note_crashes(observed, memory, now)
-        continued = await self._continued_attempt(job)
+        try:
+            continued, unsettled = await self._continued_attempt(job), ""
+        except StoreError as exc:
+            continued, unsettled = None, str(exc)
         if continued is not None:
             job = job.model_copy(
                 update={"status": job.status.model_copy(update={"attempt": continued})}
@@ -52,7 +55,7 @@ class Gatherer:
             progress=memory.progress,
             latest_checkpoint=await self._latest(job, memory, now),
             continued_attempt=continued,
-            attempt=await self._attempt(job, observed, now),
+            attempt=await self._attempt(job, observed, now, unsettled),
             watched=watched(job),
             signals_error=signals_error,
             node_states=await self._node_states(job, observed, now),
@@ -69,13 +72,11 @@ class Gatherer:
         memory.crashes = [(pod, e) for pod, e in memory.crashes if pod.name in live]
 
     async def _continued_attempt(self, job: RLJob) -> int | None:
-        """A new RLJob of an old name continues attempt numbers after the highest marker."""
+        """A new RLJob of an old name continues attempt numbers after the highest marker.
+        Raises StoreError: until the store answers, the first attempt's number is unknown."""
         if job.status.attempt is not None or job.spec.checkpoint is None:
             return None
-        try:
-            first = await self.checkpoints.first_attempt(job)
-        except StoreError:
-            return None  # the attempt start reports the outage and waits
+        first = await self.checkpoints.first_attempt(job)
         return first if first > 1 else None
 
     async def _latest(
@@ -97,11 +98,16 @@ class Gatherer:
             return None
 
     async def _attempt(
-        self, job: RLJob, observed: Observed, now: dt.datetime
+        self, job: RLJob, observed: Observed, now: dt.datetime, unsettled: str
     ) -> AttemptGathered | None:
+        """The store's answer for the attempt this pass may start; with the attempt number
+        itself unsettled (a re-created name, the store down), none: the attempt waits."""
         attempt = attempt_to_start(job, observed, now)
         if attempt is None or job.spec.checkpoint is None:
             return None
+        if unsettled:
+            CHECKPOINT_ERRORS.labels(kind="StoreError").inc()
+            return AttemptGathered(attempt, error=unsettled)
         record = next((r for r in job.status.attempts if r.attempt == attempt), None)
         journaled = record.resumed_from_version if record is not None else None
         try:
