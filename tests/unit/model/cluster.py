@@ -277,7 +277,7 @@ class Cluster(Kube):
         ref = (body["kind"], meta.get("namespace") or NAMESPACE, meta["name"])
         return self._create_new(ref, body, actor, "create")
 
-    def edit(self, kind: str, name: str, mutate: Callable[[JSON], None]) -> JSON:
+    def edit(self, kind: str, name: str, mutate: Callable[[JSON], object]) -> JSON:
         """kubectl edit: a read-modify-write of metadata and spec (never status)."""
         ref = (kind, NAMESPACE, name)
         live = self._get(ref)
@@ -724,13 +724,13 @@ class Cluster(Kube):
                 f'Operation cannot be fulfilled on {ref[0].lower()}s "{ref[2]}": the object has '
                 "been modified; please apply your changes to the latest version and try again",
             )
-        patched = copy.deepcopy(live)
         if status_only:
-            patched["status"] = _merge_patch(live.get("status") or {}, patch.get("status") or {})
+            status = _merge_patch(live.get("status") or {}, patch.get("status") or {})
+            patched = {**live, "status": status}
         else:
             patch = copy.deepcopy({k: v for k, v in patch.items() if k != "status"})
             patch.get("metadata", {}).pop("resourceVersion", None)
-            patched = _merge_patch(patched, patch)
+            patched = _merge_patch(live, patch)
         self._replace(ref, patched)
         self._log(actor, verb, ref, uid, 200, self._patch_detail(patch, patched))
         return copy.deepcopy(self.objects[ref])
@@ -802,7 +802,7 @@ class Cluster(Kube):
 
     def _replace(self, ref: Ref, body: JSON) -> None:
         live = self.objects[ref]
-        meta = body["metadata"]
+        meta = body["metadata"] = dict(body["metadata"])
         for server_field in ("uid", "creationTimestamp", "generation", "deletionTimestamp"):
             if server_field in live["metadata"]:
                 meta[server_field] = live["metadata"][server_field]
@@ -811,11 +811,13 @@ class Cluster(Kube):
         self._put(ref, body)
 
     def _put(self, ref: Ref, body: JSON) -> None:
+        """Stores a new body (stored bodies are never changed in place: the history and the
+        index share them)."""
         self.revision += 1
-        body["metadata"]["resourceVersion"] = str(self.revision)
+        body["metadata"] = {**body["metadata"], "resourceVersion": str(self.revision)}
         self.objects[ref] = body
         if ref[0] in self.history:
-            self.history[ref[0]].append((ref, copy.deepcopy(body)))
+            self.history[ref[0]].append((ref, body))
 
     def _remove(self, ref: Ref) -> None:
         body = self.objects.pop(ref)
@@ -915,6 +917,14 @@ class Cluster(Kube):
         }
 
     # -- reading (tests) --------------------------------------------------------------------
+
+    def view(self, kind: str) -> list[Mapping[str, Any]]:
+        """The stored objects of a kind, by name, not copied: read them, never change them."""
+        return [body for _, body in self._items(kind)]
+
+    def peek(self, kind: str, name: str) -> Mapping[str, Any] | None:
+        """One stored object, not copied (see `view`)."""
+        return self.objects.get((kind, NAMESPACE, name))
 
     def get(self, kind: str, name: str) -> JSON | None:
         live = self.objects.get((kind, NAMESPACE, name))
