@@ -1,0 +1,108 @@
+"""Everything that knows how to build and drive the operator's runtime on the model: only this
+module changes when the runtime moves. Today's entry is rljob.controller.Runtime: `run_pass(body)`
+is one pass of one RLJob; it reads children through its kopf indexes (bound here to the model's
+Index), writes through `kube` (the model's Cluster), and reaches S3 through its checkpoint
+client cache (the model's FakeS3)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import types
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import rljob.controller
+from rljob.controller import Runtime, RuntimeOptions
+from rljob.workers import JobWorkers
+
+from rljob.adapters.leadership import Leadership
+from rljob.health.evaluation import (
+    CHECKPOINT_STEP_EVIDENCE,
+    TRAINER_STALL,
+    Evaluation,
+    healthy,
+)
+from tests.unit.model.cluster import Clock, Cluster
+from tests.unit.model.s3 import FakeClients, FakeS3
+
+JSON = dict[str, Any]
+JobKey = tuple[str, str]
+Operator = Runtime  # what make_runtime builds: one operator process
+
+_LOOP = asyncio.new_event_loop()  # one loop for every pass: the runtime keeps no loop state
+
+
+class _Bodies(JobWorkers):
+    """The worker table without workers: it keeps the newest body per job, from the watch
+    (`submit`) or from the runtime's own status writes (`refresh`), as the real one does."""
+
+    def __init__(self) -> None:
+        super().__init__(_no_pass)
+        self.bodies: dict[str, JSON] = {}
+
+    def submit(self, body: JSON) -> None:
+        self.bodies[body["metadata"]["uid"]] = body
+
+    def refresh(self, body: JSON) -> None:
+        uid = body.get("metadata", {}).get("uid", "")
+        if uid in self.bodies:
+            self.bodies[uid] = body
+
+    def wake(self, key: JobKey) -> None:
+        return None
+
+    def wake_all(self) -> None:
+        return None
+
+
+async def _no_pass(body: JSON) -> float | None:
+    return None
+
+
+def make_runtime(cluster: Cluster, s3: FakeS3) -> Runtime:
+    """A fresh operator process: nothing survives from an earlier one but cluster and S3."""
+    runtime = Runtime(cluster, RuntimeOptions(), Leadership(None, None))
+    runtime.workers = _Bodies()
+    runtime.bind_indexes(cluster.index.kopf_indexes())
+    runtime.checkpoints._clients = FakeClients(s3)
+    return runtime
+
+
+def run_pass(runtime: Runtime, body: JSON) -> float | None:
+    """One reconcile pass of one RLJob body; returns the requeue hint."""
+    return _LOOP.run_until_complete(runtime.run_pass(body))
+
+
+def submit(runtime: Runtime, body: JSON) -> None:
+    """The RLJob's watch delivered `body` to the runtime's worker."""
+    runtime.workers.submit(body)
+
+
+def worker_body(runtime: Runtime, uid: str) -> JSON | None:
+    """The body the runtime's worker would pass next: the newest it was given or wrote."""
+    workers = runtime.workers
+    return workers.bodies.get(uid) if isinstance(workers, _Bodies) else None
+
+
+def feed_health(runtime: Runtime, key: JobKey, evaluations: list[Evaluation]) -> None:
+    """One health round's verdicts for a job, as the health scheduler hands them over."""
+    _LOOP.run_until_complete(runtime._on_health(key, evaluations))
+
+
+def report_checkpoint(runtime: Runtime, key: JobKey, step: int) -> None:
+    """The trainer's checkpoint-step metric reports a save at `step`."""
+    evidence: dict[str, float | str] = {CHECKPOINT_STEP_EVIDENCE: step}
+    feed_health(runtime, key, [healthy(TRAINER_STALL, "trainer", "heartbeat fresh", evidence)])
+
+
+@contextlib.contextmanager
+def use_clock(clock: Clock) -> Iterator[None]:
+    """The runtime's wall clock and monotonic clock read the model's clock."""
+    shim = types.SimpleNamespace(time=clock.time, monotonic=clock.monotonic)
+    with (
+        mock.patch.object(rljob.controller, "_now", lambda: clock.now.replace(microsecond=0)),
+        mock.patch.object(rljob.controller, "time", shim),
+    ):
+        yield
