@@ -1,22 +1,24 @@
 """Everything that knows how to build and drive the operator's runtime on the model: only this
-module changes when the runtime moves. Today's entry is rljob.controller.Runtime: `run_pass(body)`
-is one pass of one RLJob; it reads children through its kopf indexes (bound here to the model's
-Index), writes through `kube` (the model's Cluster), and reaches S3 through its checkpoint
-client cache (the model's FakeS3)."""
+module changes when the runtime moves. Today's entry is rljob.runtime.runtime.Runtime:
+`run_pass(body)` is one pass of one RLJob; it reads children through its kopf indexes (bound
+here to the model's Index), writes through `kube` (the model's Cluster), reaches S3 through its
+checkpoint client cache (the model's FakeS3) and reads the time through the modules patched in
+`use_clock`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import types
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
-import rljob.controller
-from rljob.controller import Runtime, RuntimeOptions
-from rljob.workers import JobWorkers
-
+import rljob.runtime.execute
+import rljob.runtime.passes
+import rljob.runtime.runtime
+from rljob.adapters.checkpoints import Checkpoints
 from rljob.adapters.leadership import Leadership
 from rljob.health.evaluation import (
     CHECKPOINT_STEP_EVIDENCE,
@@ -24,6 +26,8 @@ from rljob.health.evaluation import (
     Evaluation,
     healthy,
 )
+from rljob.runtime.runtime import Runtime, RuntimeOptions
+from rljob.runtime.workers import JobWorkers
 from tests.unit.model.cluster import Clock, Cluster
 from tests.unit.model.s3 import FakeClients, FakeS3
 
@@ -63,10 +67,11 @@ async def _no_pass(body: JSON) -> float | None:
 
 def make_runtime(cluster: Cluster, s3: FakeS3) -> Runtime:
     """A fresh operator process: nothing survives from an earlier one but cluster and S3."""
-    runtime = Runtime(cluster, RuntimeOptions(), Leadership(None, None))
+    checkpoints = Checkpoints()
+    checkpoints._clients = FakeClients(s3)
+    runtime = Runtime(cluster, RuntimeOptions(), Leadership(None, None), checkpoints=checkpoints)
     runtime.workers = _Bodies()
     runtime.bind_indexes(cluster.index.kopf_indexes())
-    runtime.checkpoints._clients = FakeClients(s3)
     return runtime
 
 
@@ -87,7 +92,8 @@ def worker_body(runtime: Runtime, uid: str) -> JSON | None:
 
 
 def feed_health(runtime: Runtime, key: JobKey, evaluations: list[Evaluation]) -> None:
-    """One health round's verdicts for a job, as the health scheduler hands them over."""
+    """One health round's verdicts for a job, as the health scheduler hands them over (a job
+    this process has not run a pass of yet is not watched: the round is dropped)."""
     _LOOP.run_until_complete(runtime._on_health(key, evaluations))
 
 
@@ -101,8 +107,12 @@ def report_checkpoint(runtime: Runtime, key: JobKey, step: int) -> None:
 def use_clock(clock: Clock) -> Iterator[None]:
     """The runtime's wall clock and monotonic clock read the model's clock."""
     shim = types.SimpleNamespace(time=clock.time, monotonic=clock.monotonic)
-    with (
-        mock.patch.object(rljob.controller, "_now", lambda: clock.now.replace(microsecond=0)),
-        mock.patch.object(rljob.controller, "time", shim),
-    ):
+
+    def now() -> dt.datetime:
+        return clock.now.replace(microsecond=0)  # status times in whole seconds
+
+    with contextlib.ExitStack() as patches:
+        patches.enter_context(mock.patch.object(rljob.runtime.passes, "_now", now))
+        for module in (rljob.runtime.passes, rljob.runtime.execute, rljob.runtime.runtime):
+            patches.enter_context(mock.patch.object(module, "time", shim))
         yield

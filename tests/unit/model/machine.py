@@ -98,9 +98,9 @@ class ActionEngine(RuleBasedStateMachine):
       before;
     - an-action-deletes-a-uid-once: one operator process never deletes a uid twice (with the
       same grace) while one journaled action is in flight;
-    - restarts-total-is-the-restarts-carried-out: status.restarts.total is the number of actions
-      journaled, and every journaled action but the one in flight took effect (the gang's next
-      attempt created, the pod deleted, the role's template annotated);
+    - restarts-total-is-the-restarts-carried-out: status.restarts.total is the number of policy
+      restarts journaled (manual ones are not counted), and every journaled action but the one
+      in flight took effect (the gang's attempt created, the pod deleted, the role rolled);
     - a-failed-job-stops-its-trainer: a pass that starts from phase Failed leaves no trainer pod
       running outside a Job being deleted;
     - a-decided-failjob-fails-the-job: once an Event says the policy decided FailJob, the job is
@@ -128,9 +128,11 @@ class ActionEngine(RuleBasedStateMachine):
         self._patches.close()
 
     def _start_operator(self) -> harness.Operator:
-        """A fresh operator process: it keeps nothing of the one before."""
+        """A fresh operator process: it keeps nothing of the one before, and its watches start
+        with a list."""
         self.incarnation += 1
         self.cluster.actor = f"operator#{self.incarnation}"
+        self.cluster.index.relist()
         return harness.make_runtime(self.cluster, self.s3)
 
     # -- the world -------------------------------------------------------------------------------
@@ -324,11 +326,13 @@ class ActionEngine(RuleBasedStateMachine):
         status = job.get("status") or {}
         total = (status.get("restarts") or {}).get("total", 0)
         journaled = self._journaled()
-        assert total == len(journaled), (
-            f"restarts.total {total}, actions journaled {sorted(journaled)}"
-        )
+        decided = sorted(i for i, (action, _) in journaled.items() if action.get("reason"))
+        assert total == len(decided), f"restarts.total {total}, policy restarts {decided}"
         current = (status.get("inFlight") or {}).get("id")
-        undone = [i for i, action in journaled.items() if i != current and not self._done(action)]
+        undone = [
+            i for i, (action, attempt) in journaled.items()
+            if i != current and not self._done(action, attempt)
+        ]  # fmt: skip
         assert not undone, f"journaled, settled, never carried out: {undone}"
 
     def _a_failed_job_stops_its_trainer(self) -> None:
@@ -411,23 +415,24 @@ class ActionEngine(RuleBasedStateMachine):
         roles = ("trainer",) if what == "trainer-pod" else tuple(SERVING)
         return "Pod", self._pods(*roles)
 
-    def _journaled(self) -> dict[str, JSON]:
-        """Every action the operator's status writes journaled, by id."""
-        actions: dict[str, JSON] = {}
+    def _journaled(self) -> dict[str, tuple[JSON, int | None]]:
+        """Every action the operator's status writes journaled, by id, with the attempt the
+        journaling write recorded. A policy restart carries its failure reason; a manual one
+        has none (and is not counted)."""
+        actions: dict[str, tuple[JSON, int | None]] = {}
         for write in self.cluster.writes():
             action = write.detail.get("in_flight_after")
             if write.verb == "patch_status" and write.code == 200 and action:
-                actions.setdefault(action["id"], action)
+                actions.setdefault(action["id"], (action, write.detail.get("attempt_after")))
         return actions
 
-    def _done(self, action: JSON) -> bool:
+    def _done(self, action: JSON, attempt: int | None) -> bool:
         """Whether the action's effect happened: the gang's next attempt created, the pod
         deleted (by anyone), the role's template annotated with the action id."""
         log = self.cluster.log
         kind, target = action["kind"], action.get("target") or {}
         if kind == "RestartTrainerGang":
-            attempt = action["id"].removeprefix("gang-a")
-            return any(_created_job(w, attempt) for w in log)
+            return any(_created_job(w, str(attempt)) for w in log)
         if kind == "RestartPod":
             return any(w.verb == "delete" and w.uid == target.get("uid") and w.code == 200
                        for w in log)  # fmt: skip

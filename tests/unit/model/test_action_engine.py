@@ -17,7 +17,6 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from tests.unit.model.machine import (
     ALL_CHECKS,
-    FAILJOB_FAILS,
     LEDGER,
     NEXT_ATTEMPT,
     NO_DOUBLE_DELETE,
@@ -25,30 +24,24 @@ from tests.unit.model.machine import (
 )
 
 EXPLORE = settings(
-    max_examples=800,
+    max_examples=600,
     stateful_step_count=80,
     derandomize=True,
     database=None,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-FIND_ONLY = settings(EXPLORE, phases=[Phase.generate])  # a known defect: found, not shrunk
+# A known defect: found (the run stops there), not shrunk; a wide budget keeps finding it when
+# the rules change a little.
+FIND_ONLY = settings(EXPLORE, max_examples=3000, phases=[Phase.generate])
 
 # Invariant -> the replays of the known defects that break it (test_shortest_failing_sequences).
 BROKEN = {
     NEXT_ATTEMPT: (
         "trainer-job-deleted-by-hand",
-        "manual-trainer-restart-during-a-gang-restart",
         "attempt-held-back-by-a-store-outage-then-suspended",
     ),
-    LEDGER: (
-        "manual-trainer-restart-during-a-gang-restart",
-        "attempt-held-back-by-a-store-outage-then-suspended",
-    ),
-    FAILJOB_FAILS: (
-        "failjob-for-a-serving-crash-loop-only-reported",
-        "failjob-overridden-by-a-finding-in-the-same-pass",
-    ),
+    NO_DOUBLE_DELETE: ("old-job-deleted-again-after-a-long-watch-lag",),
 }
 HOLDING = ALL_CHECKS - BROKEN.keys()
 
@@ -119,7 +112,15 @@ SETTLE = ("world_settles", {"rounds": 1})
         pytest.param([OOM_KILLED, SETTLE, OOM_KILLED, SETTLE, SETTLE, SETTLE], 1, 1, "Running",
                      id="serving-pod-restarted-after-two-oom-kills"),
         pytest.param([("trainer_rank_fails", {"index": 1, "how": "exit-93"}), SETTLE, SETTLE],
-                     1, 0, "Failed", id="exit-93-fails-the-job"),
+                     1, 0, "Failed", id="exit-93-of-a-rank-fails-the-job"),
+        pytest.param([NCCL_FAILS, SETTLE, ("user_requests_a_restart", {"role": "trainer"}),
+                      ("world_settles", {"rounds": 6}), ("world_settles", {"rounds": 4})],
+                     3, 1, "Running", id="manual-trainer-restart-during-a-gang-restart"),
+        pytest.param([EXIT_93, EXIT_93, ("world_settles", {"rounds": 2})], 1, 0, "Failed",
+                     id="exit-93-crash-loop-of-a-serving-pod-fails-the-job"),
+        pytest.param([("trainer_rank_fails", {"index": 0, "how": "exit-93"}),
+                      ("health_round_finds", {"index": 2}), ("world_settles", {"rounds": 2})],
+                     1, 0, "Failed", id="failjob-wins-over-a-finding-in-the-same-pass"),
     ],
 )  # fmt: skip
 def test_controls_hold_every_invariant(
@@ -143,29 +144,6 @@ def test_controls_hold_every_invariant(
             marks=known("the Job is created again as attempt 1, not counted, from the "
                         "attempt's original resume point: what the attempt saved is lost"),
             id="trainer-job-deleted-by-hand",
-        ),
-        pytest.param(
-            frozenset({LEDGER, NEXT_ATTEMPT}),
-            [NCCL_FAILS, SETTLE, ("user_requests_a_restart", {"role": "trainer"}),
-             ("world_settles", {"rounds": 3})],
-            marks=known("mark_handled takes attempt + 1 on top of the journaled gang restart's "
-                        "attempt: attempt 2 never runs, gang-a2 is counted, never carried out"),
-            id="manual-trainer-restart-during-a-gang-restart",
-        ),
-        pytest.param(
-            frozenset({FAILJOB_FAILS}),
-            [EXIT_93, EXIT_93, ("world_settles", {"rounds": 2})],
-            marks=known("a serving container crash-looping with exit 93 decides FailJob (the "
-                        "onExitCodes rule), and the pass only posts an Event: the job runs on"),
-            id="failjob-for-a-serving-crash-loop-only-reported",
-        ),
-        pytest.param(
-            frozenset({FAILJOB_FAILS}),
-            [("trainer_rank_fails", {"index": 0, "how": "exit-93"}),
-             ("health_round_finds", {"index": 2}), ("world_settles", {"rounds": 2})],
-            marks=known("exit 93 decides FailJob, a TrainerStalled finding in the same pass "
-                        "journals a gang restart, and the job starts attempt 2"),
-            id="failjob-overridden-by-a-finding-in-the-same-pass",
         ),
         pytest.param(
             frozenset({NO_DOUBLE_DELETE}),
