@@ -913,6 +913,7 @@ class Cluster(Kube):
         return {
             "annotations": dict(template.get("annotations") or {}),
             "in_flight_after": copy.deepcopy(status.get("inFlight")),
+            "attempt_after": status.get("attempt"),
             "restarts_after": (status.get("restarts") or {}).get("total", 0),
         }
 

@@ -4,7 +4,7 @@ sequences the exploration found breaking them, replayed step by step.
 The invariants known to be broken are explored alone and not shrunk (strict xfail: once its
 defects are fixed, an invariant leaves BROKEN); their shortest sequences are the replays below.
 A replay may also hold a defect that the derandomized exploration does not reach within its
-budget (a watch lagging past the 60 s expectations): its invariant stays in HOLDING."""
+budget (a store outage during a gang restart, then suspend): its invariant stays in HOLDING."""
 
 from __future__ import annotations
 
