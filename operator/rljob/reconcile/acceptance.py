@@ -8,15 +8,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rljob.api import FieldViolation, RLJob, RLJobStatus
-from rljob.reconcile.conditions import ConditionState, set_condition
+from rljob.reconcile.conditions import ConditionState, with_condition
 
 ACCEPTED = "Accepted"
 _VALID = ConditionState.of(ACCEPTED, True, "SpecValid", "the spec is valid")
 
 
 def with_accepted(status: RLJobStatus, job: RLJob, now: dt.datetime) -> RLJobStatus:
-    conditions = set_condition(status.conditions or [], _VALID, now, job.metadata.generation)
-    return status.model_copy(update={"conditions": conditions})
+    return with_condition(status, _VALID, now, job.metadata.generation)
 
 
 def invalid_spec_status(
@@ -30,5 +29,5 @@ def invalid_spec_status(
     state = ConditionState.of(
         ACCEPTED, False, "InvalidSpec", f"{first.field}: {first.message}{more}"
     )
-    conditions = set_condition(previous.conditions or [], state, now, generation)
-    return previous.model_copy(update={"conditions": conditions, "observed_generation": generation})
+    status = with_condition(previous, state, now, generation)
+    return status.model_copy(update={"observed_generation": generation})

@@ -16,7 +16,7 @@ from rljob.reconcile.checkpoint_status import (
     checkpoint_status,
     store_down,
 )
-from rljob.reconcile.conditions import ConditionState, set_condition
+from rljob.reconcile.conditions import with_condition
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.lifecycle import decide_trainer
 from rljob.reconcile.observed import Observed
@@ -51,6 +51,7 @@ def attempt_to_start(job: RLJob, observed: Observed, now: datetime) -> int | Non
 
 
 def creates_attempt(plan: Plan) -> bool:
+    """Whether the plan creates a trainer attempt's Job."""
     return any(child.kind == "Job" for child in plan.apply)
 
 
@@ -71,7 +72,9 @@ def with_attempt_start(
     if gathered is None or gathered.attempt != attempt:
         return AttemptStarted(job, _without_job(plan, plan.status, GATHER_RETRY_SECONDS))
     if gathered.inputs is None:
-        status = _condition(plan.status, store_down(attempt, gathered.error), now, job)
+        status = with_condition(
+            plan.status, store_down(attempt, gathered.error), now, job.metadata.generation
+        )
         if not job.status.attempts:  # nothing started: the attempt number is not settled
             status = status.model_copy(update={"attempt": job.status.attempt, "attempts": []})
         return AttemptStarted(job, _without_job(plan, status, STORE_RETRY_SECONDS))
@@ -90,7 +93,7 @@ def with_attempt_start(
     plan = reconcile(job, observed, now, replace(extras, resume_env=dict(store_plan.resume_env)))
     status = plan.status
     for state in checkpoint_conditions(job.status.conditions or [], outcome):
-        status = _condition(status, state, now, job)
+        status = with_condition(status, state, now, job.metadata.generation)
     events = tuple(EventSpec(*event) for event in store_plan.events)
     return AttemptStarted(job, replace(plan, status=status), events, store_plan)
 
@@ -98,10 +101,3 @@ def with_attempt_start(
 def _without_job(plan: Plan, status: RLJobStatus, retry: float) -> Plan:
     waiting = tuple(child for child in plan.apply if child.kind != "Job")
     return replace(plan, apply=waiting, status=status, requeue_after=retry)
-
-
-def _condition(
-    status: RLJobStatus, state: ConditionState, now: datetime, job: RLJob
-) -> RLJobStatus:
-    conditions = set_condition(status.conditions or [], state, now, job.metadata.generation)
-    return status.model_copy(update={"conditions": conditions})

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from rljob.api import Condition, ConditionStatus, ConditionType
+from rljob.api import Condition, ConditionStatus, ConditionType, RLJobStatus
 from rljob.api.status import MESSAGE_MAX_LENGTH, REASON_MAX_LENGTH, REASON_PATTERN
 from rljob.health.termination import sanitize_line
 
@@ -115,3 +115,11 @@ def set_condition(
     if find(conditions, state.type) is None:
         return [*conditions, updated]
     return [updated if condition.type == state.type else condition for condition in conditions]
+
+
+def with_condition(
+    status: RLJobStatus, state: ConditionState, now: datetime, generation: int | None
+) -> RLJobStatus:
+    """`status` with the condition of `state.type` set."""
+    conditions = set_condition(status.conditions or [], state, now, generation)
+    return status.model_copy(update={"conditions": conditions})

@@ -10,12 +10,10 @@ has a side effect, so a pass whose write fails (409) decided nothing that happen
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from rljob.api import (
-    ActionKind,
     CheckpointRef,
     FailureAction,
     JobPhase,
@@ -26,7 +24,7 @@ from rljob.api.status import EngineHealth
 from rljob.health.evaluation import Evaluation
 from rljob.reconcile.attempt_start import AttemptGathered, with_attempt_start
 from rljob.reconcile.checkpoint_status import RETENTION_FAILED, with_latest
-from rljob.reconcile.conditions import ConditionState, set_condition
+from rljob.reconcile.conditions import ConditionState, with_condition
 from rljob.reconcile.engine_health import with_engine_health
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.findings import crash_remedy, finding_remedy
@@ -170,7 +168,9 @@ def _decided(
     job, plan = started.job, started.plan
     if inputs.retention_problem:
         state = ConditionState.of(RETENTION_FAILED, True, "DeleteFailed", inputs.retention_problem)
-        plan = replace(plan, status=with_condition(plan.status, state, inputs.now, job))
+        plan = replace(
+            plan, status=with_condition(plan.status, state, inputs.now, job.metadata.generation)
+        )
     steps = execution_steps(
         job,
         plan,
@@ -231,14 +231,14 @@ def _signals(job: RLJob, inputs: PassInputs) -> RLJobStatus:
         state = ConditionState.of(SIGNALS, True, "SourceAnswers", "the metrics source answers")
     else:
         state = ConditionState.of(SIGNALS, False, "SourceUnavailable", inputs.signals_error[:200])
-    return with_condition(job.status, state, inputs.now, job)
+    return with_condition(job.status, state, inputs.now, job.metadata.generation)
 
 
 def _failed(job: RLJob, message: str, now: datetime) -> RLJobStatus:
     """A decided FailJob ends the job wherever it came from: phase Failed, the journal closed,
     and the children stopped as for any finished job."""
     state = ConditionState.of("Failed", True, "FailurePolicy", message)
-    status = with_condition(job.status, state, now, job)
+    status = with_condition(job.status, state, now, job.metadata.generation)
     return status.model_copy(
         update={
             "phase": JobPhase.FAILED,
@@ -248,19 +248,5 @@ def _failed(job: RLJob, message: str, now: datetime) -> RLJobStatus:
     )
 
 
-def with_condition(
-    status: RLJobStatus, state: ConditionState, now: datetime, job: RLJob
-) -> RLJobStatus:
-    conditions = set_condition(status.conditions or [], state, now, job.metadata.generation)
-    return status.model_copy(update={"conditions": conditions})
-
-
 def _with_status(job: RLJob, status: RLJobStatus) -> RLJob:
     return job.model_copy(update={"status": status})
-
-
-def journaled_kind(status: RLJobStatus) -> ActionKind | None:
-    return status.in_flight.kind if status.in_flight is not None else None
-
-
-__all__: Sequence[str] = ("Decision", "PassInputs", "decide", "journaled_kind", "with_condition")

@@ -13,6 +13,7 @@ from rljob.api import ActionKind, RLJob
 from rljob.checkpoints.attempt_plan import AttemptPlan
 from rljob.checkpoints.models import AttemptMarker
 from rljob.checkpoints.retention import RetentionPlan
+from rljob.reconcile.attempt_start import creates_attempt
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.journal import journaled_event, pod_to_delete, role_to_roll
 from rljob.reconcile.observed import Observed, ObservedPod
@@ -21,7 +22,6 @@ from rljob.reconcile.remediation import stuck_pods
 
 # Node states for which nothing will ever confirm a pod's deletion (DESIGN section 6).
 UNREACHABLE_NODE_STATES = frozenset({"NotReady", "Unknown", "Gone"})
-_API_VERSIONS = {"Deployment": "apps/v1", "Job": "batch/v1", "Service": "v1", "Pod": "v1"}
 _CRASH_PREFIXES = {
     ActionKind.RESTART_TRAINER_GANG: "gang-restart",
     ActionKind.RESTART_POD: "pod-restart",
@@ -47,7 +47,6 @@ class PostEvent:
 
 @dataclass(frozen=True)
 class DeleteObject:
-    api_version: str
     kind: str
     name: str
     uid: str
@@ -65,7 +64,6 @@ class RollDeployment:
 @dataclass(frozen=True)
 class ApplyChild:
     body: dict[str, Any]
-    creates_attempt: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,23 +115,21 @@ def execution_steps(
     if journaled is not None and action is not None:
         name = f"{job.metadata.name}.{journaled[0]}"
         steps += [CrashPoint(f"{prefix}:journaled"), PostEvent(journaled[1], name, once=True)]
-    steps += [
-        DeleteObject(_API_VERSIONS.get(d.kind, "v1"), d.kind, d.name, d.uid) for d in plan.delete
-    ]
+    steps += [DeleteObject(d.kind, d.name, d.uid) for d in plan.delete]
     if plan.delete and prefix == "gang-restart":
         steps.append(CrashPoint("gang-restart:old-job-deleted"))
     victim = pod_to_delete(status, observed)
     if victim is not None:
-        steps += [DeleteObject("v1", "Pod", victim.name, victim.uid)]
+        steps += [DeleteObject("Pod", victim.name, victim.uid)]
         steps.append(CrashPoint("pod-restart:pod-deleted"))
     rolling = role_to_roll(status)
     if rolling is not None:
         steps += [RollDeployment(*rolling), CrashPoint("role-restart:rolled")]
     steps += _teardown_steps(job, observed, node_states, now)
-    creates = any(child.kind == "Job" for child in plan.apply)
+    creates = creates_attempt(plan)
     if creates and attempt_plan is not None:
         steps += [WriteMarker(attempt_plan.marker), CrashPoint("attempt:marker-written")]
-    steps += [ApplyChild(c.body, creates_attempt=c.kind == "Job") for c in plan.apply]
+    steps += [ApplyChild(c.body) for c in plan.apply]
     if creates and prefix == "gang-restart":
         steps.append(CrashPoint("gang-restart:new-job-created"))
     if creates and attempt_plan is not None and not attempt_plan.retention.empty:
@@ -152,7 +148,7 @@ def _teardown_steps(
     steps: list[Step] = []
     timeout = job.spec.failure_policy.teardown_timeout
     for pod in stuck_pods(job, observed, now):
-        state = node_states.get(pod.node, "Unknown") if pod.node else "Gone"
+        state = node_states.get(pod.node, "Unread") if pod.node else "Gone"
         if state in UNREACHABLE_NODE_STATES:
             steps += _force_delete(job, pod, state, timeout)
             continue
@@ -172,6 +168,6 @@ def _force_delete(job: RLJob, pod: ObservedPod, state: str, timeout: str) -> lis
     )
     event = EventSpec("Warning", "PodForceDeleted", message)
     return [
-        DeleteObject("v1", "Pod", pod.name, pod.uid, grace_period_seconds=0),
+        DeleteObject("Pod", pod.name, pod.uid, grace_period_seconds=0),
         PostEvent(event, f"{job.metadata.name}.force-{pod.uid}"),
     ]

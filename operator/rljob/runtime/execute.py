@@ -13,9 +13,9 @@ from typing import Any
 from rljob.adapters.checkpoints import Checkpoints
 from rljob.adapters.events import post_event
 from rljob.adapters.kube import Kube
-from rljob.adapters.paths import object_path
+from rljob.adapters.paths import api_version_of, object_path
 from rljob.api import API_VERSION, KIND, RLJob
-from rljob.api.labels import RESTARTED_AT_ANNOTATION
+from rljob.api.labels import RENDER_MARKER_ANNOTATION, RESTARTED_AT_ANNOTATION
 from rljob.crashpoints import crash_point
 from rljob.reconcile.steps import (
     ApplyChild,
@@ -66,7 +66,7 @@ async def _post_event(step: PostEvent, ctx: Context) -> None:
 
 async def _delete_object(step: DeleteObject, ctx: Context) -> None:
     await ctx.kube.delete(
-        step.api_version,
+        api_version_of(step.kind),
         step.kind,
         ctx.namespace,
         step.name,
@@ -131,5 +131,5 @@ def _with_render_marker(body: dict[str, Any]) -> dict[str, Any]:
     if not marker or template is None:
         return body
     annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
-    annotations["rljob.io/render-marker"] = marker
+    annotations[RENDER_MARKER_ANNOTATION] = marker
     return body

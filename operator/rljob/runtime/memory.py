@@ -61,9 +61,6 @@ class Memories:
             memory = self._by_uid[uid] = JobMemory(key)
         return memory
 
-    def get(self, uid: str) -> JobMemory | None:
-        return self._by_uid.get(uid)
-
     def by_key(self, key: JobKey) -> JobMemory | None:
         return next((m for m in self._by_uid.values() if m.key == key), None)
 
@@ -81,6 +78,3 @@ class Memories:
         for uid in gone:
             self.forget(uid)
         return gone
-
-    def uids(self) -> set[str]:
-        return set(self._by_uid)

@@ -32,8 +32,8 @@ from rljob.observability import (
     SPEC_REJECTIONS,
 )
 from rljob.reconcile.acceptance import invalid_spec_status, with_accepted
-from rljob.reconcile.conditions import ConditionState
-from rljob.reconcile.decide import Decision, decide, with_condition
+from rljob.reconcile.conditions import ConditionState, with_condition
+from rljob.reconcile.decide import Decision, decide
 from rljob.reconcile.expectations import with_deletes_issued
 from rljob.reconcile.observed import Observed
 from rljob.reconcile.plan import status_patch
@@ -96,7 +96,7 @@ class Passes:
         if exc.status in (400, 422):  # a child the API rejects: say so, retry slowly
             job = parse_rljob(body)
             state = ConditionState.of("Degraded", True, "ChildRejected", exc.message)
-            status = with_condition(job.status, state, _now(), job)
+            status = with_condition(job.status, state, _now(), job.metadata.generation)
             await self.write_status(body, status, self._memory(body))
             bound.warning("child rejected by the API", error=exc.message)
             return REJECTED_RETRY_SECONDS
@@ -140,7 +140,12 @@ class Passes:
         memory.findings, memory.crashes, memory.progress = [], [], None
 
     def _journaled(
-        self, body: dict[str, Any], decision: Decision, memory: JobMemory, wrote: bool, now: Any
+        self,
+        body: dict[str, Any],
+        decision: Decision,
+        memory: JobMemory,
+        wrote: bool,
+        now: dt.datetime,
     ) -> None:
         """What only happens once the journal is written: findings consumed, detectors of a
         restarted target start afresh, the ledger's new restarts counted in metrics."""

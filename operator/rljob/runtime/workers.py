@@ -92,9 +92,6 @@ class JobWorkers:
         if job is not None:
             self.forget(job.body)
 
-    def uids(self) -> set[str]:
-        return set(self._jobs)
-
     async def stop(self) -> None:
         tasks = [job.task for job in self._jobs.values() if job.task is not None]
         for task in tasks:
