@@ -141,6 +141,7 @@ def test_old_pods_stuck_terminating_on_a_ready_node_are_reported_not_force_delet
     nothing and waits; only a lost node's pods are force-deleted (tests/unit/reconcile/
     test_decide.py). Once the old pods go, the next attempt starts."""
     body = _spec(s3_bucket, teardownTimeout="5s")
+    body["spec"]["roles"]["trainer"]["terminationGracePeriodSeconds"] = 5  # within the teardown
     never_confirmed = {"metadata": {"annotations": {"sim.rljob.io/delete-after": "1h"}}}
     body["spec"]["roles"]["trainer"]["podTemplate"] = never_confirmed
     try:

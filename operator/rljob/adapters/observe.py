@@ -84,6 +84,7 @@ def summarize_child(body: Body) -> ObservedChild:
         succeeded=_condition(status, "Complete").get("status") == "True",
         failed=failed.get("status") == "True",
         failed_message=str(failed.get("message", ""))[:_MESSAGE_LIMIT],
+        failed_at=_time(failed.get("lastTransitionTime")),
         deleting=bool(meta.get("deletionTimestamp")),
         created_at=_time(meta.get("creationTimestamp")),
         restarted_at=str(template_annotations.get(RESTARTED_AT_ANNOTATION, "")),

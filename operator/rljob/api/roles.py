@@ -102,7 +102,8 @@ class Role(SpecModel):
         ge=0,
         le=86400,
         description="Seconds a stopping pod gets after SIGTERM; the trainer uses it to "
-        "checkpoint. Default: the operator's per-role default.",
+        "checkpoint and it must not exceed failurePolicy.teardownTimeout. Default: the "
+        "operator's per-role default (trainer: 300, or teardownTimeout if shorter).",
     )
     metrics: MetricsEndpoint | None = Field(
         default=None, description="Metrics endpoint; default: the engine's or SDK's port."

@@ -8,7 +8,12 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from rljob.api.base import SpecModel
-from rljob.api.durations import Duration, DurationAtLeastOneSecond, durations_in_order
+from rljob.api.durations import (
+    Duration,
+    DurationAtLeastOneSecond,
+    duration_nanoseconds,
+    durations_in_order,
+)
 from rljob.api.enums import (
     AddressingStyle,
     AddressingStyleField,
@@ -331,6 +336,26 @@ def _image_rule(role: RoleName) -> CrossFieldRule:
     )
 
 
+def _trainer_grace_within_teardown(spec: Any) -> bool:
+    grace = spec.roles.trainer.termination_grace_period_seconds
+    teardown = duration_nanoseconds(spec.failure_policy.teardown_timeout)
+    return grace is None or grace * 1_000_000_000 <= teardown
+
+
+# A rank still checkpointing after SIGTERM is force-deleted once teardownTimeout has passed.
+TRAINER_GRACE_WITHIN_TEARDOWN = CrossFieldRule(
+    cel="!has(self.roles.trainer.terminationGracePeriodSeconds) || !has(self.failurePolicy)"
+    " || !has(self.failurePolicy.teardownTimeout)"
+    " || self.roles.trainer.terminationGracePeriodSeconds"
+    " <= duration(self.failurePolicy.teardownTimeout).getSeconds()",
+    message="roles.trainer.terminationGracePeriodSeconds must not exceed "
+    "failurePolicy.teardownTimeout: a rank still saving a checkpoint after SIGTERM would be "
+    "force-deleted when the teardown times out",
+    field="roles.trainer.terminationGracePeriodSeconds",
+    holds=_trainer_grace_within_teardown,
+)
+
+
 def _trainer_nodes_unchanged_or_suspended(old: Any, new: Any) -> bool:
     return bool(new.roles.trainer.nodes == old.roles.trainer.nodes or new.suspend or old.suspend)
 
@@ -356,7 +381,7 @@ class RLJobSpec(SpecModel):
         description="Seconds after Succeeded or Failed before the job is deleted; default: kept.",
     )
 
-    cel_rules = tuple(_image_rule(role) for role in RoleName)
+    cel_rules = (*(_image_rule(role) for role in RoleName), TRAINER_GRACE_WITHIN_TEARDOWN)
     transition_rules = (
         TransitionRule(
             cel="self.roles.trainer.nodes == oldSelf.roles.trainer.nodes"

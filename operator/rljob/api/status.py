@@ -36,6 +36,7 @@ MAX_COUNTED_AT = 101
 MAX_RECENT_RESTARTS = 20
 MAX_SUSPECT_NODES = 16
 MAX_ATTEMPTS = 20
+JOURNAL_FORMAT = 1  # status.inFlight's format: raised when an entry's meaning changes
 # Per-engine detector state kept across operator restarts: a few hundred bytes an engine.
 MAX_ENGINE_HEALTH = 256
 MAX_ENGINE_HEALTH_VALUES = 8
@@ -204,6 +205,11 @@ class InFlightAction(StatusModel):
         default="", description="Last step completed; empty before the first."
     )
     started_at: datetime = Field(description="When the action was journaled.")
+    format: Annotated[int, Field(ge=1, le=1000)] = Field(
+        default=JOURNAL_FORMAT,
+        description="Format of this entry (absent: 1, the first). An operator resumes the "
+        "formats it knows and leaves an entry of a newer one alone, saying so.",
+    )
 
 
 class SuspectNode(StatusModel):
@@ -233,9 +239,16 @@ class AttemptRecord(StatusModel):
     resumed_from_version: CheckpointVersion | None = Field(
         default=None, description="Version it resumed from."
     )
+    job_uid: Annotated[str, Field(max_length=64)] | None = Field(
+        default=None,
+        description="UID of its Job once the operator saw it: a Job gone without the operator "
+        "deleting it was deleted outside it, and the next attempt starts.",
+    )
     ended_at: datetime | None = Field(default=None, description="When it ended.")
     end_reason: Annotated[str, Field(max_length=64)] | None = Field(
-        default=None, description="Why it ended: a failure reason, Suspended or Succeeded."
+        default=None,
+        description="Why it ended: a failure reason, FailJob, Suspended, Succeeded, "
+        "RestartRequested or JobDeleted.",
     )
 
 

@@ -17,7 +17,7 @@ from rljob.reconcile.checkpoint_status import (
     store_down,
 )
 from rljob.reconcile.conditions import with_condition
-from rljob.reconcile.events import EventSpec
+from rljob.reconcile.events import EventSpec, announces_attempt
 from rljob.reconcile.lifecycle import decide_trainer
 from rljob.reconcile.observed import Observed
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile
@@ -70,14 +70,14 @@ def with_attempt_start(
         return AttemptStarted(job, plan)
     attempt = plan.status.attempt or 1
     if gathered is None or gathered.attempt != attempt:
-        return AttemptStarted(job, _without_job(plan, plan.status, GATHER_RETRY_SECONDS))
+        return AttemptStarted(job, _without_job(job, plan, plan.status, GATHER_RETRY_SECONDS))
     if gathered.inputs is None:
         status = with_condition(
             plan.status, store_down(attempt, gathered.error), now, job.metadata.generation
         )
         if not job.status.attempts:  # nothing started: the attempt number is not settled
             status = status.model_copy(update={"attempt": job.status.attempt, "attempts": []})
-        return AttemptStarted(job, _without_job(plan, status, STORE_RETRY_SECONDS))
+        return AttemptStarted(job, _without_job(job, plan, status, STORE_RETRY_SECONDS))
     store_plan = plan_attempt_start(gathered.inputs)
     outcome = AttemptCheckpoint(
         attempt,
@@ -98,6 +98,12 @@ def with_attempt_start(
     return AttemptStarted(job, replace(plan, status=status), events, store_plan)
 
 
-def _without_job(plan: Plan, status: RLJobStatus, retry: float) -> Plan:
+def _without_job(job: RLJob, plan: Plan, status: RLJobStatus, retry: float) -> Plan:
+    """The plan with its attempt held back: no Job, no record of the attempt (it starts when its
+    Job is created; a suspend meanwhile must not end it) and no Event announcing it."""
     waiting = tuple(child for child in plan.apply if child.kind != "Job")
-    return replace(plan, apply=waiting, status=status, requeue_after=retry)
+    updated = {record.attempt: record for record in status.attempts}
+    known = [updated.get(record.attempt, record) for record in job.status.attempts]
+    status = status.model_copy(update={"attempts": known})
+    events = tuple(event for event in plan.events if not announces_attempt(event))
+    return replace(plan, apply=waiting, status=status, events=events, requeue_after=retry)

@@ -28,13 +28,18 @@ from rljob.reconcile.conditions import ConditionState, with_condition
 from rljob.reconcile.engine_health import with_engine_health
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.findings import crash_remedy, finding_remedy
-from rljob.reconcile.journal import settle_journal
-from rljob.reconcile.lifecycle import TrainerHold
+from rljob.reconcile.journal import settle_journal, unknown_format
+from rljob.reconcile.lifecycle import FAIL_JOB_END, TrainerHold, close_attempt
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile
 from rljob.reconcile.progress import ProgressReading, engine_policy_env, with_progress
-from rljob.reconcile.remediation import failed_attempt, remedy_for, trainer_failed_while_busy
-from rljob.reconcile.requests import journal_manual_restart, pending_restart
+from rljob.reconcile.remediation import (
+    awaiting_root_cause,
+    failed_attempt,
+    remedy_for,
+    trainer_failed_while_busy,
+)
+from rljob.reconcile.requests import journal_manual_restart, not_started_note, pending_restart
 from rljob.reconcile.serving import disruption_reports
 from rljob.reconcile.steps import Step, execution_steps
 
@@ -117,6 +122,8 @@ def _remedy(job: RLJob, observed: Observed, inputs: PassInputs) -> _Remedy:
     failed = failed_attempt(job, observed)
     if failed is not None and busy:
         return _Remedy(job, hold=trainer_failed_while_busy(job))
+    if failed is not None and (waiting := awaiting_root_cause(*failed, now)) is not None:
+        return _Remedy(job, hold=waiting)
     if failed is not None:
         trainer = remedy_for(job, *failed, now)
         if trainer.decision.action == FailureAction.FAIL_JOB:
@@ -126,10 +133,14 @@ def _remedy(job: RLJob, observed: Observed, inputs: PassInputs) -> _Remedy:
         if trainer.hold is not None:
             return _Remedy(job, hold=trainer.hold)
     if busy:
-        return _Remedy(job)
+        unknown = unknown_format(job.status)
+        return _Remedy(job, reports=(("journal-format", unknown),) if unknown else ())
     order = pending_restart(job.metadata.annotations, job.status)
     if order is not None:
-        return _Remedy(_with_status(job, journal_manual_restart(job, order, observed, now)))
+        status = journal_manual_restart(job, order, observed, now)
+        merged = order.gang and status.in_flight is None
+        notes = ((f"restart-{order.nonce}", not_started_note(order, status)),) if merged else ()
+        return _Remedy(_with_status(job, status), reports=notes)
     for pod, evaluation in inputs.crashes:
         crash = crash_remedy(job, observed, pod, evaluation, now)
         if crash.fail is not None:
@@ -244,6 +255,7 @@ def _failed(job: RLJob, message: str, now: datetime) -> RLJobStatus:
             "phase": JobPhase.FAILED,
             "completion_time": status.completion_time or now,
             "in_flight": None,
+            "attempts": close_attempt(status.attempts, status.attempt or 1, FAIL_JOB_END, now),
         }
     )
 

@@ -48,9 +48,18 @@ def transition_events(
         *_scaled(old, new),
         *_suspension(old, new),
         *_scheduling(old, new, decision),
+        *_replaced(decision),
         *_finished(old, new, decision),
         *_roles_removed(old, new),
     ]
+
+
+ATTEMPT_CREATED = "created trainer Job"
+
+
+def announces_attempt(event: EventSpec) -> bool:
+    """The Event of a trainer attempt's Job created in this pass."""
+    return event.reason == "Created" and event.message.startswith(ATTEMPT_CREATED)
 
 
 def _created(
@@ -73,9 +82,7 @@ def _created(
             if record.resumed_from_step is not None
             else "without a checkpoint to resume from"
         )
-        return [
-            normal("Created", f"created trainer Job {job} (attempt {decision.attempt}), {start}")
-        ]
+        return [normal("Created", f"{ATTEMPT_CREATED} {job} (attempt {decision.attempt}), {start}")]
     return []
 
 
@@ -114,6 +121,17 @@ def _scheduling(old: RLJobStatus, new: RLJobStatus, decision: TrainerDecision) -
     if after is not None and after.status == ConditionStatus.FALSE and not was_unschedulable:
         events.append(warning("Unschedulable", after.message))
     return events
+
+
+def _replaced(decision: TrainerDecision) -> list[EventSpec]:
+    if not decision.replaced:
+        return []
+    message = (
+        f"trainer Job {decision.replaced} (attempt {decision.attempt - 1}) was deleted outside "
+        f"the operator: attempt {decision.attempt} starts from the newest checkpoint "
+        "(not counted as a restart)"
+    )
+    return [warning("TrainerJobDeleted", message)]
 
 
 def _finished(old: RLJobStatus, new: RLJobStatus, decision: TrainerDecision) -> list[EventSpec]:

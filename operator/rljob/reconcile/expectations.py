@@ -13,16 +13,26 @@ EXPECTATION_SECONDS = 60.0  # a watch that lags longer than this is better answe
 
 @dataclass
 class Recent:
-    """Keys done within the last `ttl` seconds (times are the caller's clock)."""
+    """Keys done within the last `ttl` seconds (times are the caller's clock), and keys done by
+    an action for as long as that action is in flight: one action never repeats its own step
+    because a watch lagged past the ttl."""
 
     ttl: float = EXPECTATION_SECONDS
     _done_at: dict[str, float] = field(default_factory=dict)
+    _done_by: dict[str, str] = field(default_factory=dict)  # key -> the action that did it
 
-    def add(self, key: str, now: float) -> None:
+    def add(self, key: str, now: float, action: str | None = None) -> None:
         self._done_at[key] = now
+        if action is not None:
+            self._done_by[key] = action
 
-    def current(self, now: float) -> frozenset[str]:
-        self._done_at = {k: t for k, t in self._done_at.items() if now - t < self.ttl}
+    def current(self, now: float, in_flight: str | None = None) -> frozenset[str]:
+        self._done_at = {
+            k: t
+            for k, t in self._done_at.items()
+            if now - t < self.ttl or (in_flight is not None and self._done_by.get(k) == in_flight)
+        }
+        self._done_by = {k: a for k, a in self._done_by.items() if k in self._done_at}
         return frozenset(self._done_at)
 
     def admit(self, key: str, now: float) -> bool:

@@ -5,6 +5,7 @@ restart-ledger entry, before its first side effect, so a restarted operator resu
 from __future__ import annotations
 
 from rljob.api import ActionKind, InFlightAction, RLJobStatus
+from rljob.api.status import JOURNAL_FORMAT
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
@@ -34,7 +35,7 @@ def settle_journal(status: RLJobStatus, observed: Observed, job_name: str) -> RL
     """Clears the journal once the action is done: a gang restart when the new attempt's Job
     exists, a pod restart when the pod is gone, a role roll when its Deployment was rolled."""
     action = status.in_flight
-    if action is None:
+    if action is None or unknown_format(status):
         return status
     if action.kind == ActionKind.RESTART_TRAINER_GANG:
         created = trainer_job_name(job_name, status.attempt or 1)
@@ -47,6 +48,19 @@ def settle_journal(status: RLJobStatus, observed: Observed, job_name: str) -> RL
     else:
         done = False
     return status.model_copy(update={"in_flight": None}) if done else status
+
+
+def unknown_format(status: RLJobStatus) -> EventSpec | None:
+    """An entry journaled by a newer operator (downgraded mid-action): left alone, never
+    settled or replaced, and said (the newer operator resumes it)."""
+    action = status.in_flight
+    if action is None or action.format <= JOURNAL_FORMAT:
+        return None
+    message = (
+        f"status.inFlight {action.id} has journal format {action.format}; this operator "
+        f"knows formats up to {JOURNAL_FORMAT}: the action waits for an operator that knows it"
+    )
+    return EventSpec("Warning", "JournalFormatUnknown", message)
 
 
 def _rolled(child: ObservedChild, action: InFlightAction) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from itertools import pairwise
 
 from rljob.api import (
     AttemptRecord,
@@ -37,6 +38,13 @@ RESUME_VERSION_ENV = "RLJOB_RESUME_VERSION"
 END_REASON_MAX_LENGTH = 64
 SUCCEEDED_END = "Succeeded"
 SUSPENDED_END = "Suspended"
+JOB_DELETED_END = "JobDeleted"
+RESTART_REQUESTED_END = "RestartRequested"
+FAIL_JOB_END = "FailJob"
+# Ends after which the next attempt is not the failure policy's gang restart.
+NOT_RESTARTED_ENDS = frozenset(
+    {SUSPENDED_END, JOB_DELETED_END, RESTART_REQUESTED_END, FailureReason.UNSCHEDULABLE.value}
+)
 TRAINER_FAILED = "TrainerFailed"
 
 
@@ -77,6 +85,7 @@ class TrainerDecision:
     after_unschedulable: bool = False  # the previous attempt timed out, this one is not yet placed
     failure: TrainerFailure | None = None
     message: str = ""
+    replaced: str = ""  # the previous attempt's Job, deleted outside the operator: this one follows
 
     @property
     def stopped(self) -> bool:
@@ -124,6 +133,9 @@ def decide_trainer(
         return TrainerDecision(TrainerState.SUSPENDED, attempt, message="spec.suspend is true")
     if is_true(status.conditions, ConditionType.SUSPENDED) and _started(job, attempt, current):
         return _next_attempt(job, observed, attempt + 1, now)
+    deleted = _deleted_outside(job, attempt, current)
+    if deleted:
+        return replace(_next_attempt(job, observed, attempt + 1, now), replaced=deleted)
     if live is not None:
         return _running_attempt(job, observed, live, attempt, now)
     return _next_attempt(job, observed, attempt, now)
@@ -149,6 +161,16 @@ def _trainer_job(observed: Observed, job_name: str, attempt: int) -> ObservedChi
 def _started(job: RLJob, attempt: int, current: ObservedChild | None) -> bool:
     """Whether the attempt's Job was ever created (a job created suspended has not started)."""
     return current is not None or _record(job.status.attempts, attempt) is not None
+
+
+def _deleted_outside(job: RLJob, attempt: int, current: ObservedChild | None) -> str:
+    """The name of the attempt's Job when it is gone though the operator saw it and never
+    deleted it (the operator ends an attempt in the same write that deletes its Job): someone
+    deleted it by hand. Seen once, a Job missing from the index is gone, whatever the lag."""
+    record = _record(job.status.attempts, attempt)
+    if current is not None or record is None or record.job_uid is None:
+        return ""
+    return "" if record.ended_at is not None else trainer_job_name(job.metadata.name, attempt)
 
 
 def _running_attempt(
@@ -288,11 +310,15 @@ def updated_attempts(
     """The attempt history after this pass: an attempt is recorded when its Job is first
     created and closed (once) when it ends."""
     updated = list(records)
+    if decision.replaced:
+        updated = close_attempt(updated, decision.attempt - 1, JOB_DELETED_END, now)
+    if decision.job is not None and not decision.job.deleting:
+        updated = [_seen(record, decision.job) for record in updated]
     ended = _end_reason(decision)
     if ended is not None:
         # A timed-out decision already names the next attempt.
         timed_out = decision.state == TrainerState.TIMED_OUT
-        updated = _close(
+        updated = close_attempt(
             updated, decision.attempt - 1 if timed_out else decision.attempt, ended, now
         )
     if decision.create_job and _record(updated, decision.attempt) is None:
@@ -312,15 +338,34 @@ def _end_reason(decision: TrainerDecision) -> str | None:
     return None
 
 
-def _close(
-    records: list[AttemptRecord], attempt: int, reason: str, now: datetime
+def close_attempt(
+    records: Sequence[AttemptRecord], attempt: int, reason: str, now: datetime
 ) -> list[AttemptRecord]:
+    """The records with `attempt` ended now for `reason`, unless it had already ended."""
     return [
         record.model_copy(update={"ended_at": now, "end_reason": reason})
         if record.attempt == attempt and record.ended_at is None
         else record
         for record in records
     ]
+
+
+def resumed_by_gang_restarts(records: Sequence[AttemptRecord]) -> list[int | None]:
+    """The step each attempt started by a failure-policy gang restart resumed from, oldest first
+    (an attempt after a suspend, a manual restart, a deleted Job or a scheduling timeout is not
+    one; records of an older release, never closed on a gang restart, are)."""
+    return [
+        record.resumed_from_step
+        for before, record in pairwise(records)
+        if before.end_reason not in NOT_RESTARTED_ENDS
+    ]
+
+
+def _seen(record: AttemptRecord, job: ObservedChild) -> AttemptRecord:
+    """The attempt's record with its Job's uid, once the Job of that attempt is observed."""
+    if record.job_uid is not None or job.attempt != record.attempt or not job.uid:
+        return record
+    return record.model_copy(update={"job_uid": job.uid})
 
 
 def _record(records: Sequence[AttemptRecord], attempt: int) -> AttemptRecord | None:

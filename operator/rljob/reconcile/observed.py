@@ -25,6 +25,7 @@ class ObservedChild:
     succeeded: bool = False
     failed: bool = False
     failed_message: str = ""
+    failed_at: datetime | None = None  # when the Job's FailureTarget (or Failed) turned True
     deleting: bool = False
     created_at: datetime | None = None
     restarted_at: str = ""  # the pod template's rljob.io/restarted-at (a role roll's action id)

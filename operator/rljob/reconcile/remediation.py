@@ -28,12 +28,15 @@ from rljob.health.termination import (
     classify_disruption,
     classify_termination,
 )
-from rljob.reconcile.lifecycle import TrainerHold
+from rljob.reconcile.lifecycle import TrainerHold, close_attempt, resumed_by_gang_restarts
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.policy import Decision, Failure, PolicyContext, choose_action, record_restart
 
 BUSY_RETRY_SECONDS = 1.0
+# A Job's failure can reach the operator before its failed rank does (two watches): the policy
+# waits this long for the rank, whose exit code may decide FailJob rather than a restart.
+ROOT_CAUSE_WAIT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,19 @@ def remedy_for(
     return TrainerRemedy(decision, status=journal_gang_restart(job, decision, failed, root, now))
 
 
+def awaiting_root_cause(
+    failed: ObservedChild, root: ObservedPod | None, now: datetime
+) -> TrainerHold | None:
+    """A hold while the failed Job's failing rank is not observed yet, bounded in time."""
+    if root is not None or failed.failed_at is None:
+        return None
+    remaining = ROOT_CAUSE_WAIT_SECONDS - (now - failed.failed_at).total_seconds()
+    if remaining <= 0:
+        return None
+    message = f"trainer Job {failed.name} failed; waiting for its failed rank to be observed"
+    return TrainerHold(min(remaining, BUSY_RETRY_SECONDS), message)
+
+
 def trainer_failed_while_busy(job: RLJob) -> TrainerHold:
     """A failed attempt while another action is in flight waits for that action to finish, then
     goes through the policy: it is neither skipped nor read as the job's end."""
@@ -149,6 +165,7 @@ def journal_gang_restart(
     return status.model_copy(
         update={
             "attempt": attempt,
+            "attempts": close_attempt(status.attempts, attempt - 1, decision.reason.value, now),
             "restarts": record_restart(status.restarts, decision, now, job.spec.failure_policy),
             "in_flight": action,
             "suspect_nodes": _suspects(status.suspect_nodes, root, decision.reason, now),
@@ -177,7 +194,7 @@ def stuck_pods(job: RLJob, observed: Observed, now: datetime) -> list[ObservedPo
 
 
 def policy_context(job: RLJob) -> PolicyContext:
-    steps = [record.resumed_from_step for record in job.status.attempts[1:]]
+    steps = resumed_by_gang_restarts(job.status.attempts)
     latest = job.status.checkpoint.latest if job.status.checkpoint else None
     return PolicyContext(resumed_from_steps=steps, next_resume_step=latest.step if latest else None)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rljob.api import RLJob, Role, RoleName, RolloutRole, ServingRole, TrainerRole
+from rljob.api import RLJob, Role, RoleName, RolloutRole, ServingRole, TrainerRole, parse_duration
 from rljob.api.labels import ATTEMPT_LABEL, COMPLETION_INDEX_ANNOTATION, SPEC_HASH_ANNOTATION
 from rljob.checkpoints.layout import (
     ENV_CHECKPOINT_URI,
@@ -32,6 +32,15 @@ DEFAULT_MASTER_PORT = 29500
 PROGRESS_DEADLINE_SECONDS = 3600
 # Time for the trainer to write a checkpoint on SIGTERM when the role does not set it.
 DEFAULT_TRAINER_GRACE_SECONDS = 300
+
+
+def trainer_grace_default(job: RLJob) -> int:
+    """300 s to save a checkpoint after SIGTERM, but never past failurePolicy.teardownTimeout,
+    when the old attempt's ranks are force-deleted."""
+    teardown = int(parse_duration(job.spec.failure_policy.teardown_timeout))
+    return min(DEFAULT_TRAINER_GRACE_SECONDS, teardown)
+
+
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"
 
 __all__ = ["DesiredChild", "RenderContext", "render_children", "trainer_job_name"]
@@ -232,7 +241,7 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
                 # With the Job controller's hostname <job>-<index> this gives every rank a
                 # stable DNS name under the trainer's headless Service.
                 "subdomain": names.trainer_service_name(ctx.name),
-                "terminationGracePeriodSeconds": DEFAULT_TRAINER_GRACE_SECONDS,
+                "terminationGracePeriodSeconds": trainer_grace_default(job),
             },
             avoid_nodes=ctx.avoid_nodes,
         )

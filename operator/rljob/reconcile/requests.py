@@ -22,7 +22,9 @@ from rljob.api import (
     RoleName,
 )
 from rljob.api.labels import RESTART_REQUEST_ANNOTATION
+from rljob.reconcile.events import EventSpec
 from rljob.reconcile.journal import MANUAL_PREFIX
+from rljob.reconcile.lifecycle import RESTART_REQUESTED_END, close_attempt
 from rljob.reconcile.names import role_child_name
 from rljob.reconcile.observed import Observed
 from rljob.reconcile.remediation import current_trainer_job
@@ -33,6 +35,7 @@ __all__ = [
     "RestartOrder",
     "journal_manual_restart",
     "malformed_restart",
+    "not_started_note",
     "pending_restart",
 ]
 _REQUEST = re.compile(
@@ -85,6 +88,8 @@ def journal_manual_restart(
     action_id = f"{MANUAL_PREFIX}{order.nonce}"[:64]
     if order.gang:
         current = current_trainer_job(job, observed)
+        if current is None and not _started(status):
+            return status  # the attempt about to start is the restart: it resumes afresh
         target = ActionTarget(
             role=RoleName.TRAINER,
             name=current.name if current else None,
@@ -93,7 +98,11 @@ def journal_manual_restart(
         action = InFlightAction(
             id=action_id, kind=ActionKind.RESTART_TRAINER_GANG, target=target, started_at=now
         )
-        return status.model_copy(update={"attempt": (status.attempt or 1) + 1, "in_flight": action})
+        attempt = status.attempt or 1
+        ended = close_attempt(status.attempts, attempt, RESTART_REQUESTED_END, now)
+        return status.model_copy(
+            update={"attempt": attempt + 1, "attempts": ended, "in_flight": action}
+        )
     if getattr(job.spec.roles, order.role.value) is None:
         return status  # no such role: nothing to roll (kubectl rljob restart checks first)
     target = ActionTarget(role=order.role, name=role_child_name(job.metadata.name, order.role))
@@ -101,3 +110,17 @@ def journal_manual_restart(
         id=action_id, kind=ActionKind.RESTART_ROLE, target=target, started_at=now
     )
     return status.model_copy(update={"in_flight": action})
+
+
+def _started(status: RLJobStatus) -> bool:
+    attempt = status.attempt or 1
+    return any(record.attempt == attempt for record in status.attempts)
+
+
+def not_started_note(order: RestartOrder, status: RLJobStatus) -> EventSpec:
+    """What a trainer restart request says when the current attempt has not started yet."""
+    message = (
+        f"trainer restart requested ({order.nonce}): attempt {status.attempt or 1} has not "
+        "started yet; it starts from the newest checkpoint"
+    )
+    return EventSpec("Normal", "RestartRequested", message)

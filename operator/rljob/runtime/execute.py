@@ -73,7 +73,8 @@ async def _delete_object(step: DeleteObject, ctx: Context) -> None:
         step.uid,
         grace_period_seconds=step.grace_period_seconds,
     )
-    ctx.memory.deletes_issued.add(step.uid, time.monotonic())
+    action = ctx.job.status.in_flight
+    ctx.memory.deletes_issued.add(step.uid, time.monotonic(), action.id if action else None)
 
 
 async def _roll(step: RollDeployment, ctx: Context) -> None:

@@ -109,7 +109,8 @@ class Passes:
         now = _now()
         job = parse_rljob(body)
         memory = self._memory(body)
-        issued = memory.deletes_issued.current(time.monotonic())
+        action = job.status.in_flight
+        issued = memory.deletes_issued.current(time.monotonic(), action.id if action else None)
         observed = with_deletes_issued(self.observed(memory.key), issued)
         inputs = await self.gatherer.inputs(
             job, observed, memory, now, self.health.source_error(memory.key)

@@ -74,3 +74,40 @@ def test_the_crd_has_the_rule_on_health_naming_the_bound(bound: str) -> None:
     # The API server checks the default {} before nested defaults fill it: every read is guarded.
     assert "!has(self.interval)" in rule["rule"]
     assert f"!has(self.{bound})" in rule["rule"]
+
+
+GRACE = "spec.roles.trainer.terminationGracePeriodSeconds"
+
+GRACE_SETTINGS = [
+    pytest.param(None, None, set(), id="grace-unset"),
+    pytest.param(60, None, set(), id="grace-under-default-teardown"),
+    pytest.param(600, "10m", set(), id="grace-equal-to-teardown"),
+    pytest.param(60, "1m0.5s", set(), id="teardown-with-a-fraction"),
+    pytest.param(0, "1ns", set(), id="no-grace"),
+    pytest.param(601, None, {GRACE}, id="grace-over-default-teardown"),
+    pytest.param(60, "30s", {GRACE}, id="grace-over-teardown"),
+    pytest.param(60, "59.999999999s", {GRACE}, id="grace-over-teardown-by-a-nanosecond"),
+]
+
+
+@pytest.mark.parametrize(("grace", "teardown", "refused_at"), GRACE_SETTINGS)
+def test_trainer_grace_fits_in_the_teardown_timeout(
+    grace: int | None, teardown: str | None, refused_at: set[str]
+) -> None:
+    trainer: dict[str, Any] = {} if grace is None else {"terminationGracePeriodSeconds": grace}
+    policy = {} if teardown is None else {"teardownTimeout": teardown}
+    body = job(roles={"rollout": {}, "trainer": trainer}, failurePolicy=policy)
+    assert both_refusals(body) == (refused_at, refused_at)
+
+
+def test_only_the_trainer_grace_is_bound_by_the_teardown() -> None:
+    body = job(
+        roles={"rollout": {"terminationGracePeriodSeconds": 600}, "trainer": {}},
+        failurePolicy={"teardownTimeout": "30s"},
+    )
+    assert both_refusals(body) == (set(), set())
+
+
+def test_the_crd_has_the_grace_rule_on_spec() -> None:
+    (rule,) = [r for r in node_at("spec")[CEL_RULES] if r.get("fieldPath") == f".{GRACE[5:]}"]
+    assert "duration(self.failurePolicy.teardownTimeout).getSeconds()" in rule["rule"]

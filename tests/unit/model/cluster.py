@@ -915,6 +915,11 @@ class Cluster(Kube):
             "in_flight_after": copy.deepcopy(status.get("inFlight")),
             "attempt_after": status.get("attempt"),
             "restarts_after": (status.get("restarts") or {}).get("total", 0),
+            "seen_jobs_after": {
+                record["attempt"]: record["jobUid"]
+                for record in status.get("attempts") or []
+                if record.get("jobUid")
+            },
         }
 
     # -- reading (tests) --------------------------------------------------------------------

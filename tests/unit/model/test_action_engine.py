@@ -1,10 +1,8 @@
-"""The action engine's invariants (machine.py), explored by a stateful test, and the shortest
-sequences the exploration found breaking them, replayed step by step.
+"""The action engine's invariants (machine.py), explored by a stateful test, and sequences
+replayed step by step: the shortest the exploration found breaking an invariant, kept once fixed.
 
-The invariants known to be broken are explored alone and not shrunk (strict xfail: once its
-defects are fixed, an invariant leaves BROKEN); their shortest sequences are the replays below.
-A replay may also hold a defect that the derandomized exploration does not reach within its
-budget (a store outage during a gang restart, then suspend): its invariant stays in HOLDING."""
+An invariant known to be broken goes into BROKEN with the replays of its defects (strict
+xfail): it is explored alone and not shrunk, and leaves BROKEN when they are fixed."""
 
 from __future__ import annotations
 
@@ -15,13 +13,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.unit.model.machine import (
-    ALL_CHECKS,
-    LEDGER,
-    NEXT_ATTEMPT,
-    NO_DOUBLE_DELETE,
-    ActionEngine,
-)
+from tests.unit.model.machine import ALL_CHECKS, ActionEngine
 
 EXPLORE = settings(
     max_examples=600,
@@ -35,14 +27,8 @@ EXPLORE = settings(
 # the rules change a little.
 FIND_ONLY = settings(EXPLORE, max_examples=3000, phases=[Phase.generate])
 
-# Invariant -> the replays of the known defects that break it (test_shortest_failing_sequences).
-BROKEN = {
-    NEXT_ATTEMPT: (
-        "trainer-job-deleted-by-hand",
-        "attempt-held-back-by-a-store-outage-then-suspended",
-    ),
-    NO_DOUBLE_DELETE: ("old-job-deleted-again-after-a-long-watch-lag",),
-}
+# Invariant -> the replays (test_controls_hold_every_invariant, as strict xfail) of its defects.
+BROKEN: dict[str, tuple[str, ...]] = {}  # none known: every invariant holds
 HOLDING = ALL_CHECKS - BROKEN.keys()
 
 
@@ -121,6 +107,29 @@ SETTLE = ("world_settles", {"rounds": 1})
         pytest.param([("trainer_rank_fails", {"index": 0, "how": "exit-93"}),
                       ("health_round_finds", {"index": 2}), ("world_settles", {"rounds": 2})],
                      1, 0, "Failed", id="failjob-wins-over-a-finding-in-the-same-pass"),
+        # Found by the exploration, fixed since:
+        pytest.param([("user_deletes_a_child", {"what": "trainer-job", "index": 0}),
+                      ("world_settles", {"rounds": 6})],
+                     2, 0, "Running", id="trainer-job-deleted-by-hand-starts-the-next-attempt"),
+        pytest.param([NCCL_FAILS, SETTLE, ("watches_lag", {"deliveries": 1, "kinds": ("Job",)}),
+                      ("time_passes", {"seconds": 61}), ("operator_passes", {}),
+                      ("world_settles", {"rounds": 6})],
+                     2, 1, "Running", id="old-job-deleted-once-after-a-long-watch-lag"),
+        pytest.param([("s3_misbehaves", {"fault": "fail"}), NCCL_FAILS,
+                      ("world_settles", {"rounds": 3}), ("user_sets_suspend", {"suspend": True}),
+                      SETTLE, ("user_sets_suspend", {"suspend": False}),
+                      ("world_settles", {"rounds": 6})],
+                     2, 1, "Running", id="attempt-held-back-by-a-store-outage-then-suspended"),
+        pytest.param([("trainer_rank_fails", {"index": 0, "how": "exit-93"}),
+                      ("watches_lag", {"deliveries": 3, "kinds": ("Pod",)}),
+                      ("world_settles", {"rounds": 4})],
+                     1, 0, "Failed", id="exit-93-fails-the-job-though-the-pod-watch-lags"),
+        pytest.param([("user_deletes_a_child", {"what": "trainer-job", "index": 0}),
+                      ("s3_misbehaves", {"fault": "fail"}), SETTLE,
+                      ("user_requests_a_restart", {"role": "trainer"}), ("operator_passes", {}),
+                      ("operator_restarts", {"dies_before_write": 2}),
+                      ("world_settles", {"rounds": 6})],
+                     2, 0, "Running", id="manual-restart-of-an-unstarted-attempt-is-that-attempt"),
     ],
 )  # fmt: skip
 def test_controls_hold_every_invariant(
@@ -133,37 +142,3 @@ def test_controls_hold_every_invariant(
     assert (status["attempt"], status["restarts"]["total"], status["phase"]) == (
         attempt, restarts, phase
     )  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("checks", "steps"),
-    [
-        pytest.param(
-            frozenset({NEXT_ATTEMPT}),
-            [("user_deletes_a_child", {"what": "trainer-job", "index": 0}), SETTLE],
-            marks=known("the Job is created again as attempt 1, not counted, from the "
-                        "attempt's original resume point: what the attempt saved is lost"),
-            id="trainer-job-deleted-by-hand",
-        ),
-        pytest.param(
-            frozenset({NO_DOUBLE_DELETE}),
-            [NCCL_FAILS, SETTLE, ("watches_lag", {"deliveries": 1, "kinds": ("Job",)}),
-             ("time_passes", {"seconds": 61}), ("operator_passes", {})],
-            marks=known("the delete expectations expire after 60 s: a Job watch lagging "
-                        "longer makes the same gang restart delete the old Job again"),
-            id="old-job-deleted-again-after-a-long-watch-lag",
-        ),
-        pytest.param(
-            frozenset({NEXT_ATTEMPT, LEDGER}),
-            [("s3_misbehaves", {"fault": "fail"}), NCCL_FAILS, ("world_settles", {"rounds": 3}),
-             ("user_sets_suspend", {"suspend": True}), SETTLE,
-             ("user_sets_suspend", {"suspend": False}), SETTLE],
-            marks=known("status.attempts records attempt 2 when its Job is planned; the store "
-                        "outage holds the Job back, suspend closes attempt 2 and resume starts "
-                        "attempt 3 without attempt 2's marker: it resumes from scratch"),
-            id="attempt-held-back-by-a-store-outage-then-suspended",
-        ),
-    ],
-)  # fmt: skip
-def test_shortest_failing_sequences(checks: frozenset[str], steps: Sequence[Step]) -> None:
-    replay(checks, steps)

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from rljob.api import ActionKind, FailureReason, JobPhase
+from rljob.api.status import JOURNAL_FORMAT
 from rljob.health.evaluation import finding
+from rljob.reconcile.attempt_start import AttemptGathered
 from rljob.reconcile.decide import Decision, PassInputs, decide
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.steps import DeleteObject, PostEvent, RollDeployment
@@ -165,12 +167,12 @@ def test_stall_findings_on_several_engines_respect_max_unavailable() -> None:
 def test_old_ranks_stuck_terminating_are_force_deleted_only_on_a_lost_node(
     node_state: str, force_deleted: bool
 ) -> None:
-    w = running_world(failurePolicy={"teardownTimeout": "10s"})
+    w = running_world(failurePolicy={"teardownTimeout": "30s"})
     fail_trainer(w)
     journal(w, decide_now(w))
     stuck = f"{trainer_job_name(w.name, 1)}-1"
     w.pods[stuck] = dataclasses.replace(w.pods[stuck], deleting=True)
-    w.advance(11)
+    w.advance(31)
 
     decision = decide_now(w, node_states={"gpu-1": node_state})
 
@@ -224,3 +226,112 @@ def test_a_journal_written_by_the_previous_release_is_resumed(
     else:
         rolls = [s for s in decision.steps if isinstance(s, RollDeployment)]
         assert [r.nonce for r in rolls] == ["role-rollout-1"]
+
+
+def test_a_journal_of_a_newer_format_is_left_alone_and_said() -> None:
+    """An operator downgraded mid-action neither settles nor replaces what it cannot read."""
+    w = running_world()
+    started = w.now.isoformat().replace("+00:00", "Z")
+    newer = {"id": "roll-x", "kind": "RestartRole", "startedAt": started, "format": 2,
+             "target": {"role": "rollout", "name": f"{w.name}-rollout"}}  # fmt: skip
+    w.body["status"]["inFlight"] = newer
+    request_restart(w, "trainer/n1")
+
+    decision = decide_now(w)
+
+    status = decision.plan.status
+    assert status.in_flight is not None and status.in_flight.format == 2
+    assert status.last_restart_request is None and status.attempt == 1
+    assert [event.reason for _, event in decision.reports] == ["JournalFormatUnknown"]
+
+
+def test_new_journal_entries_carry_the_current_format() -> None:
+    w = running_world()
+    fail_trainer(w)
+    action = decide_now(w).plan.status.in_flight
+    assert action is not None
+    assert action.model_dump(by_alias=True)["format"] == JOURNAL_FORMAT
+
+
+EXIT_93_RULE = {"rules": [{"onExitCodes": [93], "action": "FailJob"}]}
+
+
+@pytest.mark.parametrize(
+    ("rank_seen_after", "phase", "attempt"),
+    [
+        pytest.param(5, JobPhase.FAILED, 1, id="rank-seen-within-the-wait-fails-the-job"),
+        pytest.param(None, JobPhase.PENDING, 2, id="rank-never-seen-gang-restart-after-the-wait"),
+    ],
+)
+def test_a_failed_job_waits_for_its_failed_rank_before_the_policy_decides(
+    rank_seen_after: float | None, phase: JobPhase, attempt: int
+) -> None:
+    """The Job watch can deliver the failure before the pod watch delivers the rank whose exit
+    code (93: FailJob) decides: no restart on the Job's word alone while the rank may come."""
+    w = running_world(failurePolicy=EXIT_93_RULE)
+    w.finish_job(1, failed=True, failed_at=w.now)
+
+    held = decide_now(w)
+    assert (held.plan.status.attempt, held.plan.status.in_flight) == (1, None)
+    assert held.plan.requeue_after is not None and held.plan.requeue_after <= 1
+
+    if rank_seen_after is not None:
+        w.advance(rank_seen_after)
+        w.fail_rank(1, 0, exit_code=93, reason="Error", message="bad reward config")
+    else:
+        w.advance(31)
+    decided = decide_now(w)
+    status = decided.plan.status
+    assert (status.phase, status.attempt) == (phase, attempt)
+
+
+def test_a_trainer_job_deleted_by_hand_starts_the_next_attempt() -> None:
+    w = running_world()
+    journal(w, decide_now(w))  # the pass that saw the Job recorded its uid
+    (record,) = w.job.status.attempts
+    assert record.job_uid == w.children[("Job", trainer_job_name(w.name, 1))].uid
+    del w.children[("Job", trainer_job_name(w.name, 1))]
+    w.pods = {name: p for name, p in w.pods.items() if p.role != "trainer"}
+
+    decision = decide_now(w)
+
+    status = decision.plan.status
+    assert status.attempt == 2
+    assert [(r.attempt, r.end_reason) for r in status.attempts] == [(1, "JobDeleted")]
+    assert [e.reason for e in decision.events] == ["TrainerJobDeleted"]
+    assert status.restarts is not None and status.restarts.total == 0, "the user's, not counted"
+
+
+def test_an_attempt_held_back_by_the_store_is_not_recorded_as_started() -> None:
+    """Until its Job is created an attempt has not started: a suspend meanwhile must not end
+    it, or the resume would skip it and lose its marker's lineage."""
+    w = running_world()
+    fail_trainer(w)
+    journal(w, decide_now(w))
+    w.settle()
+    store_down = AttemptGathered(2, error="connection refused")
+
+    decision = decide_now(w, attempt=store_down)
+
+    assert decision.plan.status.attempt == 2
+    assert [r.attempt for r in decision.plan.status.attempts] == [1]
+    assert not any(e.reason == "Created" for e in decision.events)
+
+
+def test_a_manual_trainer_restart_before_the_attempt_started_is_that_attempt() -> None:
+    """Attempt 2 (after the trainer Job was deleted by hand) waits for the store; a restart
+    request meanwhile is handled by attempt 2 itself (it resumes from the newest checkpoint
+    when it starts): no attempt is skipped."""
+    w = running_world()
+    journal(w, decide_now(w))
+    del w.children[("Job", trainer_job_name(w.name, 1))]
+    w.pods = {name: p for name, p in w.pods.items() if p.role != "trainer"}
+    journal(w, decide_now(w, attempt=AttemptGathered(2, error="connection refused")))
+    request_restart(w, "trainer/n1")
+
+    decision = decide_now(w, attempt=AttemptGathered(2, error="connection refused"))
+
+    status = decision.plan.status
+    assert status.attempt == 2
+    assert status.last_restart_request is not None and status.last_restart_request.id == "n1"
+    assert [event.reason for _, event in decision.reports] == ["RestartRequested"]

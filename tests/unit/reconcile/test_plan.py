@@ -95,6 +95,8 @@ def test_first_pass_creates_every_child() -> None:
 def test_pending_until_every_role_is_ready_then_running() -> None:
     world = World(example_body())
     world.step()
+    seen = world.step().status.attempts  # the pass that first sees the Job records its uid
+    assert [record.job_uid for record in seen] == [world.children[TRAINER_A1].uid]
     assert_quiet(world, requeue_after=120)  # the trainer's scheduling deadline
     world.ready()
     world.children[("Deployment", f"{JOB}-verifier")] = dataclasses.replace(
