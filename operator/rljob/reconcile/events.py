@@ -74,9 +74,9 @@ def _created(
             return []  # created by a pass whose status write failed
         names = ", ".join(f"{child.kind} {child.name}" for child in applied)
         return [normal("Created", f"created {names}")]
-    if decision.create_job and all(r.attempt != decision.attempt for r in old.attempts):
+    record = next((r for r in new.attempts if r.attempt == decision.attempt), None)
+    if decision.create_job and record is not None and record not in old.attempts:
         job = trainer_job_name(job_name, decision.attempt)
-        record = next(r for r in new.attempts if r.attempt == decision.attempt)
         start = (
             f"resuming from step {record.resumed_from_step}"
             if record.resumed_from_step is not None

@@ -159,8 +159,10 @@ def _trainer_job(observed: Observed, job_name: str, attempt: int) -> ObservedChi
 
 
 def _started(job: RLJob, attempt: int, current: ObservedChild | None) -> bool:
-    """Whether the attempt's Job was ever created (a job created suspended has not started)."""
-    return current is not None or _record(job.status.attempts, attempt) is not None
+    """Whether the attempt's Job was ever seen (a job created suspended has not started; an
+    attempt journaled but whose Job a crash or the store held back has not either)."""
+    record = _record(job.status.attempts, attempt)
+    return current is not None or (record is not None and record.job_uid is not None)
 
 
 def _deleted_outside(job: RLJob, attempt: int, current: ObservedChild | None) -> str:
@@ -321,7 +323,9 @@ def updated_attempts(
         updated = close_attempt(
             updated, decision.attempt - 1 if timed_out else decision.attempt, ended, now
         )
-    if decision.create_job and _record(updated, decision.attempt) is None:
+    if decision.create_job and _unstarted(_record(updated, decision.attempt)):
+        # Recorded afresh; a record ended before its Job was ever seen is started again.
+        updated = [r for r in updated if r.attempt != decision.attempt]
         updated.append(_new_record(decision.attempt, now, resume_env))
     return updated[-MAX_ATTEMPTS:]
 
@@ -366,6 +370,10 @@ def _seen(record: AttemptRecord, job: ObservedChild) -> AttemptRecord:
     if record.job_uid is not None or job.attempt != record.attempt or not job.uid:
         return record
     return record.model_copy(update={"job_uid": job.uid})
+
+
+def _unstarted(record: AttemptRecord | None) -> bool:
+    return record is None or (record.ended_at is not None and record.job_uid is None)
 
 
 def _record(records: Sequence[AttemptRecord], attempt: int) -> AttemptRecord | None:

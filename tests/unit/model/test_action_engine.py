@@ -130,6 +130,13 @@ SETTLE = ("world_settles", {"rounds": 1})
                       ("operator_restarts", {"dies_before_write": 2}),
                       ("world_settles", {"rounds": 6})],
                      2, 0, "Running", id="manual-restart-of-an-unstarted-attempt-is-that-attempt"),
+        pytest.param([("controllers_step", {}), ("user_sets_suspend", {"suspend": True}),
+                      ("world_settles", {"rounds": 3}), ("user_sets_suspend", {"suspend": False}),
+                      ("next_write_fails", {"status": 409}), ("operator_passes", {}),
+                      ("operator_restarts", {"dies_before_write": 2}),
+                      ("user_sets_suspend", {"suspend": True}), SETTLE,
+                      ("user_sets_suspend", {"suspend": False}), ("world_settles", {"rounds": 6})],
+                     2, 0, "Running", id="attempt-journaled-then-crashed-then-suspended-is-kept"),
     ],
 )  # fmt: skip
 def test_controls_hold_every_invariant(
