@@ -19,9 +19,9 @@ import yaml
 
 from rljob.dev.bed import OperatorProcess, ensure_namespace, launch_operator, service_account_token
 from rljob.dev.binaries import bin_dir
-from rljob.dev.controlplane import write_kubeconfig
 from rljob.dev.kubeapi import ApiError, Credentials, KubeApi
 from rljob.dev.processes import tail
+from rljob.dev.rundir import write_kubeconfig
 from tests.integration.conftest import Cluster, Operator
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "rljob-operator"

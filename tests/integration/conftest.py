@@ -16,17 +16,12 @@ import yaml
 
 from rljob.dev.bed import OperatorProcess, install_crd, start_operator
 from rljob.dev.binaries import bin_dir
-from rljob.dev.controlplane import (
-    COMPONENTS,
-    ControlPlane,
-    RunDir,
-    RunState,
-    admin_credentials,
-    running_plane,
-)
+from rljob.dev.components import COMPONENTS
+from rljob.dev.controlplane import ControlPlane, running_plane
 from rljob.dev.kubeapi import ApiError, KubeApi
 from rljob.dev.processes import tail
 from rljob.dev.prometheus import PrometheusServer
+from rljob.dev.rundir import RunDir, RunState, admin_credentials
 from rljob.dev.s3server import S3Server
 from rljob.dev.sim import Simulator
 from rljob.dev.sim.launcher import start_with_prometheus

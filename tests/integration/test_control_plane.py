@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from rljob.dev.audit import count_writes
-from rljob.dev.controlplane import HEARTBEAT_STOP_LABEL
+from rljob.dev.components import HEARTBEAT_STOP_LABEL
 from rljob.dev.kubeapi import ApiError, Credentials, KubeApi
 from rljob.dev.nodes import GPU_RESOURCE
 from tests.helpers import count_quantity, wait_for

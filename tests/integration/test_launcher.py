@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rljob.dev.controlplane import RunState
+from rljob.dev.rundir import RunState
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,10 @@ from typing import Any
 import yaml
 
 from rljob.api import crd_manifest
-from rljob.dev.controlplane import ControlPlaneError, RunDir, wait_until, write_kubeconfig
+from rljob.dev.controlplane import ControlPlaneError, wait_until
 from rljob.dev.kubeapi import ApiError, KubeApi
 from rljob.dev.processes import free_ports, spawn, tail, terminate
+from rljob.dev.rundir import RunDir, write_kubeconfig
 
 CRD_NAME = "rljobs.rljob.io"
 OPERATOR_NAMESPACE = "rljob-system"

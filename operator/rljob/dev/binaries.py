@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from rljob.dev.controlplane import COMPONENTS
+from rljob.dev.components import COMPONENTS
 
 _REQUIRED = (*COMPONENTS, "kubectl")
 

@@ -12,16 +12,10 @@ import time
 from pathlib import Path
 
 from rljob.dev.binaries import bin_dir
-from rljob.dev.controlplane import (
-    COMPONENTS,
-    ControlPlane,
-    ControlPlaneError,
-    RunDir,
-    RunState,
-    running_plane,
-    wait_until,
-)
+from rljob.dev.components import COMPONENTS
+from rljob.dev.controlplane import ControlPlane, ControlPlaneError, running_plane, wait_until
 from rljob.dev.processes import pid_alive, pid_runs, terminate
+from rljob.dev.rundir import RunDir, RunState
 
 
 def cache_root() -> Path:
