@@ -1,0 +1,159 @@
+"""One pod's raw series as detector samples: engine samples for the drift and stall detectors,
+histogram snapshots for the verifier latency detector."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from rljob.health.profiles.lookup import SeriesLookup
+from rljob.health.profiles.signals import (
+    GENERATION_TOKENS,
+    KV_CACHE_USAGE,
+    PAUSED_REQUESTS,
+    PREEMPTIONS,
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
+    REQUESTS_RUNNING,
+    REQUESTS_WAITING,
+    SLEEP_STATE,
+    TIME_EPSILON,
+    VERIFIER_BUCKETS,
+    VERIFIER_ERRORS,
+    Series,
+)
+from rljob.health.profiles.workloads import EngineMetrics, SleepGauge, VerifierMetrics
+from rljob.health.samples import EngineSample
+from rljob.health.verifier import VerifierSample
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def sample_times(
+    series: Iterable[Series], *, after: float = -math.inf, min_spacing: float = 0.0
+) -> list[float]:
+    """The distinct timestamps of the series after `after`, ascending, thinned so that each
+    is at least `min_spacing` after the one before (the detectors' own rule: they would drop
+    the others after building them)."""
+    times: set[float] = set()
+    for one in series:
+        times.update(t for t, _ in one.points if t > after)
+    kept: list[float] = []
+    for t in sorted(times):
+        if not kept or t >= kept[-1] + min_spacing:
+            kept.append(t)
+    return kept
+
+
+def engine_samples(
+    profile: EngineMetrics,
+    series: Mapping[str, Sequence[Series]],
+    staleness: float,
+    *,
+    after: float = -math.inf,
+    min_spacing: float = 0.0,
+) -> list[EngineSample]:
+    """One pod's engine samples, one per timestamp of its token counter (after `after`,
+    thinned to `min_spacing`), from its series by signal name. A timestamp without the token
+    counter, running or waiting values gives no sample; optional metrics missing at a
+    timestamp are None."""
+    label = profile.engine_label
+
+    def lookup(name: str) -> SeriesLookup:
+        return SeriesLookup(series.get(name, ()), label, staleness)
+
+    tokens, running, waiting = (
+        lookup(GENERATION_TOKENS),
+        lookup(REQUESTS_RUNNING),
+        lookup(REQUESTS_WAITING),
+    )
+    if not (tokens and running and waiting):
+        return []
+    kv, hits, queries = (
+        lookup(KV_CACHE_USAGE),
+        lookup(PREFIX_CACHE_HITS),
+        lookup(PREFIX_CACHE_QUERIES),
+    )
+    preemptions, sleep, paused = lookup(PREEMPTIONS), lookup(SLEEP_STATE), lookup(PAUSED_REQUESTS)
+    samples = []
+    times = sample_times(series.get(GENERATION_TOKENS, ()), after=after, min_spacing=min_spacing)
+    for t in times:
+        required = (tokens.reduce(t, sum), running.reduce(t, sum), waiting.reduce(t, sum))
+        if required[0] is None or required[1] is None or required[2] is None:
+            continue
+        samples.append(
+            EngineSample(
+                t=t,
+                generated_tokens_total=required[0],
+                running=required[1],
+                waiting=required[2],
+                kv_usage=kv.reduce(t, _mean),
+                prefix_hits_total=hits.reduce(t, sum),
+                prefix_queries_total=queries.reduce(t, sum),
+                preemptions_total=preemptions.reduce(t, sum),
+                sleeping=_sleeping(profile.sleep, sleep.values_at(t)),
+                paused=_paused(paused.values_at(t)),
+            )
+        )
+    return samples
+
+
+def _sleeping(gauge: SleepGauge | None, values: list[float]) -> bool | None:
+    if gauge is None or not values:
+        return None
+    if gauge.sleeping_when_zero:
+        return any(value == 0 for value in values)
+    return any(value != 0 for value in values)
+
+
+def _paused(values: list[float]) -> bool | None:
+    return sum(values) > 0 if values else None
+
+
+def _bound(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        bound = float(text)
+    except ValueError:
+        return None
+    return None if math.isnan(bound) else bound
+
+
+def verifier_samples(
+    profile: VerifierMetrics,
+    series: Mapping[str, Sequence[Series]],
+    staleness: float,
+    *,
+    after: float = -math.inf,
+    min_spacing: float = 0.0,
+) -> list[VerifierSample]:
+    """One pod's histogram snapshots, one per timestamp of its bucket series (after `after`,
+    thinned to `min_spacing`); a snapshot needs the +Inf bucket and at least one finite one."""
+    by_bound: dict[float, list[Series]] = {}
+    for one in series.get(VERIFIER_BUCKETS, ()):
+        bound = _bound(one.label(profile.bound_label))
+        if bound is not None:
+            by_bound.setdefault(bound, []).append(one)
+    if math.inf not in by_bound or len(by_bound) < 2:
+        return []
+    # Buckets from the same scrape only: a bucket that stopped arriving must not lend its old
+    # count to a newer snapshot (the difference would read as slow requests).
+    lookups = {
+        bound: SeriesLookup(members, None, TIME_EPSILON) for bound, members in by_bound.items()
+    }
+    errors = SeriesLookup(series.get(VERIFIER_ERRORS, ()), None, staleness)
+    samples = []
+    times = sample_times(series.get(VERIFIER_BUCKETS, ()), after=after, min_spacing=min_spacing)
+    for t in times:
+        buckets = tuple(
+            (bound, count)
+            for bound, lookup in sorted(lookups.items())
+            if (count := lookup.reduce(t, max)) is not None
+        )
+        if len(buckets) < 2 or not math.isinf(buckets[-1][0]):
+            continue
+        samples.append(VerifierSample(t=t, buckets=buckets, errors_total=errors.reduce(t, max)))
+    return samples

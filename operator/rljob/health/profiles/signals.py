@@ -1,0 +1,61 @@
+"""What the metrics sources query and return: a signal (one metric, bounded by name for the
+`signal` label) and, per signal and pod, series of labels and time-ordered points."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+Point = tuple[float, float]
+Labels = tuple[tuple[str, str], ...]
+
+# Timestamps of one scrape are equal; this absorbs float rounding of millisecond timestamps.
+TIME_EPSILON = 1e-3
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One time series of one pod: its labels (sorted; without the metric name, pod and
+    namespace labels) and its points (time, value), ascending in time, all finite."""
+
+    labels: Labels
+    points: tuple[Point, ...]
+
+    def label(self, name: str) -> str | None:
+        for key, value in self.labels:
+            if key == name:
+                return value
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """One metric queried for a set of pods. `name` says which quantity it is (bounded: the
+    `signal` label of rljob_health_queries_total); `metric` is the exposed series name and
+    `matchers` are exact label matches every returned series must have."""
+
+    name: str
+    metric: str
+    matchers: Labels = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.matchers)
+
+
+# Signal names, the bounded `signal` label values.
+GENERATION_TOKENS = "generation_tokens"
+REQUESTS_RUNNING = "requests_running"
+REQUESTS_WAITING = "requests_waiting"
+KV_CACHE_USAGE = "kv_cache_usage"
+PREFIX_CACHE_HITS = "prefix_cache_hits"
+PREFIX_CACHE_QUERIES = "prefix_cache_queries"
+PREEMPTIONS = "preemptions"
+SLEEP_STATE = "sleep_state"
+PAUSED_REQUESTS = "paused_requests"
+TRAINER_HEARTBEAT = "trainer_heartbeat"
+TRAINER_STEP = "trainer_step"
+TRAINER_PHASE = "trainer_phase"
+POLICY_GENERATION = "policy_generation"
+CHECKPOINT_STEP = "checkpoint_step"
+VERIFIER_BUCKETS = "verifier_buckets"
+VERIFIER_ERRORS = "verifier_errors"

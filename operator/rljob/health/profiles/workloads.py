@@ -1,0 +1,189 @@
+"""Which metrics each workload exports: rollout engines (vLLM, SGLang, or a custom engine's
+`metricNames`), the trainer (the rljob SDK's progress exporter) and the verifiers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rljob.api.enums import Engine
+from rljob.api.spec import RolloutRole
+from rljob.health.profiles.signals import (
+    CHECKPOINT_STEP,
+    GENERATION_TOKENS,
+    KV_CACHE_USAGE,
+    PAUSED_REQUESTS,
+    POLICY_GENERATION,
+    PREEMPTIONS,
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
+    REQUESTS_RUNNING,
+    REQUESTS_WAITING,
+    SLEEP_STATE,
+    TRAINER_HEARTBEAT,
+    TRAINER_PHASE,
+    TRAINER_STEP,
+    VERIFIER_BUCKETS,
+    VERIFIER_ERRORS,
+    Signal,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SleepGauge:
+    """How an engine says it sleeps: `metric` (restricted to `matcher`, if set) is zero while it
+    sleeps (`sleeping_when_zero`, vLLM's `awake` series) or non-zero while it sleeps."""
+
+    metric: str
+    matcher: tuple[str, str] | None = None
+    sleeping_when_zero: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMetrics:
+    """A rollout engine's metric names; None: not exported."""
+
+    engine: str
+    generation_tokens_total: str
+    requests_running: str
+    requests_waiting: str
+    kv_cache_usage: str | None = None
+    prefix_cache_hits_total: str | None = None
+    prefix_cache_queries_total: str | None = None
+    preemptions_total: str | None = None
+    sleep: SleepGauge | None = None
+    paused_requests: str | None = None
+    # The label telling engines in one pod apart (data-parallel ranks); None: one engine a pod.
+    engine_label: str | None = None
+
+    def signals(self) -> dict[str, Signal]:
+        """Signal name -> signal, for the metrics this engine exports."""
+        names = {
+            GENERATION_TOKENS: self.generation_tokens_total,
+            REQUESTS_RUNNING: self.requests_running,
+            REQUESTS_WAITING: self.requests_waiting,
+            KV_CACHE_USAGE: self.kv_cache_usage,
+            PREFIX_CACHE_HITS: self.prefix_cache_hits_total,
+            PREFIX_CACHE_QUERIES: self.prefix_cache_queries_total,
+            PREEMPTIONS: self.preemptions_total,
+            PAUSED_REQUESTS: self.paused_requests,
+        }
+        signals = {name: Signal(name, metric) for name, metric in names.items() if metric}
+        if self.sleep is not None:
+            matchers = (self.sleep.matcher,) if self.sleep.matcher is not None else ()
+            signals[SLEEP_STATE] = Signal(SLEEP_STATE, self.sleep.metric, matchers)
+        return signals
+
+
+VLLM = EngineMetrics(
+    engine=Engine.VLLM.value,
+    generation_tokens_total="vllm:generation_tokens_total",
+    requests_running="vllm:num_requests_running",
+    requests_waiting="vllm:num_requests_waiting",
+    kv_cache_usage="vllm:kv_cache_usage_perc",
+    prefix_cache_hits_total="vllm:prefix_cache_hits_total",
+    prefix_cache_queries_total="vllm:prefix_cache_queries_total",
+    preemptions_total="vllm:num_preemptions_total",
+    sleep=SleepGauge("vllm:engine_sleep_state", ("sleep_state", "awake"), sleeping_when_zero=True),
+    engine_label="engine",
+)
+
+SGLANG = EngineMetrics(
+    engine=Engine.SGLANG.value,
+    generation_tokens_total="sglang:generation_tokens_total",
+    requests_running="sglang:num_running_reqs",
+    requests_waiting="sglang:num_queue_reqs",
+    kv_cache_usage="sglang:token_usage",
+    prefix_cache_hits_total="sglang:cached_tokens_total",
+    prefix_cache_queries_total="sglang:prompt_tokens_total",
+    paused_requests="sglang:num_paused_reqs",
+    engine_label="dp_rank",
+)
+
+ENGINE_PROFILES: Mapping[str, EngineMetrics] = {
+    Engine.VLLM.value: VLLM,
+    Engine.SGLANG.value: SGLANG,
+}
+
+
+class MissingMetricNamesError(ValueError):
+    """A custom engine without the metric names every engine detector needs."""
+
+
+def engine_metrics(role: RolloutRole) -> EngineMetrics:
+    """The rollout role's metric names: its engine's, with `metricNames` overriding them
+    (custom engines have only those)."""
+    engine = str(getattr(role.engine, "value", role.engine))
+    names = role.metric_names
+    base = ENGINE_PROFILES.get(engine)
+    if names is None:
+        if base is None:
+            raise MissingMetricNamesError(_CUSTOM_NEEDS)
+        return base
+
+    def pick(field: str) -> str | None:
+        override: str | None = getattr(names, field)
+        if override:
+            return override
+        return getattr(base, field) if base is not None else None
+
+    tokens = pick("generation_tokens_total")
+    running = pick("requests_running")
+    waiting = pick("requests_waiting")
+    if not (tokens and running and waiting):
+        raise MissingMetricNamesError(_CUSTOM_NEEDS)
+    sleep = SleepGauge(names.sleep_state) if names.sleep_state else None
+    return EngineMetrics(
+        engine=engine,
+        generation_tokens_total=tokens,
+        requests_running=running,
+        requests_waiting=waiting,
+        kv_cache_usage=pick("kv_cache_usage"),
+        prefix_cache_hits_total=pick("prefix_cache_hits_total"),
+        prefix_cache_queries_total=pick("prefix_cache_queries_total"),
+        preemptions_total=pick("preemptions_total"),
+        sleep=sleep or (base.sleep if base is not None else None),
+        paused_requests=base.paused_requests if base is not None else None,
+        engine_label=base.engine_label if base is not None else None,
+    )
+
+
+_CUSTOM_NEEDS = (
+    "engine custom needs metricNames.generationTokensTotal, requestsRunning and requestsWaiting"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerMetrics:
+    heartbeat: str = "rljob_trainer_heartbeat_timestamp_seconds"
+    step: str = "rljob_trainer_step"
+    phase: str = "rljob_trainer_phase"
+    phase_label: str = "phase"
+    policy_generation: str = "rljob_policy_generation"
+    checkpoint_step: str = "rljob_checkpoint_step"
+
+    def signals(self) -> dict[str, Signal]:
+        return {
+            TRAINER_HEARTBEAT: Signal(TRAINER_HEARTBEAT, self.heartbeat),
+            TRAINER_STEP: Signal(TRAINER_STEP, self.step),
+            TRAINER_PHASE: Signal(TRAINER_PHASE, self.phase),
+            POLICY_GENERATION: Signal(POLICY_GENERATION, self.policy_generation),
+            CHECKPOINT_STEP: Signal(CHECKPOINT_STEP, self.checkpoint_step),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierMetrics:
+    duration_buckets: str = "rljob_verifier_request_duration_seconds_bucket"
+    bound_label: str = "le"
+    errors_total: str | None = "rljob_verifier_request_errors_total"
+
+    def signals(self) -> dict[str, Signal]:
+        signals = {VERIFIER_BUCKETS: Signal(VERIFIER_BUCKETS, self.duration_buckets)}
+        if self.errors_total:
+            signals[VERIFIER_ERRORS] = Signal(VERIFIER_ERRORS, self.errors_total)
+        return signals
+
+
+TRAINER = TrainerMetrics()
+VERIFIER = VerifierMetrics()
