@@ -36,7 +36,7 @@ from rljob.reconcile.policy import Decision, Failure, PolicyContext, choose_acti
 BUSY_RETRY_SECONDS = 1.0
 # A Job's failure can reach the operator before its failed rank does (two watches): the policy
 # waits this long for the rank, whose exit code may decide FailJob rather than a restart.
-ROOT_CAUSE_WAIT_SECONDS = 30.0
+ROOT_CAUSE_WAIT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)

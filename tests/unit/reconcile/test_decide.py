@@ -279,7 +279,7 @@ def test_a_failed_job_waits_for_its_failed_rank_before_the_policy_decides(
         w.advance(rank_seen_after)
         w.fail_rank(1, 0, exit_code=93, reason="Error", message="bad reward config")
     else:
-        w.advance(31)
+        w.advance(11)
     decided = decide_now(w)
     status = decided.plan.status
     assert (status.phase, status.attempt) == (phase, attempt)
