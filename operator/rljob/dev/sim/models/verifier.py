@@ -1,0 +1,105 @@
+"""A simulated verifier service: a log-normal request latency histogram and an error counter."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from rljob.dev.sim.exposition import Page
+from rljob.dev.sim.faults import NO_FAULTS, Active
+from rljob.dev.sim.models.base import PROCESS_START, steps
+from rljob.dev.sim.profiles import VerifierProfile
+
+# Exposed series names; counters carry `_total`.
+VERIFIER_DURATION = "rljob_verifier_request_duration_seconds"
+VERIFIER_ERRORS = "rljob_verifier_request_errors_total"
+_Z99 = 2.3263478740408408  # the standard normal's 99th percentile
+
+
+def lognormal_cdf(x: float, median: float, sigma: float) -> float:
+    if x <= 0:
+        return 0.0
+    if math.isinf(x):
+        return 1.0
+    return 0.5 * (1 + math.erf((math.log(x) - math.log(median)) / (sigma * math.sqrt(2))))
+
+
+class VerifierModel:
+    """A verifier service: request latency histogram and an error counter."""
+
+    role = "verifier"
+
+    def __init__(self, profile: VerifierProfile, seed: str, start: float) -> None:
+        self.profile = profile
+        self.start = self.t = start
+        self._rng = random.Random(f"{seed}:verifier")
+        self.bounds = (*profile.bounds, math.inf)
+        self.counts = [0.0] * len(self.bounds)
+        self.total_seconds = 0.0
+        self.errors = 0.0
+        self.median = profile.median_latency
+
+    def set_profile(self, profile: VerifierProfile) -> None:
+        if profile.bounds != self.profile.bounds:
+            raise ValueError("bucket bounds cannot change while the process runs")
+        self.profile = profile
+
+    def median_at(self, faults: Active) -> float:
+        if faults.p99_seconds is not None:
+            return faults.p99_seconds / math.exp(_Z99 * self.profile.sigma)
+        return self.profile.median_latency
+
+    def advance(self, now: float, faults: Active = NO_FAULTS) -> None:
+        if now <= self.t:
+            return
+        profile = self.profile
+        median = self.median_at(faults)
+        error_rate = faults.error_rate if faults.error_rate is not None else profile.error_rate
+        mean = median * math.exp(profile.sigma**2 / 2)
+        shares = [lognormal_cdf(bound, median, profile.sigma) for bound in self.bounds]
+        count, step = steps(now - self.t)
+        for _ in range(count):
+            requests = profile.requests_per_second * step * self._rng.uniform(0.8, 1.2)
+            for index, share in enumerate(shares):
+                self.counts[index] += requests * share
+            self.total_seconds += requests * mean
+            self.errors += requests * error_rate
+        self.t = now
+        self.median = median
+
+    def p99(self) -> float:
+        return self.median * math.exp(_Z99 * self.profile.sigma)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "requests_total": math.floor(self.counts[-1]),
+            "errors_total": math.floor(self.errors),
+            "p99_seconds": round(self.p99(), 4),
+        }
+
+    def render(self) -> str:
+        page = Page()
+        # Floors of cumulative counts stay cumulative and monotonic.
+        buckets = [
+            (bound, float(math.floor(count)))
+            for bound, count in zip(self.bounds, self.counts, strict=True)
+        ]
+        page.histogram(
+            VERIFIER_DURATION,
+            "Time to verify one request.",
+            labels="",
+            buckets=buckets,
+            total=self.total_seconds,
+            created=self.start,
+        )
+        page.counter(
+            VERIFIER_ERRORS.removesuffix("_total"),
+            "Requests that failed verification with an error.",
+            math.floor(self.errors),
+            self.start,
+        )
+        page.gauge(
+            PROCESS_START, "Start time of the process since unix epoch in seconds.", self.start
+        )
+        return page.text()
