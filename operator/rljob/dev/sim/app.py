@@ -1,0 +1,381 @@
+"""The simulator without process concerns: attaches a workload (listener and model) to each
+simulated pod, advances the models with the faults in force, serves their metrics pages, writes
+trainer checkpoints, and publishes the scrape targets. Tests drive it in-process with a fake pod
+lister and clock; rljob.dev.sim.server runs it as a process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
+
+from rljob.dev.sim import faults as faultlib
+from rljob.dev.sim.control import ControlApi, ProfileRule
+from rljob.dev.sim.exposition import CONTENT_TYPE
+from rljob.dev.sim.httpserver import Listener, Request, Response, listen
+from rljob.dev.sim.models import (
+    EngineModel,
+    Model,
+    ReferenceModel,
+    TrainerModel,
+    VerifierModel,
+)
+from rljob.dev.sim.pods import PodInfo, parse_pod
+from rljob.dev.sim.profiles import (
+    ROLES,
+    AnyProfile,
+    EngineProfile,
+    ProfileError,
+    Profiles,
+    ReferenceProfile,
+    TrainerProfile,
+    VerifierProfile,
+    override,
+)
+from rljob.dev.sim.targets import Target, address_map, file_sd, write_json_atomic
+
+if TYPE_CHECKING:
+    from rljob.dev.sim.checkpoints import CheckpointSink
+
+log = logging.getLogger("rljob.dev.sim")
+
+MAX_WORKLOADS = 5000
+TICK_SECONDS = 1.0
+EVENTS_KEPT = 200
+PodLister = Callable[[], list[dict[str, Any]]]
+
+
+@dataclass
+class SimConfig:
+    control_port: int
+    targets_file: Path
+    address_map_file: Path
+    poll_interval: float = 0.5
+    namespaces: tuple[str, ...] = ()
+    profiles: Profiles = field(default_factory=Profiles)
+    max_workloads: int = MAX_WORKLOADS
+    checkpoints: bool = False
+
+
+@dataclass
+class Workload:
+    pod: PodInfo
+    listener: Listener
+    model: Model
+    started: float
+    scrapes: int = 0
+    pending_write: Future[int] | None = None
+    writes_checkpoints: bool = False
+
+    @property
+    def instance(self) -> str:
+        return self.pod.instance
+
+    def target(self) -> Target:
+        return Target(
+            self.pod.namespace, self.pod.name, self.pod.role, self.pod.job, self.listener.port
+        )
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        ProcessCollector(registry=r)
+        self.workloads = Gauge(
+            "rljob_sim_workloads", "Attached simulated workloads.", ["role"], registry=r
+        )
+        self.scrapes = Counter("rljob_sim_scrapes", "Metrics pages served.", ["role"], registry=r)
+        self.polls = Counter("rljob_sim_kube_polls", "Pod list calls.", ["outcome"], registry=r)
+        self.lifecycle = Counter(
+            "rljob_sim_workload_events",
+            "Workloads attached, detached and restarted.",
+            ["event"],
+            registry=r,
+        )
+        self.rules = Gauge("rljob_sim_fault_rules", "Fault rules in force.", registry=r)
+        self.checkpoints = Counter(
+            "rljob_sim_checkpoints", "Checkpoint writes.", ["outcome"], registry=r
+        )
+
+
+class SimulatorApp:
+    """The simulator without process concerns: tests may drive it in-process with a fake
+    pod lister and clock."""
+
+    def __init__(
+        self,
+        config: SimConfig,
+        list_pods: PodLister,
+        *,
+        clock: Callable[[], float] = time.time,
+        sink: CheckpointSink | None = None,
+    ) -> None:
+        self.config = config
+        self.list_pods = list_pods
+        self.clock = clock
+        self.sink = sink
+        self.rules = faultlib.RuleBook()
+        self.profile_rules: list[ProfileRule] = []
+        self.workloads: dict[str, Workload] = {}
+        self.events: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
+        self.metrics = _Metrics()
+        self.api = ControlApi(self)
+        self.control: Listener | None = None
+        self.polls_ok = 0
+        self.last_poll_error: str | None = None
+        self._over_capacity_logged = False
+        self._stop = asyncio.Event()
+        self._poll_now = asyncio.Event()
+        self._sync_lock = asyncio.Lock()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        self.publish()
+        self.control = await listen(self.api.handle, self.config.control_port)
+        log.info("control API on 127.0.0.1:%d", self.control.port)
+
+    async def run(self) -> None:
+        """Polls and ticks until stop() is called."""
+        tasks = [asyncio.create_task(self._poll_loop()), asyncio.create_task(self._tick_loop())]
+        try:
+            await self._stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def close(self) -> None:
+        for workload in list(self.workloads.values()):
+            await workload.listener.close()
+        self.workloads.clear()
+        if self.control is not None:
+            await self.control.close()
+            self.control = None
+        if self.sink is not None:
+            self.sink.close()
+
+    async def _poll_loop(self) -> None:
+        while True:
+            try:
+                await self.sync()
+            except Exception:  # one bad pod or listener must not end the polling for good
+                self.metrics.polls.labels("crashed").inc()
+                log.exception("applying the pod list failed; retrying next poll")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poll_now.wait(), self.config.poll_interval)
+            self._poll_now.clear()
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            self.advance_all()
+            self._checkpoints()
+
+    # ---------------------------------------------------------------- pods
+
+    async def sync(self) -> bool:
+        """One poll: lists pods and attaches, restarts and detaches workloads. False when the
+        list call failed (workloads are then left as they are)."""
+        async with self._sync_lock:
+            try:
+                pods = await asyncio.to_thread(self.list_pods)
+            except Exception as exc:
+                self.metrics.polls.labels("error").inc()
+                if self.last_poll_error is None:
+                    log.warning("listing pods failed: %s", exc)
+                self.last_poll_error = f"{type(exc).__name__}: {exc}"
+                return False
+            self.metrics.polls.labels("ok").inc()
+            self.polls_ok += 1
+            self.last_poll_error = None
+            await self.apply_pods(pods)
+            return True
+
+    async def apply_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
+        seen: dict[str, PodInfo] = {}
+        for obj in pods:
+            info = parse_pod(obj)
+            if info is None or not info.attachable:
+                continue
+            if self.config.namespaces and info.namespace not in self.config.namespaces:
+                continue
+            seen[info.key] = info
+        changed = False
+        for key, workload in list(self.workloads.items()):
+            info = seen.get(key)
+            if info is None or info.uid != workload.pod.uid or info.role != workload.pod.role:
+                await self._detach(key, "gone" if info is None else "replaced")
+                changed = True
+            elif info.restarts != workload.pod.restarts:
+                self._restart(workload, info)
+                changed = True
+        for key, info in seen.items():
+            if key in self.workloads:
+                continue
+            if len(self.workloads) >= self.config.max_workloads:
+                if not self._over_capacity_logged:
+                    log.warning("at most %d workloads; not attaching more", len(self.workloads))
+                    self._over_capacity_logged = True
+                break
+            await self._attach(info)
+            changed = True
+        if changed:
+            self.rules.prune({w.instance for w in self.workloads.values()})
+            self.publish()
+            for role in ROLES:
+                count = sum(1 for w in self.workloads.values() if w.pod.role == role)
+                self.metrics.workloads.labels(role).set(count)
+            self.metrics.rules.set(len(self.rules))
+
+    def event(self, event: str, pod: PodInfo, **details: Any) -> None:
+        self.events.append({"t": self.clock(), "event": event, "pod": pod.key, **details})
+
+    def effective_profile(self, pod: PodInfo) -> AnyProfile:
+        profile = self.config.profiles.for_role(pod.role)
+        if pod.profile and pod.profile_error is None:
+            try:
+                profile = override(profile, pod.profile)
+            except ProfileError as exc:
+                log.warning("%s: ignoring its profile: %s", pod.key, exc)
+        elif pod.profile_error:
+            log.warning("%s: ignoring its profile: %s", pod.key, pod.profile_error)
+        for rule in self.profile_rules:
+            if rule.selector.matches(pod.namespace, pod.name, pod.job, pod.role):
+                with contextlib.suppress(ProfileError):
+                    profile = override(profile, rule.changes)
+        return profile
+
+    def _model(self, pod: PodInfo, now: float) -> tuple[Model, bool]:
+        profile = self.effective_profile(pod)
+        seed = pod.instance
+        if isinstance(profile, EngineProfile):
+            return EngineModel(profile, seed, now), False
+        if isinstance(profile, VerifierProfile):
+            return VerifierModel(profile, seed, now), False
+        if isinstance(profile, ReferenceProfile):
+            return ReferenceModel(profile, seed, now), False
+        assert isinstance(profile, TrainerProfile)
+        writes = self.sink is not None and self.sink.wants(pod.env, pod.completion_index)
+        try:
+            step = max(0, int(pod.env.get("RLJOB_RESUME_STEP", "0") or 0))
+        except ValueError:
+            step = 0
+        return TrainerModel(profile, now, step=step, external_checkpoints=writes), writes
+
+    async def _attach(self, pod: PodInfo) -> None:
+        now = self.clock()
+        model, writes = self._model(pod, now)
+        listener = await listen(self._scrape_handler(pod.key, pod.uid))
+        self.workloads[pod.key] = Workload(pod, listener, model, now, writes_checkpoints=writes)
+        self.metrics.lifecycle.labels("attached").inc()
+        self.event("attached", pod, port=listener.port, role=pod.role)
+        log.info("attached %s %s on 127.0.0.1:%d", pod.role, pod.key, listener.port)
+
+    def _restart(self, workload: Workload, pod: PodInfo) -> None:
+        now = self.clock()
+        if self.sink is not None:
+            self.sink.forget(workload.instance)
+        workload.model, workload.writes_checkpoints = self._model(pod, now)
+        workload.pod, workload.started, workload.pending_write = pod, now, None
+        self.metrics.lifecycle.labels("restarted").inc()
+        self.event("restarted", pod, restarts=pod.restarts)
+        log.info("restarted %s %s (restart %d)", pod.role, pod.key, pod.restarts)
+
+    async def _detach(self, key: str, why: str) -> None:
+        workload = self.workloads.pop(key)
+        await workload.listener.close()
+        if self.sink is not None:
+            self.sink.forget(workload.instance)
+        self.metrics.lifecycle.labels("detached").inc()
+        self.event("detached", workload.pod, why=why)
+        log.info("detached %s (%s)", key, why)
+
+    def publish(self) -> None:
+        targets = [w.target() for w in self.workloads.values()]
+        write_json_atomic(self.config.targets_file, file_sd(targets))
+        write_json_atomic(self.config.address_map_file, address_map(targets))
+
+    # ---------------------------------------------------------------- models
+
+    def faults_of(self, workload: Workload) -> faultlib.Active:
+        pod = workload.pod
+        return self.rules.resolve(
+            instance=pod.instance,
+            namespace=pod.namespace,
+            pod=pod.name,
+            job=pod.job,
+            role=pod.role,
+            started=workload.started,
+        )
+
+    def advance(self, workload: Workload, now: float | None = None) -> faultlib.Active:
+        active = self.faults_of(workload)
+        workload.model.advance(self.clock() if now is None else now, active)
+        return active
+
+    def advance_all(self) -> None:
+        now = self.clock()
+        for workload in self.workloads.values():
+            self.advance(workload, now)
+
+    def _checkpoints(self) -> None:
+        if self.sink is None:
+            return
+        for workload in self.workloads.values():
+            model = workload.model
+            if not isinstance(model, TrainerModel) or not workload.writes_checkpoints:
+                continue
+            pending = workload.pending_write
+            if pending is not None and pending.done():
+                workload.pending_write = None
+                try:
+                    model.committed(pending.result())
+                    self.metrics.checkpoints.labels("committed").inc()
+                except Exception as exc:
+                    self.metrics.checkpoints.labels("failed").inc()
+                    log.warning("%s: checkpoint failed: %s", workload.pod.key, exc)
+            if workload.pending_write is None and model.checkpoints_due and not model.hung:
+                step = model.checkpoints_due.pop()
+                model.checkpoints_due.clear()
+                workload.pending_write = self.sink.submit(
+                    workload.instance,
+                    workload.pod.env,
+                    step,
+                    model.generation,
+                    model.profile.shard_bytes,
+                )
+
+    def _scrape_handler(self, key: str, uid: str) -> Callable[[Request], Any]:
+        async def handle(request: Request) -> Response:
+            workload = self.workloads.get(key)
+            if workload is None or workload.pod.uid != uid:
+                return Response.text("gone\n", 503)
+            if request.path != "/metrics":
+                return Response.text("not found; try /metrics\n", 404)
+            if request.method not in {"GET", "HEAD"}:
+                return Response.text("method not allowed\n", 405)
+            active = self.advance(workload)
+            if active.unreachable:
+                return Response.text("unreachable (injected)\n", 503)
+            workload.scrapes += 1
+            self.metrics.scrapes.labels(workload.pod.role).inc()
+            return Response.text(workload.model.render(), content_type=CONTENT_TYPE)
+
+        return handle
