@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from rljob.dev.sim.models.verifier import lognormal_cdf
 from rljob.health.samples import EngineSample
 from rljob.health.stall import PHASE_CHECKPOINTING, PHASE_WAITING_FOR_ROLLOUTS
 from rljob.health.verifier import VerifierSample
@@ -253,12 +254,6 @@ class VerifierProfile:
     bounds: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 
 
-def _lognormal_cdf(x: float, median: float, sigma: float) -> float:
-    if x <= 0:
-        return 0.0
-    return 0.5 * (1 + math.erf((math.log(x) - math.log(median)) / (sigma * math.sqrt(2))))
-
-
 class SimulatedVerifier:
     """A verifier's cumulative latency histogram and error counter."""
 
@@ -286,7 +281,7 @@ class SimulatedVerifier:
         median = profile.median_latency * (profile.slow_factor if age >= profile.slow_at else 1)
         requests = round(profile.requests_per_second * (t - self._t) * self._rng.uniform(0.8, 1.2))
         for index, bound in enumerate(profile.bounds):
-            self._counts[index] += round(requests * _lognormal_cdf(bound, median, profile.sigma))
+            self._counts[index] += round(requests * lognormal_cdf(bound, median, profile.sigma))
         self._counts[-1] += requests
         self._errors += round(requests * profile.error_rate)
         self._t = t
