@@ -187,6 +187,8 @@ class Cluster(Kube):
         self._status_conflicts = 0
         self._write_errors: list[int] = []
         self._writes_until_death: int | None = None
+        # Called with (actor, the pod as it was) when a delete of a pod is accepted.
+        self.pod_delete_observers: list[Callable[[str, JSON], None]] = []
 
     # -- the Kube adapter's methods (the operator's side) --------------------------------------
 
@@ -523,7 +525,7 @@ class Cluster(Kube):
         replicas = int(spec.get("replicas", 1))
         strategy = (spec.get("strategy") or {}).get("rollingUpdate") or {}
         max_unavailable = max(1, int(strategy.get("maxUnavailable", 1)))
-        current = self._template_hash(spec["template"])
+        current = self.template_hash(spec["template"])
         pods = [
             (r, p)
             for r, p in self._owned(deployment["metadata"]["uid"])
@@ -759,6 +761,8 @@ class Cluster(Kube):
             )
         self._log(actor, "delete", ref, actual, 200, detail)
         if ref[0] == "Pod":
+            for observer in self.pod_delete_observers:
+                observer(actor, live)
             self._delete_pod(ref, live, grace)
             return
         policy = propagation or ("Orphan" if ref[0] == "Job" else "Background")
@@ -867,7 +871,7 @@ class Cluster(Kube):
         ]
 
     @staticmethod
-    def _template_hash(template: JSON) -> str:
+    def template_hash(template: JSON) -> str:
         digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
         return digest[:10]
 
@@ -1037,8 +1041,9 @@ class Index:
         return observed_from(children, self.pods(key))
 
     def kopf_indexes(self) -> dict[str, Mapping[JobKey, list[Any]]]:
-        """The four kopf indexes the operator's handlers declare, as views of this index."""
+        """The kopf indexes the operator's handlers declare, as views of this index."""
         return {
+            "rljobs_idx": _RLJobView(self),
             "deployments_idx": _KindView(self, "Deployment"),
             "jobs_idx": _KindView(self, "Job"),
             "services_idx": _KindView(self, "Service"),
@@ -1067,3 +1072,26 @@ class _KindView(Mapping[JobKey, list[Any]]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+class _RLJobView(Mapping[JobKey, list[str]]):
+    """The RLJob index: (namespace, name) -> the uids of the RLJobs the watch shows."""
+
+    def __init__(self, index: Index) -> None:
+        self._index = index
+
+    def _uids(self) -> dict[JobKey, list[str]]:
+        uids: dict[JobKey, list[str]] = {}
+        for body in self._index._streams[KIND].shown.values():
+            meta = body["metadata"]
+            uids.setdefault((meta["namespace"], meta["name"]), []).append(meta["uid"])
+        return uids
+
+    def __getitem__(self, key: JobKey) -> list[str]:
+        return self._uids()[key]
+
+    def __iter__(self) -> Iterator[JobKey]:
+        return iter(sorted(self._uids()))
+
+    def __len__(self) -> int:
+        return len(self._uids())

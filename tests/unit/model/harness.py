@@ -54,6 +54,13 @@ class _Bodies(JobWorkers):
         if uid in self.bodies:
             self.bodies[uid] = body
 
+    def forget(self, body: JSON) -> None:
+        super().forget(body)
+        self.bodies.pop(body["metadata"]["uid"], None)
+
+    def forget_uid(self, uid: str) -> None:
+        self.bodies.pop(uid, None)
+
     def wake(self, key: JobKey) -> None:
         return None
 
@@ -83,6 +90,29 @@ def run_pass(runtime: Runtime, body: JSON) -> float | None:
 def submit(runtime: Runtime, body: JSON) -> None:
     """The RLJob's watch delivered `body` to the runtime's worker."""
     runtime.workers.submit(body)
+
+
+def forget(runtime: Runtime, body: JSON) -> None:
+    """The RLJob's watch delivered its deletion (kopf's DELETED event)."""
+    runtime.forget(body)
+
+
+def prune(runtime: Runtime) -> None:
+    """The prune loop's turn: jobs the RLJob index no longer shows are forgotten."""
+    runtime.prune()
+
+
+def remembered(runtime: Runtime, uid: str, key: JobKey) -> list[str]:
+    """What the process still holds of the RLJob `uid` (named `key`): its memory, its worker's
+    body, the health loop's state (unless a job of the same name it remembers holds it)."""
+    held = []
+    if uid in runtime.memories:
+        held.append("memory")
+    if worker_body(runtime, uid) is not None:
+        held.append("worker")
+    if key in runtime.health.job_keys() and runtime.memories.by_key(key) is None:
+        held.append("health-loop")
+    return held
 
 
 def worker_body(runtime: Runtime, uid: str) -> JSON | None:

@@ -7,8 +7,10 @@ checked after every step; a subclass picks which (`CHECKS`), so each is its own 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
@@ -27,10 +29,18 @@ from rljob.api.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUEST
 from rljob.api.labels import RESTARTED_AT_ANNOTATION as RESTARTED_AT
 from rljob.api.labels import ROLE_LABEL as ROLE
 from rljob.checkpoints.errors import StoreError
-from rljob.checkpoints.layout import CheckpointLocation, KeyKind
+from rljob.checkpoints.layout import CheckpointLocation, KeyKind, VersionId
+from rljob.checkpoints.models import AttemptMarker
 from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
 from tests.unit.model import harness
-from tests.unit.model.cluster import WATCHED_KINDS, Clock, Cluster, ProcessDied, Write
+from tests.unit.model.cluster import (
+    TEMPLATE_HASH_LABEL,
+    WATCHED_KINDS,
+    Clock,
+    Cluster,
+    ProcessDied,
+    Write,
+)
 from tests.unit.model.s3 import FakeS3, write_version
 from tests.unit.reconcile.world import NAMESPACE, example_body
 
@@ -54,7 +64,8 @@ CONTAINER_ENDINGS = {"oom-killed": RANK_ENDINGS["oom-killed"], "exit-93": RANK_E
 KIND = "RLJob"
 LAGGING = (("Pod",), ("Job",), ("Deployment",), (KIND,), WATCHED_KINDS)
 BY_HAND = ("trainer-job", "rollout-deployment", "trainer-service", "trainer-pod", "serving-pod")
-S3_FAULTS = ("lag-1-listing", "lag-3-listings", "consistent", "fail", "time-out")
+S3_FAULTS = ("lag-1-listing", "lag-3-listings", "consistent", "fail", "time-out",
+             "deny-multipart-listing", "allow-multipart-listing")  # fmt: skip
 SERVING = frozenset({"rollout", "reference", "verifier"})
 
 # The invariants, by name; a machine checks those in its CHECKS after every step.
@@ -64,10 +75,23 @@ NO_DOUBLE_DELETE = "an-action-deletes-a-uid-once"
 LEDGER = "restarts-total-is-the-restarts-carried-out"
 FAILED_STOPS = "a-failed-job-stops-its-trainer"
 FAILJOB_FAILS = "a-decided-failjob-fails-the-job"
+RESUMES_NEWEST = "each-attempt-resumes-from-the-newest-eligible-valid-version"
+KEEPS_LINEAGE = "no-version-from-the-resume-point-on-is-deleted"
+WITHIN_MAX_UNAVAILABLE = "operator-disruptions-stay-within-maxunavailable"
+NO_PROGRESS_COUNTS_POLICY = "no-progress-counts-policy-restarts-only"
+FORGETS_DELETED = "a-deleted-rljob-leaves-nothing-in-memory"
 ALL_CHECKS = frozenset(
-    {ONE_ATTEMPT, NEXT_ATTEMPT, NO_DOUBLE_DELETE, LEDGER, FAILED_STOPS, FAILJOB_FAILS}
-)
+    {ONE_ATTEMPT, NEXT_ATTEMPT, NO_DOUBLE_DELETE, LEDGER, FAILED_STOPS, FAILJOB_FAILS,
+     RESUMES_NEWEST, KEEPS_LINEAGE, WITHIN_MAX_UNAVAILABLE, NO_PROGRESS_COUNTS_POLICY,
+     FORGETS_DELETED}
+)  # fmt: skip
 FAIL_THE_JOB = "fail the job"  # how the failure policy's decision message ends for FailJob
+# The failure policy's note when gang restarts made no progress (policy/choose.py).
+NO_PROGRESS = re.compile(
+    r"no progress: the last (\d+) gang restarts all resumed from (step \d+|scratch)"
+)
+EDITED_VARIABLE = "MODEL_EDIT"
+EDITS = ("rollout-replicas-1", "rollout-replicas-3", "rollout-env", "verifier-env")
 
 
 def job_body() -> JSON:
@@ -82,6 +106,42 @@ def job_body() -> JSON:
 
 def _labels(body: Mapping[str, Any]) -> Mapping[str, str]:
     return body["metadata"].get("labels") or {}
+
+
+def _nothing_recorded(findings: list[str]) -> None:
+    """The invariants checked where they can break (in a pass, at a delete or an S3 write):
+    what broke them is recorded there, and reported after the step."""
+    assert not findings, findings[0]
+
+
+def _operator(actor: str) -> bool:
+    return actor.startswith("operator")
+
+
+def _edit_role(body: JSON, edit: str) -> None:
+    """A spec change of a serving role that rolls its Deployment: `<role>-replicas-<n>`, or
+    `<role>-env` (the MODEL_EDIT variable counts up)."""
+    role, what, *value = edit.split("-")
+    spec = body["spec"]["roles"][role]
+    if what == "replicas":
+        spec["replicas"] = int(value[0])
+        return
+    env = [e for e in spec.get("env") or [] if e["name"] != EDITED_VARIABLE]
+    edits = len(spec.get("env") or []) - len(env)
+    edited = (
+        int(next(e["value"] for e in spec["env"] if e["name"] == EDITED_VARIABLE)) if edits else 0
+    )
+    spec["env"] = [*env, {"name": EDITED_VARIABLE, "value": str(edited + 1)}]
+
+
+def _owner(body: Mapping[str, Any]) -> str | None:
+    owners = body["metadata"].get("ownerReferences") or []
+    return next((str(o["uid"]) for o in owners if o.get("controller")), None)
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    conditions = pod["status"].get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def _running(pod: Mapping[str, Any]) -> bool:
@@ -103,7 +163,25 @@ class ActionEngine(RuleBasedStateMachine):
     - a-failed-job-stops-its-trainer: a pass that starts from phase Failed leaves no trainer pod
       running outside a Job being deleted;
     - a-decided-failjob-fails-the-job: once an Event says the policy decided FailJob, the job is
-      Failed after the next pass.
+      Failed after the next pass;
+    - each-attempt-resumes-from-the-newest-eligible-valid-version: when an attempt's marker is
+      written, the version it names is the newest one that is committed (its manifest stored),
+      returned by a listing already (a lagging store hides it until then) and eligible under
+      the markers before it (checkpoints/lineage.py: a version of attempt k < A - 1 only when
+      every attempt j, k < j < A, resumed from a step at or after it); from scratch only when
+      there is none;
+    - no-version-from-the-resume-point-on-is-deleted: no key of a committed version that is
+      eligible in the current lineage (the highest marker's, with that marker) and not older than
+      the current attempt's resume step is ever deleted;
+    - operator-disruptions-stay-within-maxunavailable: the serving pods of a role terminating
+      because the operator deleted them or its Deployment rolled never outnumber the role's
+      maxUnavailable (at least 1);
+    - no-progress-counts-policy-restarts-only: a FailJob for "no progress: the last N gang
+      restarts all resumed from X" has N attempts started by journaled policy gang restarts, the
+      last N of them, each resuming from X (by their markers);
+    - a-deleted-rljob-leaves-nothing-in-memory: once the operator was told an RLJob is gone (its
+      DELETED event, or a prune after a re-list), no memory, worker or health-loop state of it
+      remains.
     """
 
     CHECKS: ClassVar[frozenset[str]] = ALL_CHECKS
@@ -122,6 +200,14 @@ class ActionEngine(RuleBasedStateMachine):
         self.nonces = 0
         self.failed_passes: list[str] = []  # why a pass that began Failed left a trainer running
         self.unfailed_passes: list[str] = []  # FailJob decided before a pass that left it unfailed
+        self.stale_resumes: list[str] = []  # markers naming other than the newest resumable
+        self.lineage_deletes: list[str] = []  # keys of protected versions deleted
+        self.miscounted: list[str] = []  # no-progress FailJobs the policy restarts do not explain
+        self.told_gone: dict[str, str] = {}  # uid -> name of RLJobs the operator was told are gone
+        self.taken_down: set[str] = set()  # uids of serving pods ready until the operator's hand
+        self.overdisruptions: list[str] = []  # deletes past a role's maxUnavailable
+        self.cluster.pod_delete_observers.append(self._pod_deleted)
+        self.s3.observers.append(self._store_changes)
 
     def teardown(self) -> None:
         self._patches.close()
@@ -132,6 +218,7 @@ class ActionEngine(RuleBasedStateMachine):
         self.incarnation += 1
         self.cluster.actor = f"operator#{self.incarnation}"
         self.cluster.index.relist()
+        self.shown: JSON | None = self.cluster.index.rljob(NAME)
         return harness.make_runtime(self.cluster, self.s3)
 
     # -- the world -------------------------------------------------------------------------------
@@ -214,6 +301,7 @@ class ActionEngine(RuleBasedStateMachine):
             self.cluster.index.lag(deliveries, kinds)
         else:
             self.cluster.index.relist()
+            self._watch_delivered(deleted_events=False)
 
     @rule(dies_before_write=st.none() | st.integers(0, 6))
     def operator_restarts(self, dies_before_write: int | None) -> None:
@@ -232,6 +320,8 @@ class ActionEngine(RuleBasedStateMachine):
             self.s3.lag_writes(int(fault.split("-")[1]))
         elif fault == "consistent":
             self.s3.lag_writes(0)
+        elif fault.endswith("multipart-listing"):
+            self.s3.deny_multipart_listing = fault.startswith("deny")
         elif fault == "fail":
             self.s3.fail_listings()
         else:
@@ -259,10 +349,12 @@ class ActionEngine(RuleBasedStateMachine):
 
     # -- the user --------------------------------------------------------------------------------
 
+    @precondition(lambda self: self._live_job() is not None)
     @rule(suspend=st.booleans())
     def user_sets_suspend(self, suspend: bool) -> None:
         self.cluster.edit(KIND, NAME, lambda body: body["spec"].update(suspend=suspend))
 
+    @precondition(lambda self: self._live_job() is not None)
     @rule(role=st.sampled_from(["trainer", "rollout"]))
     def user_requests_a_restart(self, role: str) -> None:
         self.nonces += 1
@@ -279,6 +371,22 @@ class ActionEngine(RuleBasedStateMachine):
         if names:
             self.cluster.remove(kind, names[index % len(names)])
 
+    @precondition(lambda self: self._live_job() is not None)
+    @rule()
+    def user_deletes_the_rljob(self) -> None:
+        self.cluster.remove(KIND, NAME)
+
+    @precondition(lambda self: self.cluster.peek(KIND, NAME) is None)
+    @rule()
+    def user_recreates_the_rljob(self) -> None:
+        """The same name again: a new uid, whose attempts continue after the old markers."""
+        self.uid = self.cluster.create(job_body())["metadata"]["uid"]
+
+    @precondition(lambda self: self._live_job() is not None)
+    @rule(edit=st.sampled_from(EDITS))
+    def user_edits_a_role(self, edit: str) -> None:
+        self.cluster.edit(KIND, NAME, lambda body: _edit_role(body, edit))
+
     # -- invariants ------------------------------------------------------------------------------
 
     @invariant()
@@ -288,8 +396,13 @@ class ActionEngine(RuleBasedStateMachine):
             NEXT_ATTEMPT: self._each_trainer_job_is_the_next_attempt,
             NO_DOUBLE_DELETE: self._an_action_deletes_a_uid_once,
             LEDGER: self._restarts_total_is_the_restarts_carried_out,
-            FAILED_STOPS: self._a_failed_job_stops_its_trainer,
-            FAILJOB_FAILS: self._a_decided_failjob_fails_the_job,
+            FAILED_STOPS: partial(_nothing_recorded, self.failed_passes),
+            FAILJOB_FAILS: partial(_nothing_recorded, self.unfailed_passes),
+            RESUMES_NEWEST: partial(_nothing_recorded, self.stale_resumes),
+            KEEPS_LINEAGE: partial(_nothing_recorded, self.lineage_deletes),
+            WITHIN_MAX_UNAVAILABLE: partial(_nothing_recorded, self.overdisruptions),
+            NO_PROGRESS_COUNTS_POLICY: partial(_nothing_recorded, self.miscounted),
+            FORGETS_DELETED: self._a_deleted_rljob_leaves_nothing_in_memory,
         }
         for name in sorted(self.CHECKS):
             checks[name]()
@@ -342,11 +455,112 @@ class ActionEngine(RuleBasedStateMachine):
         ]  # fmt: skip
         assert not undone, f"journaled, settled, never carried out: {undone}"
 
-    def _a_failed_job_stops_its_trainer(self) -> None:
-        assert not self.failed_passes, self.failed_passes[0]
+    def _a_deleted_rljob_leaves_nothing_in_memory(self) -> None:
+        left = {
+            uid: held
+            for uid, name in self.told_gone.items()
+            if (held := harness.remembered(self.operator, uid, (NAMESPACE, name)))
+        }
+        assert not left, f"the operator still holds deleted RLJobs (uid: what): {left}"
 
-    def _a_decided_failjob_fails_the_job(self) -> None:
-        assert not self.unfailed_passes, self.unfailed_passes[0]
+    def _pod_deleted(self, actor: str, pod: JSON) -> None:
+        """The cluster model's observer: a serving pod that served goes by the operator's hand
+        (its delete, or its Deployment rolling past the pod's template); the replicas the
+        operator's hand took down before and that are not yet replaced by a ready pod (the
+        fewer of its pods still terminating and the replicas unserved) must leave room."""
+        role = _labels(pod).get(ROLE, "")
+        if role not in SERVING or not _running(pod) or not _ready(pod):
+            return
+        deployment = self.cluster.peek("Deployment", f"{NAME}-{role}")
+        if deployment is None or deployment["metadata"].get("deletionTimestamp"):
+            return
+        if _owner(pod) != deployment["metadata"]["uid"]:
+            return  # a pod of a deleted RLJob's Deployment, collected
+        current = self.cluster.template_hash(deployment["spec"]["template"])
+        rolled = actor == "controller" and _labels(pod).get(TEMPLATE_HASH_LABEL) != current
+        if not (_operator(actor) or rolled):
+            return
+        terminating = {
+            p["metadata"]["uid"]: p["metadata"]["name"]
+            for p in self.cluster.view("Pod")
+            if p["metadata"].get("deletionTimestamp")
+            and p["status"]["phase"] not in ("Succeeded", "Failed")
+        }
+        down = [terminating[uid] for uid in sorted(self.taken_down & terminating.keys())]
+        serving = sum(
+            1 for p in self.cluster.view("Pod")
+            if _labels(p).get(ROLE) == role and _running(p) and _ready(p)
+        )  # fmt: skip
+        unserved = max(0, int(deployment["spec"].get("replicas", 1)) - serving)
+        rolling = deployment["spec"].get("strategy", {}).get("rollingUpdate", {})
+        limit = max(1, int(rolling.get("maxUnavailable", 1)))
+        if min(len(down), unserved) + 1 > limit:
+            self.overdisruptions.append(
+                f"{actor} took down {role} pod {pod['metadata']['name']} while {down}, taken "
+                f"down before, were terminating and {unserved} replicas unserved: "
+                f"maxUnavailable {limit}"
+            )
+        self.taken_down.add(pod["metadata"]["uid"])
+
+    # -- checkpoints -----------------------------------------------------------------------------
+
+    def _store_changes(self, bucket: str, key: str, data: bytes | None) -> None:
+        """The S3 model's observer, right before a key is stored (data) or deleted (None)."""
+        parsed = LOCATION.parse_key(key)
+        stored = self.s3.buckets[bucket]
+        if data is not None and parsed.kind is KeyKind.MARKER and key not in stored:
+            self._check_resume(AttemptMarker.model_validate_json(data))
+        if data is None and parsed.kind is KeyKind.VERSION_OBJECT and parsed.version is not None:
+            self._check_delete(key, parsed.version)
+
+    def _markers(self) -> dict[int, AttemptMarker]:
+        stored = self.s3.buckets[BUCKET]
+        markers = {}
+        for key in self.s3.keys(BUCKET, LOCATION.attempts_prefix):
+            parsed = LOCATION.parse_key(key)
+            if parsed.kind is KeyKind.MARKER and parsed.attempt is not None:
+                markers[parsed.attempt] = AttemptMarker.model_validate_json(stored[key].data)
+        return markers
+
+    def _committed(self, *, listed: bool) -> list[VersionId]:
+        """Versions whose manifest is stored (and, when `listed`, was returned by a listing: a
+        key a lagging store never listed yet is one the operator cannot know)."""
+        versions = []
+        for key in self.s3.keys(BUCKET, LOCATION.versions_prefix):
+            parsed = LOCATION.parse_key(key)
+            shown = not listed or (BUCKET, key) in self.s3.shown
+            if parsed.is_manifest and parsed.version is not None and shown:
+                versions.append(parsed.version)
+        return versions
+
+    def _check_resume(self, marker: AttemptMarker) -> None:
+        attempt = marker.attempt
+        markers = {a: m for a, m in self._markers().items() if a < attempt}
+        resumable = [
+            v for v in self._committed(listed=True)
+            if _in_lineage(v, attempt - 1, markers) and v.attempt < attempt
+        ]  # fmt: skip
+        newest = max(resumable, default=None)
+        expected = None if newest is None or not (markers or attempt > 1) else newest.name
+        if marker.resumed_from_version != expected:
+            self.stale_resumes.append(
+                f"attempt {attempt} resumes from {marker.resumed_from_version}, the newest "
+                f"resumable version is {expected} (markers {sorted(markers)})"
+            )
+
+    def _check_delete(self, key: str, version: VersionId) -> None:
+        if version not in self._committed(listed=False):
+            return  # an incomplete version: retention's grace decides
+        markers = self._markers()
+        if not markers:
+            return
+        current = max(markers)
+        resumed = markers[current].resumed_from_step
+        if _in_lineage(version, current, markers) and (resumed is None or version.step >= resumed):
+            self.lineage_deletes.append(
+                f"{key} deleted: {version.name} is in attempt {current}'s lineage, which resumed "
+                f"from step {resumed}"
+            )
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -360,6 +574,8 @@ class ActionEngine(RuleBasedStateMachine):
         """One pass of the RLJob as its worker would run it: with the newest body the watch
         delivered or the operator's own last status write returned."""
         changed = self.cluster.index.deliver()
+        if KIND in changed:
+            self._watch_delivered(deleted_events=True)
         shown = self.cluster.index.rljob(NAME)
         if shown is None:
             return
@@ -367,17 +583,66 @@ class ActionEngine(RuleBasedStateMachine):
             harness.submit(self.operator, shown)
         body = harness.worker_body(self.operator, self.uid) or shown
         failed = (body.get("status") or {}).get("phase") == "Failed"
-        decided = [e["message"] for e in self.cluster.view("Event") if FAIL_THE_JOB in e["message"]]
+        decided = self._failjob_events()
         try:
             harness.run_pass(self.operator, body)
-        except KubeError:
+        except (KubeError, StoreError):
             return  # the worker retries with backoff
+        finally:
+            self._check_no_progress(decided)
         if failed and (running := self._unstopped_trainer_pods()):
             self.failed_passes.append(f"phase Failed, after a pass still running: {running}")
         job = self.cluster.peek(KIND, NAME)
         phase = (job.get("status") or {}).get("phase") if job is not None else "Failed"
         if decided and phase != "Failed":
             self.unfailed_passes.append(f"phase {phase} after a pass, though: {decided[0]}")
+
+    def _watch_delivered(self, *, deleted_events: bool) -> None:
+        """The RLJob's watch moved on: a job it showed and no longer shows is gone for the
+        operator, through its DELETED event, or (after a re-list, which sends none) the prune."""
+        shown = self.cluster.index.rljob(NAME)
+        before, self.shown = self.shown, shown
+        if before is None or (shown and shown["metadata"]["uid"] == before["metadata"]["uid"]):
+            return
+        if deleted_events:
+            harness.forget(self.operator, before)
+        else:
+            harness.prune(self.operator)
+        self.told_gone[before["metadata"]["uid"]] = NAME
+
+    def _check_no_progress(self, decided_before: list[str]) -> None:
+        """A FailJob for no progress, decided in the pass just run, is explained by the policy
+        gang restarts journaled for this RLJob and their markers."""
+        new = [m for m in self._failjob_events() if m not in decided_before]
+        policy_attempts = [
+            attempt
+            for action, attempt in self._journaled().values()
+            if action["kind"] == "RestartTrainerGang" and action.get("reason") and attempt
+        ]
+        markers = self._markers()
+        for message in new:
+            found = NO_PROGRESS.search(message)
+            if found is None:
+                continue
+            count, where = int(found[1]), found[2]
+            last = policy_attempts[-count:] if len(policy_attempts) >= count else []
+            resumed = [_resumed_from(markers.get(a)) for a in last]
+            if not last or any(r != where for r in resumed):
+                self.miscounted.append(
+                    f"{message!r}, though the policy gang restarts started attempts "
+                    f"{policy_attempts}, the last {count} resuming from {resumed}"
+                )
+
+    def _failjob_events(self) -> list[str]:
+        """The messages of this RLJob's (this uid's) Events saying the policy decided FailJob."""
+        return [
+            e["message"] for e in self.cluster.view("Event")
+            if FAIL_THE_JOB in e["message"] and e["involvedObject"].get("uid") == self.uid
+        ]  # fmt: skip
+
+    def _live_job(self) -> Mapping[str, Any] | None:
+        job = self.cluster.peek(KIND, NAME)
+        return None if job is None or job["metadata"].get("deletionTimestamp") else job
 
     def _pods(self, *roles: str) -> list[str]:
         """Running pods of these roles, by name."""
@@ -429,7 +694,12 @@ class ActionEngine(RuleBasedStateMachine):
         actions: dict[str, tuple[JSON, int | None]] = {}
         for write in self.cluster.writes():
             action = write.detail.get("in_flight_after")
-            if write.verb == "patch_status" and write.code == 200 and action:
+            if (
+                write.verb == "patch_status"
+                and write.code == 200
+                and action
+                and write.uid == self.uid
+            ):
                 actions.setdefault(action["id"], (action, write.detail.get("attempt_after")))
         return actions
 
@@ -456,3 +726,23 @@ def _created_job(write: Write, attempt: str) -> bool:
         and write.code == 201
         and write.detail.get("attempt") == attempt
     )
+
+
+def _in_lineage(version: VersionId, current: int, markers: Mapping[int, AttemptMarker]) -> bool:
+    """Whether `version` is eligible while `current` is the current attempt: its own, or an
+    older attempt's at a step no later attempt up to `current` resumed before."""
+    if version.attempt >= current:
+        return version.attempt == current
+    for later in range(version.attempt + 1, current + 1):
+        marker = markers.get(later)
+        step = None if marker is None else marker.resumed_from_step
+        if step is None or version.step > step:
+            return False
+    return True
+
+
+def _resumed_from(marker: AttemptMarker | None) -> str:
+    """How the failure policy names an attempt's resume point: "step N" or "scratch"."""
+    if marker is None or marker.resumed_from_step is None:
+        return "scratch"
+    return f"step {marker.resumed_from_step}"

@@ -78,6 +78,10 @@ class FakeS3:
         self.conditional_writes = True
         self.deny_multipart_listing = False
         self.locked: set[str] = set()  # keys whose deletes are refused (object lock)
+        self.shown: set[tuple[str, str]] = set()  # (bucket, key) some listing returned
+        # Called with (bucket, key, the new data or None for a delete) right before a key is
+        # stored or removed, under the lock: an observer reads `buckets`, never calls back.
+        self.observers: list[Callable[[str, str, bytes | None], None]] = []
         self._hidden: dict[tuple[str, str], int] = {}  # key -> listings it is still missing from
         self._lag = 0
         self._list_faults: list[Exception] = []
@@ -141,7 +145,10 @@ class FakeS3:
     def delete_object(self, *, Bucket: str, Key: str) -> JSON:
         with self._lock:
             self.calls.append(("delete_object", Key))
-            self._bucket(Bucket, "DeleteObject").pop(Key, None)
+            objects = self._bucket(Bucket, "DeleteObject")
+            if Key in objects:
+                self._notify(Bucket, Key, None)
+            objects.pop(Key, None)
             return {}
 
     def delete_objects(self, *, Bucket: str, Delete: JSON) -> JSON:
@@ -153,8 +160,9 @@ class FakeS3:
                 self.calls.append(("delete_objects", key))
                 if key in self.locked:
                     errors.append({"Key": key, "Code": "AccessDenied", "Message": "object lock"})
-                else:
-                    objects.pop(key, None)
+                elif key in objects:
+                    self._notify(Bucket, key, None)
+                    objects.pop(key)
             return {"Errors": errors} if errors else {}
 
     def list_objects_v2(
@@ -177,6 +185,7 @@ class FakeS3:
             limit = min(MaxKeys, self.max_keys)
             page, truncated = visible[:limit], len(visible) > limit
             shown, end = set(page), page[-1] if truncated else None
+            self.shown.update((Bucket, k) for k in page)
             for key in matching:  # a listing that left a key out counts towards its lag
                 if key not in shown and (end is None or key < end):
                     self._unhide(Bucket, key)
@@ -311,7 +320,12 @@ class FakeS3:
             raise client_error("NoSuchUpload", 404, operation)
         return upload
 
+    def _notify(self, bucket: str, key: str, data: bytes | None) -> None:
+        for observer in self.observers:
+            observer(bucket, key, data)
+
     def _store(self, bucket: str, key: str, data: bytes, etag: str) -> str:
+        self._notify(bucket, key, data)
         self.buckets[bucket][key] = Stored(data, etag, self.now())
         if self._lag > 0:
             self._hidden[(bucket, key)] = self._lag
