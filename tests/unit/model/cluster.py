@@ -187,6 +187,11 @@ class Cluster(Kube):
         self._status_conflicts = 0
         self._write_errors: list[int] = []
         self._writes_until_death: int | None = None
+        # The operator's leader Lease: its holder's identity (None: no leader election), and
+        # the operator writes that arrived from a replica not holding it.
+        self.lease_holder: str | None = None
+        self.unleased_writes: list[str] = []
+        self._lease_moves: tuple[int, str] | None = None  # (writes before it moves, new holder)
         # Called with (actor, the pod as it was) when a delete of a pod is accepted.
         self.pod_delete_observers: list[Callable[[str, JSON], None]] = []
 
@@ -249,13 +254,24 @@ class Cluster(Kube):
         ProcessDied and never arrives."""
         self._writes_until_death = writes
 
+    def move_lease_after_writes(self, writes: int, holder: str) -> None:
+        """The Lease goes to `holder` once `writes` more operator writes arrived (0: now): the
+        writer stalled past the lease duration right after its last one."""
+        if writes <= 0:
+            self.lease_holder = holder
+        else:
+            self._lease_moves = (writes, holder)
+
     def survive(self) -> None:
         self._writes_until_death = None
 
     def _faults(self, actor: str, verb: str, ref: Ref) -> None:
-        """The injected faults, for the operator's writes only."""
+        """The injected faults, for the operator's writes only; first the Kube adapter's own
+        guard (`may_write`, the leadership's): a replica that is not acting sends nothing."""
         if actor != self.actor:
             return
+        if not self.may_write():
+            raise _error(0, f"not the leader: {verb} {ref[0]} {ref[2]} not sent")
         if self._writes_until_death is not None:
             if self._writes_until_death <= 0:
                 self._writes_until_death = None
@@ -891,6 +907,15 @@ class Cluster(Kube):
             Write(len(self.log), actor, verb, ref[0], ref[2], uid, code, self._in_flight(ref),
                   dict(detail or {}))
         )  # fmt: skip
+        if actor.startswith("operator") and self.lease_holder not in (None, actor):
+            self.unleased_writes.append(
+                f"{actor} sent {verb} {ref[0]} {ref[2]} while {self.lease_holder} held the Lease"
+            )
+        if actor.startswith("operator") and self._lease_moves is not None:
+            writes, holder = self._lease_moves
+            self._lease_moves = (writes - 1, holder) if writes > 1 else None
+            if writes <= 1:
+                self.lease_holder = holder
 
     def _in_flight(self, ref: Ref) -> str | None:
         """The inFlight action id of the RLJob that owns `ref` (or is `ref`)."""

@@ -72,18 +72,40 @@ async def _no_pass(body: JSON) -> float | None:
     return None
 
 
-def make_runtime(cluster: Cluster, s3: FakeS3) -> Runtime:
-    """A fresh operator process: nothing survives from an earlier one but cluster and S3."""
+class _Lease(Leadership):
+    """Leader election on the model's Lease (`cluster.lease_holder`): this replica acts while
+    it holds it (the real one also stops once its renewals are overdue; in the model the Lease
+    only moves after they are)."""
+
+    def __init__(self, cluster: Cluster, identity: str) -> None:
+        super().__init__(None, None)
+        self.enabled = True
+        self.identity = identity
+        self._cluster = cluster
+
+    def acting(self) -> bool:
+        return self._cluster.lease_holder == self.identity
+
+
+def make_runtime(cluster: Cluster, s3: FakeS3, identity: str) -> Runtime:
+    """A fresh operator process (replica `identity`, electing its leader on the model's Lease):
+    nothing survives from an earlier one but cluster and S3."""
     checkpoints = Checkpoints()
     checkpoints._clients = FakeClients(s3)
-    runtime = Runtime(cluster, RuntimeOptions(), Leadership(None, None), checkpoints=checkpoints)
+    runtime = Runtime(cluster, RuntimeOptions(), _Lease(cluster, identity), checkpoints=checkpoints)
     runtime.workers = _Bodies()
     runtime.bind_indexes(cluster.index.kopf_indexes())
     return runtime
 
 
 def run_pass(runtime: Runtime, body: JSON) -> float | None:
-    """One reconcile pass of one RLJob body; returns the requeue hint."""
+    """One reconcile pass of one RLJob body; returns the requeue hint. The cluster serves the
+    runtime's replica, whose Kube adapter sends writes only while its leadership acts (as
+    Runtime.start wires it)."""
+    cluster = runtime.kube
+    assert isinstance(cluster, Cluster)
+    cluster.actor = runtime.leadership.identity
+    cluster.may_write = runtime.leadership.acting
     return _LOOP.run_until_complete(runtime.run_pass(body))
 
 

@@ -80,10 +80,11 @@ KEEPS_LINEAGE = "no-version-from-the-resume-point-on-is-deleted"
 WITHIN_MAX_UNAVAILABLE = "operator-disruptions-stay-within-maxunavailable"
 NO_PROGRESS_COUNTS_POLICY = "no-progress-counts-policy-restarts-only"
 FORGETS_DELETED = "a-deleted-rljob-leaves-nothing-in-memory"
+LEASED_WRITES = "a-replica-without-the-lease-writes-nothing"
 ALL_CHECKS = frozenset(
     {ONE_ATTEMPT, NEXT_ATTEMPT, NO_DOUBLE_DELETE, LEDGER, FAILED_STOPS, FAILJOB_FAILS,
      RESUMES_NEWEST, KEEPS_LINEAGE, WITHIN_MAX_UNAVAILABLE, NO_PROGRESS_COUNTS_POLICY,
-     FORGETS_DELETED}
+     FORGETS_DELETED, LEASED_WRITES}
 )  # fmt: skip
 FAIL_THE_JOB = "fail the job"  # how the failure policy's decision message ends for FailJob
 # The failure policy's note when gang restarts made no progress (policy/choose.py).
@@ -108,10 +109,11 @@ def _labels(body: Mapping[str, Any]) -> Mapping[str, str]:
     return body["metadata"].get("labels") or {}
 
 
-def _nothing_recorded(findings: list[str]) -> None:
+def _nothing_recorded(*findings: list[str]) -> None:
     """The invariants checked where they can break (in a pass, at a delete or an S3 write):
     what broke them is recorded there, and reported after the step."""
-    assert not findings, findings[0]
+    found = [f for recorded in findings for f in recorded]
+    assert not found, found[0]
 
 
 def _operator(actor: str) -> bool:
@@ -181,7 +183,9 @@ class ActionEngine(RuleBasedStateMachine):
       last N of them, each resuming from X (by their markers);
     - a-deleted-rljob-leaves-nothing-in-memory: once the operator was told an RLJob is gone (its
       DELETED event, or a prune after a re-list), no memory, worker or health-loop state of it
-      remains.
+      remains;
+    - a-replica-without-the-lease-writes-nothing: no write of a replica that does not hold the
+      leader Lease reaches the API server or S3.
     """
 
     CHECKS: ClassVar[frozenset[str]] = ALL_CHECKS
@@ -208,18 +212,23 @@ class ActionEngine(RuleBasedStateMachine):
         self.overdisruptions: list[str] = []  # deletes past a role's maxUnavailable
         self.cluster.pod_delete_observers.append(self._pod_deleted)
         self.s3.observers.append(self._store_changes)
+        self.passing: str | None = None  # the replica whose pass runs now
+        self.unleased_store_writes: list[str] = []
 
     def teardown(self) -> None:
         self._patches.close()
 
-    def _start_operator(self) -> harness.Operator:
+    def _start_operator(self, *, lease: bool = True) -> harness.Operator:
         """A fresh operator process: it keeps nothing of the one before, and its watches start
-        with a list."""
+        with a list. With `lease`, it takes the leader Lease at once (the one before is gone)."""
         self.incarnation += 1
-        self.cluster.actor = f"operator#{self.incarnation}"
+        identity = f"operator#{self.incarnation}"
+        self.cluster.actor = identity
         self.cluster.index.relist()
         self.shown: JSON | None = self.cluster.index.rljob(NAME)
-        return harness.make_runtime(self.cluster, self.s3)
+        if lease:
+            self.cluster.move_lease_after_writes(0, identity)
+        return harness.make_runtime(self.cluster, self.s3, identity)
 
     # -- the world -------------------------------------------------------------------------------
 
@@ -313,6 +322,22 @@ class ActionEngine(RuleBasedStateMachine):
             self.cluster.survive()
         self.operator = self._start_operator()
 
+    @rule(after_writes=st.none() | st.integers(0, 4))
+    def lease_moves_to_a_standby(self, after_writes: int | None) -> None:
+        """A standby replica takes the leader Lease: the leader stalls (a long GC pause, a
+        frozen node) right after its `after_writes`-th write of a pass, or between passes
+        (None), past the lease duration; it runs on until it notices, then exits."""
+        deposed = self.operator
+        standby = self._start_operator(lease=False)
+        if after_writes is None:
+            self.cluster.move_lease_after_writes(0, standby.leadership.identity)
+            self._pass(deposed)  # woken, it has not noticed yet
+        else:
+            self.cluster.move_lease_after_writes(after_writes, standby.leadership.identity)
+            self._pass(deposed)
+            self.cluster.move_lease_after_writes(0, standby.leadership.identity)
+        self.operator = standby
+
     @rule(fault=st.sampled_from(S3_FAULTS))
     def s3_misbehaves(self, fault: str) -> None:
         """New keys lag the listings (or stop lagging); the next listing fails or times out."""
@@ -403,6 +428,9 @@ class ActionEngine(RuleBasedStateMachine):
             WITHIN_MAX_UNAVAILABLE: partial(_nothing_recorded, self.overdisruptions),
             NO_PROGRESS_COUNTS_POLICY: partial(_nothing_recorded, self.miscounted),
             FORGETS_DELETED: self._a_deleted_rljob_leaves_nothing_in_memory,
+            LEASED_WRITES: partial(
+                _nothing_recorded, self.cluster.unleased_writes, self.unleased_store_writes
+            ),
         }
         for name in sorted(self.CHECKS):
             checks[name]()
@@ -508,6 +536,12 @@ class ActionEngine(RuleBasedStateMachine):
         """The S3 model's observer, right before a key is stored (data) or deleted (None)."""
         parsed = LOCATION.parse_key(key)
         stored = self.s3.buckets[bucket]
+        if self.passing is not None and self.cluster.lease_holder != self.passing:
+            change = "deleted" if data is None else "wrote"
+            self.unleased_store_writes.append(
+                f"{self.passing} {change} s3://{bucket}/{key} while "
+                f"{self.cluster.lease_holder} held the Lease"
+            )
         if data is not None and parsed.kind is KeyKind.MARKER and key not in stored:
             self._check_resume(AttemptMarker.model_validate_json(data))
         if data is None and parsed.kind is KeyKind.VERSION_OBJECT and parsed.version is not None:
@@ -570,25 +604,28 @@ class ActionEngine(RuleBasedStateMachine):
         self._pass()
         self.clock.advance(1)
 
-    def _pass(self) -> None:
-        """One pass of the RLJob as its worker would run it: with the newest body the watch
-        delivered or the operator's own last status write returned."""
+    def _pass(self, replica: harness.Operator | None = None) -> None:
+        """One pass of the RLJob as the leader's worker (or `replica`'s) would run it: with the
+        newest body the watch delivered or the operator's own last status write returned."""
+        runtime = replica or self.operator
         changed = self.cluster.index.deliver()
         if KIND in changed:
             self._watch_delivered(deleted_events=True)
         shown = self.cluster.index.rljob(NAME)
         if shown is None:
             return
-        if KIND in changed or harness.worker_body(self.operator, self.uid) is None:
-            harness.submit(self.operator, shown)
-        body = harness.worker_body(self.operator, self.uid) or shown
+        if KIND in changed or harness.worker_body(runtime, self.uid) is None:
+            harness.submit(runtime, shown)
+        body = harness.worker_body(runtime, self.uid) or shown
         failed = (body.get("status") or {}).get("phase") == "Failed"
         decided = self._failjob_events()
+        self.passing = runtime.leadership.identity
         try:
-            harness.run_pass(self.operator, body)
+            harness.run_pass(runtime, body)
         except (KubeError, StoreError):
             return  # the worker retries with backoff
         finally:
+            self.passing = None
             self._check_no_progress(decided)
         if failed and (running := self._unstopped_trainer_pods()):
             self.failed_passes.append(f"phase Failed, after a pass still running: {running}")

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.unit.model.machine import ALL_CHECKS, RESUMES_NEWEST, ActionEngine
+from tests.unit.model.machine import ALL_CHECKS, LEASED_WRITES, RESUMES_NEWEST, ActionEngine
 
 EXPLORE = settings(
     max_examples=600,
@@ -31,6 +31,7 @@ FIND_ONLY = settings(EXPLORE, max_examples=3000, phases=[Phase.generate])
 # defects.
 BROKEN: dict[str, tuple[str, ...]] = {
     RESUMES_NEWEST: ("restart-resumes-from-scratch-past-a-version-a-lagging-listing-missed",),
+    LEASED_WRITES: ("leader-deposed-after-its-journal-still-writes-the-attempt-marker",),
 }
 HOLDING = ALL_CHECKS - BROKEN.keys()
 
@@ -169,6 +170,14 @@ def test_controls_hold_every_invariant(
                       ("world_settles", {"rounds": 2})],
                      id="restart-resumes-from-scratch-past-a-version-a-lagging-listing-missed",
                      marks=known("a lagging version listing restarts from scratch")),
+        # The leader journals attempt 2's start, then stalls past the lease duration and a
+        # standby takes the Lease; the pass goes on: the Kube adapter refuses its next API
+        # write, but the attempt marker goes to S3 first (S3 writes are not guarded).
+        pytest.param(LEASED_WRITES,
+                     [NCCL_FAILS, ("world_settles", {"rounds": 2}), ("controllers_step", {}),
+                      ("lease_moves_to_a_standby", {"after_writes": 1})],
+                     id="leader-deposed-after-its-journal-still-writes-the-attempt-marker",
+                     marks=known("S3 writes of a deposed leader")),
     ],
 )  # fmt: skip
 def test_known_defects_break_their_invariant(check: str, steps: Sequence[Step]) -> None:
