@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench import detection, profile, recovery, scale, scrape
+from bench import detection, model_soak, profile, recovery, scale, scrape
 from bench.bed import PROBE_NAMESPACE, BenchBed
 from bench.procfs import git_sha, machine
 from bench.report import Results, render
@@ -118,6 +118,12 @@ def _pure(results: Results, mode: Mode) -> None:
     results.scrape = scrape.measure(REPO, mode.endpoints, mode.scrape_rounds)
     for r in results.scrape:
         log(f"  {r.mode}: {r.endpoints_per_second:.0f} endpoints/s")
+    if mode is SMOKE:  # proves the soak runs; its long runs are `python -m bench.model_soak`
+        log(f"action-engine model soak, {model_soak.SMOKE_SECONDS:.0f} s")
+        soaked = model_soak.soak(model_soak.SMOKE_SECONDS, log)
+        log(f"  {model_soak.summary(soaked)}")
+        for failure in soaked.failures:
+            log(failure)
 
 
 def _cluster(results: Results, mode: Mode, run_dir: Path, profiling: str | None) -> None:
