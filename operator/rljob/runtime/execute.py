@@ -12,7 +12,7 @@ from typing import Any
 
 from rljob.adapters.checkpoints import Checkpoints
 from rljob.adapters.events import post_event
-from rljob.adapters.kube import Kube
+from rljob.adapters.kube import Kube, KubeError
 from rljob.adapters.paths import api_version_of, object_path
 from rljob.api import API_VERSION, KIND, RLJob
 from rljob.api.labels import RENDER_MARKER_ANNOTATION, RESTARTED_AT_ANNOTATION
@@ -45,6 +45,7 @@ class Context:
     job: RLJob
     memory: JobMemory
     now: dt.datetime
+    acting: Callable[[], bool] = lambda: True  # this replica still holds the Lease
 
     @property
     def namespace(self) -> str:
@@ -122,7 +123,11 @@ APPLIERS: dict[type, Applier] = {
 
 
 async def execute(steps: Sequence[Step], ctx: Context) -> None:
+    """Each step only while this replica leads: the API refuses a deposed leader's writes, but
+    the checkpoint store would not."""
     for step in steps:
+        if not ctx.acting():
+            raise KubeError(0, "no longer the leader")
         await APPLIERS[type(step)](step, ctx)
 
 

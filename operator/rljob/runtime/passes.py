@@ -123,7 +123,9 @@ class Passes:
         status = with_accepted(decision.plan.status, decision.job, now)
         wrote = await self.write_status(body, status, memory)
         self._journaled(body, decision, memory, wrote, now)
-        ctx = Context(self.kube, self.checkpoints, body, decision.job, memory, now)
+        ctx = Context(
+            self.kube, self.checkpoints, body, decision.job, memory, now, self.leadership.acting
+        )
         await execute(decision.steps, ctx)
         plan = decision.plan
         events = decision.events if (wrote or plan.apply or plan.delete) else ()

@@ -67,6 +67,21 @@ async def test_a_shard_missing_from_one_listing_costs_nothing() -> None:
     assert fake.deleted == []
 
 
+async def test_the_pointers_version_missing_from_one_listing_is_still_resumed_from() -> None:
+    """latest.json names v200, but the discovery listing lags and shows none of its keys: it
+    is a candidate all the same, listed again, and chosen (not scratch, not v100)."""
+    fake = FakeS3()
+    cps, rljob, location = await two_versions(fake)
+    store = cps.store(rljob)
+    assert store is not None
+    assert store.store.write_pointer(v(200, 1))
+    prefix = location.version_prefix(v(200, 1))
+    fake.hidden = {k for k in fake.objects if k.startswith(prefix)}
+    start = await cps.start_attempt(rljob, 2, NOW)
+    assert start.resumed_from is not None and start.resumed_from.version == v(200, 1).name
+    assert fake.deleted == []
+
+
 async def test_a_version_broken_in_every_listing_is_skipped_but_kept_as_evidence() -> None:
     fake = FakeS3()
     cps, rljob, location = await two_versions(fake, missing=("optim.pt",))

@@ -69,7 +69,10 @@ def discover(
     start_after = max(bounds) if bounds else None
 
     window = store.list_versions(start_after)
-    candidates = {*(v for v in window if lineage.eligible(v)), *history_eligible}
+    # The pointer's version is a candidate even when a lagging listing misses it: it is then
+    # found incomplete, listed again, and only then passed over.
+    named = [pointer] if pointer is not None and not note else []
+    candidates = {*(v for v in window if lineage.eligible(v)), *history_eligible, *named}
     checked = _check_newest_first(store, candidates, window, start_after, [])
     scanned = False
     if not any(v.valid for v in checked) and full_scan and start_after is not None:
