@@ -933,7 +933,12 @@ class Cluster(Kube):
     @staticmethod
     def _labels(body: JSON) -> JSON:
         labels = body["metadata"].get("labels") or {}
-        return {"attempt": labels.get(ATTEMPT_LABEL), "role": labels.get(ROLE_LABEL)}
+        owner = _owner_uid(body)
+        return {
+            "attempt": labels.get(ATTEMPT_LABEL),
+            "role": labels.get(ROLE_LABEL),
+            "owner": owner,
+        }
 
     @staticmethod
     def _patch_detail(patch: JSON, patched: JSON) -> JSON:
