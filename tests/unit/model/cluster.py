@@ -258,7 +258,7 @@ class Cluster(Kube):
         """The Lease goes to `holder` once `writes` more operator writes arrived (0: now): the
         writer stalled past the lease duration right after its last one."""
         if writes <= 0:
-            self.lease_holder = holder
+            self.lease_holder, self._lease_moves = holder, None
         else:
             self._lease_moves = (writes, holder)
 
