@@ -20,6 +20,7 @@ from rljob.checkpoints.attempt_plan import (
     plan_attempt_start,
     recorded_choice,
     retention_lineage,
+    with_journaled_markers,
 )
 from rljob.checkpoints.errors import StoreError
 from rljob.checkpoints.layout import CheckpointLocation, VersionId
@@ -105,7 +106,9 @@ class Checkpoints:
         if store is None or location is None or spec is None:
             raise ValueError(f"{job.metadata.name} has no spec.checkpoint")
         capabilities = await store.probe_capabilities()
-        markers = await store.read_markers()
+        markers = with_journaled_markers(
+            await store.read_markers(), job.status.attempts, location, job.metadata.uid
+        )
         inputs = AttemptInputs(
             location=location,
             attempt=attempt,
@@ -183,7 +186,9 @@ class Checkpoints:
         store, location = self.store(job), self.location(job)
         if store is None or location is None:
             return None
-        markers = await store.read_markers()
+        markers = with_journaled_markers(
+            await store.read_markers(), job.status.attempts, location, job.metadata.uid
+        )
         lineage = Lineage(
             job.status.attempt or 1, {m.attempt: m.resumed_from_step for m in markers.values()}
         )

@@ -18,12 +18,12 @@ the plan before it writes the marker or deletes anything).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from rljob.api.status import CheckpointRef, StoreCapabilities
+from rljob.api.status import AttemptRecord, CheckpointRef, StoreCapabilities
 from rljob.checkpoints.layout import CheckpointLocation, VersionId, resume_env
 from rljob.checkpoints.lineage import Lineage
 from rljob.checkpoints.models import AttemptMarker
@@ -136,6 +136,31 @@ def recorded_choice(
     if journaled is not None:
         return RecordedChoice(_parse(journaled))
     return None
+
+
+def with_journaled_markers(
+    markers: Mapping[int, AttemptMarker],
+    records: Iterable[AttemptRecord],
+    location: CheckpointLocation,
+    job_uid: str | None,
+) -> dict[int, AttemptMarker]:
+    """The store's markers, plus the one status implies for each attempt whose Job the operator
+    saw (its marker was written before the Job) but a lagging listing does not show yet: a
+    missing marker would drop that attempt's resume point from the lineage."""
+    implied = {
+        record.attempt: AttemptMarker(
+            job=location.job,
+            namespace=location.namespace,
+            job_uid=job_uid,
+            attempt=record.attempt,
+            started_at=record.started_at,
+            resumed_from_step=record.resumed_from_step,
+            resumed_from_version=record.resumed_from_version,
+        )
+        for record in records
+        if record.job_uid is not None
+    }
+    return {**implied, **markers}
 
 
 def needs_discovery(resume: str, attempt: int, markers: Mapping[int, AttemptMarker]) -> bool:

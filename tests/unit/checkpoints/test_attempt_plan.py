@@ -8,11 +8,13 @@ from datetime import timedelta
 
 import pytest
 
+from rljob.api.status import AttemptRecord
 from rljob.checkpoints.attempt_plan import (
     AttemptEvent,
     AttemptInputs,
     CandidateCheck,
     plan_attempt_start,
+    with_journaled_markers,
 )
 from rljob.checkpoints.layout import VersionId
 from rljob.checkpoints.models import AttemptMarker
@@ -287,3 +289,35 @@ def test_uploads_of_finished_attempts_are_aborted() -> None:
         inputs(candidates=(check(good(v(200, 1))),), retention=listing(uploads=(upload,)))
     )
     assert [a.upload_id for a in plan.retention.aborts] == ["u1"]
+
+
+def _record(attempt: int, step: int | None, *, seen: bool) -> AttemptRecord:
+    return AttemptRecord(
+        attempt=attempt, started_at=NOW, resumed_from_step=step, job_uid="job" if seen else None
+    )
+
+
+def _marker(attempt: int, step: int | None) -> AttemptMarker:
+    return AttemptMarker(
+        job=LOC.job, namespace=LOC.namespace, attempt=attempt, started_at=NOW,
+        resumed_from_step=step,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("listed", "records", "lineage"),
+    [
+        pytest.param({1: None}, [_record(1, None, seen=True), _record(2, 100, seen=True)],
+                     {1: None, 2: 100}, id="a-seen-attempts-marker-missing-from-a-lagging-listing"),
+        pytest.param({1: None}, [_record(1, None, seen=True), _record(2, 100, seen=False)],
+                     {1: None}, id="an-attempt-whose-job-was-never-seen-implies-nothing"),
+        pytest.param({1: None, 2: 50}, [_record(2, 100, seen=True)], {1: None, 2: 50},
+                     id="the-stores-marker-wins"),
+    ],
+)  # fmt: skip
+def test_status_fills_in_the_markers_a_lagging_listing_misses(
+    listed: Mapping[int, int | None], records: list[AttemptRecord], lineage: dict[int, int | None]
+) -> None:
+    markers = {attempt: _marker(attempt, step) for attempt, step in listed.items()}
+    merged = with_journaled_markers(markers, records, LOC, "uid-1")
+    assert {a: m.resumed_from_step for a, m in merged.items()} == lineage
