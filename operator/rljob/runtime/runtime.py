@@ -131,7 +131,8 @@ class Runtime:
             return []
         live = {uid for uids in index.values() for uid in uids}
         gone = self.memories.retain(live)
-        for uid in gone:
+        # A standby has workers but no memories: its workers are pruned on their own.
+        for uid in {*gone, *(uid for uid in self.workers.uids() if uid not in live)}:
             self.workers.forget_uid(uid)
         return gone
 

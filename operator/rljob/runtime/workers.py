@@ -86,6 +86,9 @@ class JobWorkers:
             job.deleted = True
             job.wake.set()
 
+    def uids(self) -> list[str]:
+        return list(self._jobs)
+
     def forget_uid(self, uid: str) -> None:
         """As `forget`, by uid alone (a re-list no longer shows the job)."""
         job = self._jobs.get(uid)

@@ -12,7 +12,7 @@ from rljob.adapters.kube import KubeError
 from rljob.adapters.leadership import Leadership
 from rljob.api import FailureReason
 from rljob.health.evaluation import finding
-from rljob.runtime.runtime import Runtime, RuntimeOptions
+from rljob.runtime.runtime import RLJOB_INDEX, Runtime, RuntimeOptions
 from tests.unit.reconcile.world import World, example_body, pod
 
 ENGINE = "grpo-demo-rollout-abc"
@@ -138,3 +138,17 @@ def test_a_new_monitor_restores_the_drift_state_a_previous_operator_saved_in_sta
 
     restored = monitor.drift.summaries(now)
     assert [(s.pod, s.baseline_tokens_per_second) for s in restored] == [(ENGINE, 1200.0)]
+
+
+async def test_a_standby_forgets_the_worker_of_an_rljob_a_relist_no_longer_shows() -> None:
+    """A standby runs workers but no passes, so it has no memories: the prune after a re-list
+    must forget its workers all the same (a watch gap sends no DELETED)."""
+    world = World(example_body())
+    runtime = Runtime(Kube(world, 0), RuntimeOptions(), Leadership(None, None), health=Health())  # type: ignore[arg-type]
+    runtime.workers.submit(copy.deepcopy(world.body))
+    runtime.bind_indexes({RLJOB_INDEX: {}})
+    assert len(runtime.memories) == 0 and len(runtime.workers) == 1
+
+    runtime.prune()
+
+    assert len(runtime.workers) == 0
