@@ -144,9 +144,11 @@ def with_journaled_markers(
     location: CheckpointLocation,
     job_uid: str | None,
 ) -> dict[int, AttemptMarker]:
-    """The store's markers, plus the one status implies for each attempt whose Job the operator
-    saw (its marker was written before the Job) but a lagging listing does not show yet: a
-    missing marker would drop that attempt's resume point from the lineage."""
+    """The store's markers, plus the one status implies for each attempt it recorded but a
+    lagging listing does not show: a missing marker would drop that attempt's resume point
+    from the lineage. The record is journaled before the marker and holds the same choice (a
+    marker never written means the attempt never ran: its fence only stops a superseded
+    attempt's late writes, as its marker would have)."""
     implied = {
         record.attempt: AttemptMarker(
             job=location.job,
@@ -158,7 +160,6 @@ def with_journaled_markers(
             resumed_from_version=record.resumed_from_version,
         )
         for record in records
-        if record.job_uid is not None
     }
     return {**implied, **markers}
 

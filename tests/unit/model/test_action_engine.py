@@ -162,6 +162,12 @@ SETTLE = ("world_settles", {"rounds": 1})
                       ("user_deletes_a_child", {"index": 0, "what": "trainer-job"}),
                       ("world_settles", {"rounds": 6})],
                      3, 0, "Running", id="a-marker-a-lagging-listing-missed-stays-in-lineage"),
+        pytest.param([("user_deletes_a_child", {"index": 0, "what": "trainer-job"}),
+                      ("trainer_saves_a_checkpoint", {}),
+                      ("s3_misbehaves", {"fault": "lag-1-listing"}), SETTLE,
+                      ("user_requests_a_restart", {"role": "trainer"}),
+                      ("world_settles", {"rounds": 6})],
+                     3, 0, "Running", id="so-does-one-of-an-attempt-whose-job-was-not-seen-yet"),
     ],
 )  # fmt: skip
 def test_controls_hold_every_invariant(
