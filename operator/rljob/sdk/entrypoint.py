@@ -37,6 +37,12 @@ def root_cause(lines: Iterable[str], exit_code: int) -> str:
     return encoded.decode(errors="ignore")
 
 
+def exit_status(returncode: int) -> int:
+    """The status a shell gives a child killed by signal N, 128+N (Popen says -N, which
+    sys.exit would turn into 256-N: a SIGABRT read as exit 250)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def _pump(stream: IO[str], sink: IO[str], tail: collections.deque[str]) -> None:
     for line in stream:
         sink.write(line)
@@ -57,7 +63,7 @@ def run(command: Sequence[str], termination_log: Path) -> int:
     ]
     for pump in pumps:
         pump.start()
-    code = child.wait()
+    code = exit_status(child.wait())
     for pump in pumps:
         pump.join(timeout=5)
     # Outside Kubernetes there may be no termination log: the summary is in the output anyway.

@@ -53,6 +53,23 @@ def test_wrapper_passes_the_exit_code_and_writes_the_summary(tmp_path: Path) -> 
     assert WATCHDOG in log.read_text()
 
 
+@pytest.mark.parametrize(
+    ("signal_name", "status"),
+    [
+        pytest.param("SIGABRT", 134, id="abort"),
+        pytest.param("SIGKILL", 137, id="killed"),
+        pytest.param("SIGSEGV", 139, id="segfault"),
+    ],
+)
+def test_wrapper_reports_a_signal_death_as_128_plus_the_signal(
+    tmp_path: Path, signal_name: str, status: int
+) -> None:
+    log = tmp_path / "termination-log"
+    script = f"import os, signal; os.kill(os.getpid(), signal.{signal_name})"
+    assert run([sys.executable, "-c", script], log) == status
+    assert log.read_text().endswith(f"exit code {status}")
+
+
 def test_wrapper_writes_nothing_on_success(tmp_path: Path) -> None:
     log = tmp_path / "termination-log"
     assert run([sys.executable, "-c", "print('done')"], log) == 0
