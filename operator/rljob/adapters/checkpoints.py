@@ -106,9 +106,7 @@ class Checkpoints:
         if store is None or location is None or spec is None:
             raise ValueError(f"{job.metadata.name} has no spec.checkpoint")
         capabilities = await store.probe_capabilities()
-        markers = with_journaled_markers(
-            await store.read_markers(), job.status.attempts, location, job.metadata.uid
-        )
+        markers = await self._markers(job, store, location)
         inputs = AttemptInputs(
             location=location,
             attempt=attempt,
@@ -141,6 +139,14 @@ class Checkpoints:
             history=[VersionId.parse(ref.version) for ref in _history(job)],
             pinned=pinned_version(inputs.resume),
         )
+
+    @staticmethod
+    async def _markers(
+        job: RLJob, store: AsyncCheckpointStore, location: CheckpointLocation
+    ) -> dict[int, AttemptMarker]:
+        """The store's markers, filled in from status where a lagging listing misses one."""
+        listed = await store.read_markers()
+        return with_journaled_markers(listed, job.status.attempts, location, job.metadata.uid)
 
     async def write_marker(self, job: RLJob, marker: AttemptMarker) -> None:
         """Writes the attempt's marker; an existing one of this job is left as is. Raises
@@ -186,9 +192,7 @@ class Checkpoints:
         store, location = self.store(job), self.location(job)
         if store is None or location is None:
             return None
-        markers = with_journaled_markers(
-            await store.read_markers(), job.status.attempts, location, job.metadata.uid
-        )
+        markers = await self._markers(job, store, location)
         lineage = Lineage(
             job.status.attempt or 1, {m.attempt: m.resumed_from_step for m in markers.values()}
         )

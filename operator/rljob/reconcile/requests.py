@@ -88,7 +88,7 @@ def journal_manual_restart(
     action_id = f"{MANUAL_PREFIX}{order.nonce}"[:64]
     if order.gang:
         current = current_trainer_job(job, observed)
-        if current is None and not _started(status):
+        if current is None and not _recorded(status):
             return status  # the attempt about to start is the restart: it resumes afresh
         target = ActionTarget(
             role=RoleName.TRAINER,
@@ -112,7 +112,9 @@ def journal_manual_restart(
     return status.model_copy(update={"in_flight": action})
 
 
-def _started(status: RLJobStatus) -> bool:
+def _recorded(status: RLJobStatus) -> bool:
+    """The current attempt was journaled (its Job may exist unseen): a restart is then one more
+    attempt. Looser than the lifecycle's "started" (its Job seen) on purpose."""
     attempt = status.attempt or 1
     return any(record.attempt == attempt for record in status.attempts)
 

@@ -45,7 +45,7 @@ class Context:
     job: RLJob
     memory: JobMemory
     now: dt.datetime
-    acting: Callable[[], bool] = lambda: True  # this replica still holds the Lease
+    acting: Callable[[], bool]  # this replica still holds the Lease
 
     @property
     def namespace(self) -> str:
@@ -122,12 +122,17 @@ APPLIERS: dict[type, Applier] = {
 }
 
 
+def ensure_leading(acting: Callable[[], bool]) -> None:
+    """Raises the API error a deposed leader's write would meet, before the write."""
+    if not acting():
+        raise KubeError(0, "no longer the leader")
+
+
 async def execute(steps: Sequence[Step], ctx: Context) -> None:
     """Each step only while this replica leads: the API refuses a deposed leader's writes, but
     the checkpoint store would not."""
     for step in steps:
-        if not ctx.acting():
-            raise KubeError(0, "no longer the leader")
+        ensure_leading(ctx.acting)
         await APPLIERS[type(step)](step, ctx)
 
 

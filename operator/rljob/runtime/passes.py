@@ -37,7 +37,7 @@ from rljob.reconcile.decide import Decision, decide
 from rljob.reconcile.expectations import with_deletes_issued
 from rljob.reconcile.observed import Observed
 from rljob.reconcile.plan import status_patch
-from rljob.runtime.execute import Context, execute
+from rljob.runtime.execute import Context, ensure_leading, execute
 from rljob.runtime.gather import Gatherer
 from rljob.runtime.health_loop import HealthScheduler
 from rljob.runtime.memory import JobMemory, Memories
@@ -177,8 +177,7 @@ class Passes:
     ) -> bool:
         """Patches status only when it differs from both the observed and our last write, and
         only while this replica still holds the lease."""
-        if not self.leadership.acting():
-            raise KubeError(0, "no longer the leader")
+        ensure_leading(self.leadership.acting)
         meta = body["metadata"]
         observed = RLJobStatus.model_validate(body.get("status") or {})
         patch = status_patch(observed, status)
