@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for the demo and the tests: uv (from PyPI, in a cache venv), the
-# project venv in .venv from uv.lock, Prometheus (Debian's package) and the upstream binaries
-# built from Go modules (tools/build.sh), all cached.
+# project venv in .venv from uv.lock, Prometheus (Debian's package), the upstream binaries
+# built from Go modules (tools/build.sh) and upstream torch for tests/upstream/
+# (tools/torch-venv.sh), all cached.
 # Idempotent: a second run does almost nothing. Prints the bin folder on its last line.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,4 +23,9 @@ fi
 cd "$top"
 UV_PYTHON="$python" "$uv" sync -q --frozen --extra dev --extra test >&2
 bash "$top/tools/prometheus.sh" >&2   # Debian's prometheus + promtool, unpacked, no service
-bash "$top/tools/build.sh"
+# torch for tests/upstream/ downloads while the Go builds compile.
+bash "$top/tools/torch-venv.sh" >"$cache_root/torch-venv.log" 2>&1 &
+torch_pid=$!
+bin_dir=$(bash "$top/tools/build.sh" | tail -n1)
+wait "$torch_pid" || { cat "$cache_root/torch-venv.log" >&2; echo "bootstrap: torch venv failed" >&2; exit 1; }
+echo "$bin_dir"
