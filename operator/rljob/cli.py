@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rljob import __version__
+
+if TYPE_CHECKING:
+    from rljob.adapters.metrics import SourceKey
 
 
 def _dev(args: argparse.Namespace) -> int:
@@ -36,6 +40,7 @@ def _run(args: argparse.Namespace) -> int:
         namespace=args.namespace,
         resync_seconds=args.resync_seconds,
         lease_namespace=args.leader_election_namespace,
+        default_source=_default_source(args),
     )
     return run_operator(
         options,
@@ -44,6 +49,57 @@ def _run(args: argparse.Namespace) -> int:
         liveness_endpoint=f"http://{args.metrics_address}:{args.liveness_port}/healthz",
         log_level=args.log_level,
     )
+
+
+def _default_source(args: argparse.Namespace) -> SourceKey | None:
+    from rljob.adapters.metrics import SourceKey
+
+    if args.direct_scrape:
+        return SourceKey("direct", default=True)
+    if not args.prometheus_url:
+        return None
+    return SourceKey(
+        "prometheus",
+        url=args.prometheus_url.rstrip("/"),
+        headers=tuple(sorted(args.prometheus_header)),
+        token_file=args.prometheus_token_file,
+        pod_label=args.prometheus_pod_label,
+        namespace_label=args.prometheus_namespace_label,
+        default=True,
+    )
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, colon, value = text.partition(":")
+    if not colon or not name.strip() or any(c.isspace() for c in name.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'Name: value'")
+    return name.strip(), value.strip()
+
+
+def _add_source_flags(run: argparse.ArgumentParser) -> None:
+    """The default metrics source of jobs without spec.health.source."""
+    source = run.add_argument_group("default metrics source (jobs without spec.health.source)")
+    which = source.add_mutually_exclusive_group()
+    which.add_argument("--prometheus-url", help="base URL of a Prometheus HTTP API")
+    which.add_argument(
+        "--direct-scrape",
+        action="store_true",
+        help="scrape each pod's metrics port at its pod IP (no Prometheus)",
+    )
+    source.add_argument(
+        "--prometheus-token-file",
+        help="file holding a bearer token for Prometheus, re-read every minute",
+    )
+    source.add_argument(
+        "--prometheus-header",
+        action="append",
+        type=_header,
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="extra HTTP header of every query (repeatable)",
+    )
+    source.add_argument("--prometheus-pod-label", default="pod")
+    source.add_argument("--prometheus-namespace-label", default="namespace")
 
 
 def _crd(_: argparse.Namespace) -> int:
@@ -70,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
         "--leader-election-namespace",
         help="hold a Lease there so that only one replica acts (default: off, one replica)",
     )
+    _add_source_flags(run)
     run.set_defaults(handler=_run)
 
     crd = commands.add_parser("crd", help="print the RLJob CustomResourceDefinition")

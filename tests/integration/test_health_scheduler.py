@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from rljob.adapters.metrics import AddressMapFile, MetricsSources
+from rljob.adapters.metrics import MetricsSources
 from rljob.api import RLJob, parse_rljob
 from rljob.dev.processes import free_ports
 from rljob.dev.prometheus import PrometheusServer, prometheus_bin_dir
@@ -165,9 +165,8 @@ async def wait_until(probe: Any, seconds: float, what: str) -> Any:
 async def test_scheduler_on_real_prometheus_and_direct_scrapes(
     engines: list[Engine], prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
-    address_map = tmp_path / "addresses.json"
-    address_map.write_text(json.dumps({f"{NAMESPACE}/{e.pod}": e.address for e in engines}))
-    factory = MetricsSources(direct_resolver=AddressMapFile(address_map), timeout=3.0)
+    urls = {(NAMESPACE, e.pod): f"http://{e.address}/metrics" for e in engines}
+    factory = MetricsSources(direct_resolver=lambda ns, pod: urls.get((ns, pod)), timeout=3.0)
     recorder = Recorder()
     scheduler = HealthScheduler(factory, recorder)
     prom_job = make_job("via-prometheus", {"prometheus": {"url": prometheus.url}})

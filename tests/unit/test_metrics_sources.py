@@ -10,6 +10,7 @@ import json
 import math
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -18,11 +19,12 @@ import pytest
 from aiohttp import web
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ValidationError
 
 from rljob.adapters.metrics import (
-    AddressMapFile,
     DirectSource,
     MetricsSources,
+    PodAddresses,
     PrometheusSource,
     SourceError,
     SourceKey,
@@ -36,6 +38,7 @@ from rljob.adapters.metrics import (
     series_selector,
     source_key,
 )
+from rljob.api import RLJob
 from rljob.api.spec import Health
 from rljob.health.profiles import VLLM, Series, Signal
 
@@ -522,24 +525,72 @@ async def test_direct_scrape_of_no_reachable_pod_is_unavailable() -> None:
     await source.close()
 
 
-def test_address_map_file_reloads_when_it_changes(tmp_path: Path) -> None:
-    path = tmp_path / "addresses.json"
-    resolve = AddressMapFile(path, recheck=0)
-    assert resolve("ns", "a") is None  # no file yet
-    path.write_text(json.dumps({"ns/a": "127.0.0.1:1234", "ns/b": "https://x/m"}))
-    assert resolve("ns", "a") == "http://127.0.0.1:1234/metrics"
-    assert resolve("ns", "b") == "https://x/m"
-    path.write_text(json.dumps({"ns/a": "127.0.0.1:99"}) + " ")
-    assert resolve("ns", "a") == "http://127.0.0.1:99/metrics"
-    path.write_text("{broken")
-    assert resolve("ns", "a") == "http://127.0.0.1:99/metrics"  # the last good map
+@dataclass(frozen=True)
+class _Pod:
+    name: str
+    ip: str = ""
+    metrics_port: int | None = None
+
+
+def _addressed_job(**roles: Any) -> RLJob:
+    return RLJob.model_validate(
+        {
+            "apiVersion": "rljob.io/v1alpha1",
+            "kind": "RLJob",
+            "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
+            "spec": {
+                "image": "img:1",
+                "roles": {
+                    "rollout": {"engine": "vllm", "replicas": 1},
+                    "trainer": {"nodes": 1},
+                    **roles,
+                },
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("roles", "pod", "url"),
+    [
+        pytest.param({}, _Pod("a", "10.0.0.7", 8000), "http://10.0.0.7:8000/metrics", id="engine"),
+        pytest.param(
+            {"verifier": {"replicas": 1, "metrics": {"port": 9100, "path": "/m"}}},
+            _Pod("a", "10.0.0.7", 9100),
+            "http://10.0.0.7:9100/m",
+            id="role-metrics-path",
+        ),
+        pytest.param({}, _Pod("a", "fd00::7", 8000), "http://[fd00::7]:8000/metrics", id="ipv6"),
+        pytest.param({}, _Pod("a", "", 8000), None, id="no-ip-yet"),
+        pytest.param({}, _Pod("a", "10.0.0.7", None), None, id="no-metrics-port"),
+        pytest.param({}, _Pod("a", "not-an-ip", 8000), None, id="garbage-ip"),
+    ],
+)
+def test_pod_addresses_resolve_observed_pods(
+    roles: dict[str, Any], pod: _Pod, url: str | None
+) -> None:
+    addresses = PodAddresses()
+    role = "verifier" if "verifier" in roles else "rollout"
+    addresses.update(_addressed_job(**roles), {role: [pod]})
+    assert addresses("ns", "a") == url
+    assert addresses("other", "a") is None
+
+
+def test_pod_addresses_forget_pods_and_jobs_that_are_gone() -> None:
+    addresses, job = PodAddresses(), _addressed_job()
+    addresses.update(job, {"rollout": [_Pod("a", "10.0.0.1", 8000), _Pod("b", "10.0.0.2", 8000)]})
+    addresses.update(job, {"rollout": [_Pod("b", "10.0.0.9", 8000)]})
+    assert addresses("ns", "a") is None
+    assert addresses("ns", "b") == "http://10.0.0.9:8000/metrics"
+    addresses.forget(("ns", "j"))
+    assert len(addresses) == 0
 
 
 # ------------------------------------------------------------------ keys and the factory
 
 
 def test_source_key_from_the_spec() -> None:
-    default = SourceKey("prometheus", url="http://prom:9090")
+    default = SourceKey("prometheus", url="http://prom:9090", default=True)
     assert source_key(Health(), "ns", default) is default
     assert source_key(Health(), "ns", None) is None
     direct = Health.model_validate({"source": {"direct": {}}})
@@ -550,7 +601,6 @@ def test_source_key_from_the_spec() -> None:
                 "prometheus": {
                     "url": "http://prom:9090/",
                     "headers": {"b": "2", "a": "1"},
-                    "bearerTokenSecret": {"name": "prom-token"},
                     "podLabel": "kpod",
                 }
             }
@@ -561,29 +611,36 @@ def test_source_key_from_the_spec() -> None:
         "prometheus",
         url="http://prom:9090",
         headers=(("a", "1"), ("b", "2")),
-        token_secret=("ns", "prom-token", "token"),
         pod_label="kpod",
     )
-    # The same Secret name in another namespace is another token: another source.
-    assert source_key(spec, "other", None) != key
+    assert "spec.health.source" in key.describe() and "default" in default.describe()
 
 
-async def test_factory_builds_each_kind() -> None:
-    async def read(namespace: str, name: str, key: str) -> str:
-        return f"{namespace}/{name}/{key}"
+def test_a_token_secret_cannot_be_named_in_the_spec() -> None:
+    """The operator never reads Secrets through the API: token-file auth replaces it."""
+    with pytest.raises(ValidationError, match="bearerTokenSecret"):
+        Health.model_validate(
+            {"source": {"prometheus": {"url": "http://p", "bearerTokenSecret": {"name": "t"}}}}
+        )
 
-    sources = MetricsSources(token_reader=read, direct_resolver=lambda ns, pod: None)
-    prometheus = sources(SourceKey("prometheus", url="http://p", token_secret=("n", "s", "k")))
+
+async def test_factory_builds_each_kind(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    sources = MetricsSources(direct_resolver=lambda ns, pod: None)
+    prometheus = sources(SourceKey("prometheus", url="http://p", token_file=str(token)))
     assert isinstance(prometheus, PrometheusSource)
-    assert await prometheus._token() == "n/s/k"
+    assert await prometheus._token() == "s3cret"
+    missing = sources(SourceKey("prometheus", url="http://p", token_file=str(tmp_path / "none")))
+    assert isinstance(missing, PrometheusSource)
+    with pytest.raises(SourceUnavailable, match="bearer token unavailable"):
+        await missing._token()
     assert isinstance(sources(SourceKey("direct")), DirectSource)
     bare = MetricsSources()
     unconfigured = bare(SourceKey("direct"))
     assert isinstance(unconfigured, UnconfiguredSource)
     collected = await unconfigured.collect({RUNNING: {"ns": {"a"}}}, lookback=1, at=1)
     assert isinstance(collected[RUNNING], SourceUnavailable)
-    secretless = bare(SourceKey("prometheus", url="http://p", token_secret=("n", "s", "k")))
-    assert isinstance(secretless, UnconfiguredSource)
     assert VLLM.signals()  # the profile the scheduler asks for
 
 

@@ -137,7 +137,22 @@ def summarize_pod(body: Body) -> ObservedPod:
         disruption_message=str(disruption.get("message", "") or "")[:_MESSAGE_LIMIT]
         if disrupted
         else "",
+        ip=str(status.get("podIP", "") or ""),
+        metrics_port=_metrics_port(spec),
+        finished_at=_time(terminated.get("finishedAt")),
     )
+
+
+def _metrics_port(spec: Mapping[str, Any]) -> int | None:
+    """The port the operator rendered for the role's metrics: named metrics, else the engine's
+    http port (vLLM and SGLang serve /metrics there)."""
+    ports = {
+        port.get("name"): port.get("containerPort")
+        for container in spec.get("containers") or []
+        for port in container.get("ports") or []
+    }
+    port = ports.get("metrics") or ports.get("http")
+    return port if isinstance(port, int) else None
 
 
 def observed_from(children: Iterable[ObservedChild], pods: Iterable[ObservedPod]) -> Observed:

@@ -204,15 +204,6 @@ class LocalObjectReference(SpecModel):
     name: ObjectName = Field(description="Name of the object.")
 
 
-class SecretKeyReference(SpecModel):
-    """A key of a Secret in the job's namespace."""
-
-    name: ObjectName = Field(description="Name of the Secret.")
-    key: Annotated[str, Field(min_length=1, max_length=253)] = Field(
-        default="token", description="Key within the Secret."
-    )
-
-
 class Volume(SpecModel):
     """A pod volume, as in a pod spec; fields other than `name` pass through unchecked."""
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from rljob.api.base import SpecModel
+from rljob.api.base import nested as _nested
 from rljob.api.durations import (
     Duration,
     DurationAtLeastOneSecond,
@@ -17,14 +18,17 @@ from rljob.api.durations import (
 from rljob.api.enums import (
     AddressingStyle,
     AddressingStyleField,
-    FailureActionField,
-    FailureReason,
-    FailureReasonField,
     RoleName,
-    RoleNameField,
+)
+from rljob.api.failure_policy import (
+    MAX_FAILURE_RULES,
+    MAX_RESTARTS_LIMIT,
+    Backoff,
+    FailurePolicy,
+    FailureRule,
 )
 from rljob.api.kube_names import ImageRef
-from rljob.api.kube_types import Int64Check, ObjectName, SecretKeyReference
+from rljob.api.kube_types import Int64Check, ObjectName
 from rljob.api.roles import (
     PROMETHEUS_NAME_PATTERN,
     RESOURCE_NAME_PATTERN,
@@ -36,7 +40,7 @@ from rljob.api.roles import (
     ServingRole,
     TrainerRole,
 )
-from rljob.api.rules import CelCheck, CrossFieldRule, Immutable, KubeList, TransitionRule
+from rljob.api.rules import CelCheck, CrossFieldRule, Immutable, TransitionRule
 
 # The role models live in rljob.api.roles; they are named here too, as the spec's parts.
 __all__ = [
@@ -79,8 +83,6 @@ RESUME_PATTERN = r"^(Latest|None|v[0-9]{12}-a[0-9]{6})$"
 HTTP_URL_PATTERN = r"^https?://[^ ]+$"
 PROMETHEUS_LABEL_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
 
-MAX_RESTARTS_LIMIT = 100
-MAX_FAILURE_RULES = 32
 URI_MAX_LENGTH = 1024
 
 PrometheusLabel = Annotated[str, Field(pattern=PROMETHEUS_LABEL_PATTERN, max_length=128)]
@@ -137,9 +139,10 @@ class Checkpoint(SpecModel):
 class PrometheusSource(SpecModel):
     """Read workload metrics from a Prometheus HTTP API."""
 
-    url: HttpUrl = Field(description="Base URL of the Prometheus HTTP API.")
-    bearer_token_secret: SecretKeyReference | None = Field(
-        default=None, description="Secret key holding a bearer token for the API."
+    url: HttpUrl = Field(
+        description="Base URL of the Prometheus HTTP API. A bearer token comes only from the "
+        "operator's mounted token file (its --prometheus-token-file), never from a Secret read "
+        "through the API; a job's own source sends `headers`."
     )
     headers: Annotated[dict[str, Annotated[str, Field(max_length=1024)]], Field(max_length=16)] = (
         Field(default_factory=dict, description="Extra HTTP headers sent with every query.")
@@ -214,12 +217,6 @@ class VerifierLatency(SpecModel):
     window: Duration = Field(default="10m", description="How long the bound must be exceeded.")
 
 
-def _nested(model: type[SpecModel], description: str) -> Any:
-    # default {} in the CRD: the API server then fills and stores every nested default, so a
-    # later operator version never silently changes a running job's settings.
-    return Field(default_factory=model, description=description, json_schema_extra={"default": {}})
-
-
 class Health(SpecModel):
     """Health detection: where signals come from, how often, and each detector's bounds."""
 
@@ -244,82 +241,6 @@ class Health(SpecModel):
             "interval",
         )
         for bound in ("kvDrift.window", "verifierLatency.window", "engineStall.timeout")
-    )
-
-
-class Backoff(SpecModel):
-    """Exponential delay between restarts; the first restart in a window has none."""
-
-    initial: Duration = Field(default="30s", description="Delay before the second restart.")
-    max: Duration = Field(default="30m", description="Upper bound of the delay.")
-
-    cel_rules = (
-        durations_in_order(
-            "initial", "max", field="initial", message="initial must not exceed max"
-        ),
-    )
-
-
-class FailureRule(SpecModel):
-    """Maps failures to an action; a rule matches when every matcher it sets matches."""
-
-    roles: (
-        Annotated[list[RoleNameField], Field(min_length=1, max_length=4), KubeList("set")] | None
-    ) = Field(default=None, description="Roles the rule applies to; default: all.")
-    on_reasons: (
-        Annotated[
-            list[FailureReasonField],
-            Field(min_length=1, max_length=len(FailureReason)),
-            KubeList("set"),
-        ]
-        | None
-    ) = Field(default=None, description="Failure reasons that match.")
-    on_exit_codes: (
-        Annotated[
-            list[Annotated[int, Field(ge=0, le=255)]],
-            Field(min_length=1, max_length=32),
-            KubeList("set"),
-        ]
-        | None
-    ) = Field(default=None, description="Container exit codes that match.")
-    action: FailureActionField = Field(description="What to do when the rule matches.")
-    counts_towards_max: bool = Field(
-        default=True, description="Whether a restart by this rule uses up maxRestarts."
-    )
-
-    cel_rules = (
-        CrossFieldRule(
-            cel="!has(self.onReasons) || !has(self.onExitCodes)",
-            message="a rule matches onReasons or onExitCodes, not both",
-            field="onExitCodes",
-            holds=lambda rule: rule.on_reasons is None or rule.on_exit_codes is None,
-        ),
-    )
-
-
-class FailurePolicy(SpecModel):
-    """How failures are handled: user rules first, then built-in defaults; first match wins."""
-
-    max_restarts: int = Field(
-        default=10,
-        ge=0,
-        le=MAX_RESTARTS_LIMIT,
-        description="Counted restarts allowed within window before the job fails.",
-    )
-    window: Duration = Field(default="24h", description="Sliding window of maxRestarts.")
-    backoff: Backoff = _nested(Backoff, "Delay between restarts.")
-    no_progress_restarts: int = Field(
-        default=3,
-        ge=1,
-        le=MAX_RESTARTS_LIMIT,
-        description="Gang restarts in a row resuming from the same step before the job fails.",
-    )
-    teardown_timeout: Duration = Field(
-        default="10m",
-        description="How long a gang restart waits for the old attempt's pods to go.",
-    )
-    rules: Annotated[list[FailureRule], Field(max_length=MAX_FAILURE_RULES)] = Field(
-        default_factory=list, description="User rules, tried before the built-in ones."
     )
 
 

@@ -44,6 +44,11 @@ from rljob.reconcile.serving import disruption_reports
 from rljob.reconcile.steps import Step, execution_steps
 
 SIGNALS = "HealthSignalsAvailable"
+NO_SOURCE_MESSAGE = (
+    "health detection is off: no metrics source (set spec.health.source, or give the operator "
+    "a default: chart value health.prometheus.url or health.directScrape)"
+)
+MAX_SIGNALS_MESSAGE = 300
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class PassInputs:
     attempt: AttemptGathered | None = None  # the store's answer for the attempt about to start
     watched: bool = False  # the health loop watches this job
     signals_error: str | None = None
+    signals_source: str | None = None  # which source, described; None: none configured
     node_states: dict[str, str] = field(default_factory=dict)  # node -> Ready|NotReady|Gone|...
     retention_problem: str = ""  # the last retention apply's failure, to say in a condition
     engine_summaries: tuple[EngineHealth, ...] | None = None  # detector state to keep in status
@@ -235,13 +241,18 @@ def _refreshed(job: RLJob, inputs: PassInputs) -> RLJobStatus:
 
 
 def _signals(job: RLJob, inputs: PassInputs) -> RLJobStatus:
-    """HealthSignalsAvailable: False (no restart from metrics) while the source fails."""
+    """HealthSignalsAvailable: which source the job uses; False (no restart from metrics) while
+    it fails or when there is none."""
     if not inputs.watched:
         return job.status
-    if inputs.signals_error is None:
-        state = ConditionState.of(SIGNALS, True, "SourceAnswers", "the metrics source answers")
+    source = inputs.signals_source
+    if source is None:
+        state = ConditionState.of(SIGNALS, False, "NoMetricsSource", NO_SOURCE_MESSAGE)
+    elif inputs.signals_error is None:
+        state = ConditionState.of(SIGNALS, True, "SourceAnswers", f"signals from {source}")
     else:
-        state = ConditionState.of(SIGNALS, False, "SourceUnavailable", inputs.signals_error[:200])
+        message = f"{source}: {inputs.signals_error}"[:MAX_SIGNALS_MESSAGE]
+        state = ConditionState.of(SIGNALS, False, "SourceUnavailable", message)
     return with_condition(job.status, state, inputs.now, job.metadata.generation)
 
 

@@ -54,6 +54,10 @@ class ObservedPod:
     created_at: datetime | None
     disruption: str = ""  # reason of a DisruptionTarget=True condition (preempted, node lost)
     disruption_message: str = ""
+    ip: str = ""  # status.podIP: direct scraping reaches the pod there
+    metrics_port: int | None = None  # the container port named metrics (else http)
+    # The container's termination time (finishedAt): the first observed failure across pods.
+    finished_at: datetime | None = None
 
     @property
     def terminal(self) -> bool:

@@ -28,6 +28,7 @@ import structlog
 from rljob.adapters.metrics import (
     Collected,
     MetricsSource,
+    PodAddresses,
     SourceError,
     SourceKey,
     describe_error,
@@ -86,6 +87,7 @@ class HealthScheduler:
         clock: Clock = time.time,
         *,
         default_source: SourceKey | None = None,
+        addresses: PodAddresses | None = None,
         tick: float = TICK_SECONDS,
         max_jobs: int = MAX_JOBS,
     ) -> None:
@@ -93,6 +95,7 @@ class HealthScheduler:
         self._on_evaluations = on_evaluations
         self._clock = clock
         self._default_source = default_source
+        self._addresses = addresses  # the direct source's resolver, fed from observed pods
         self._tick = tick
         self._max_jobs = max_jobs
         self._jobs: dict[str, Monitor] = {}
@@ -134,6 +137,8 @@ class HealthScheduler:
         by_role = {role_name(role): list(members) for role, members in pods.items()}
         source = source_key(job.spec.health, namespace, self._default_source)
         monitor.update(job, by_role, now, source)
+        if self._addresses is not None:
+            self._addresses.update(job, by_role)
 
     def engine_summaries(self, key: JobKey) -> list[EngineHealth] | None:
         """The job's detector summaries to keep in status; None while it is not watched."""
@@ -154,6 +159,13 @@ class HealthScheduler:
         monitor = self._monitor(key)
         if monitor is not None:
             monitor.note_restart(role_name(role), pod, at)
+
+    def source_for(self, job: RLJob) -> SourceKey | None:
+        """The source the job's signals come from: its own spec.health.source, else the
+        operator's default; None: none is configured and detection is off."""
+        return source_key(
+            job.spec.health, job.metadata.namespace or "default", self._default_source
+        )
 
     def source_error(self, key: JobKey) -> str | None:
         """Why the job's metrics source failed its last round, or None when it answered."""
@@ -214,6 +226,8 @@ class HealthScheduler:
             return
         if self._uids.get(monitor.key) == uid:
             del self._uids[monitor.key]
+            if self._addresses is not None:
+                self._addresses.forget(monitor.key)
         for detector in VALUED_DETECTORS:
             with contextlib.suppress(KeyError):
                 DETECTOR_VALUE.remove(monitor.key[0], monitor.key[1], detector)

@@ -115,6 +115,8 @@ class Passes:
         inputs = await self.gatherer.inputs(
             job, observed, memory, now, self.health.source_error(memory.key)
         )
+        source = self.health.source_for(job)
+        inputs = replace(inputs, signals_source=source.describe() if source else None)
         summaries = self.health.engine_summaries(memory.key)
         if summaries is not None:
             inputs = replace(inputs, engine_summaries=tuple(summaries))

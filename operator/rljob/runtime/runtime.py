@@ -13,7 +13,7 @@ from typing import Any
 from rljob.adapters.checkpoints import Checkpoints
 from rljob.adapters.kube import Kube, connect
 from rljob.adapters.leadership import Leadership
-from rljob.adapters.metrics import MetricsSources
+from rljob.adapters.metrics import MetricsSources, PodAddresses, SourceKey
 from rljob.adapters.observe import JobKey, observed_from
 from rljob.health.evaluation import CHECKPOINT_STEP_EVIDENCE, Evaluation
 from rljob.observability import JOBS_BY_PHASE, TRAINER_STEP, TRAINER_STEP_RATE
@@ -37,6 +37,8 @@ class RuntimeOptions:
     resync_seconds: float = 300.0
     api_timeout: float = 10.0
     lease_namespace: str | None = None  # leader election on: the Lease lives there
+    # Where jobs without spec.health.source get their signals; None: their detection is off.
+    default_source: SourceKey | None = None
 
 
 class Runtime:
@@ -55,7 +57,7 @@ class Runtime:
         self.options = options
         self.checkpoints = checkpoints or Checkpoints(timeout=options.api_timeout)
         self.memories = Memories(self._forgotten)
-        self.health = health or HealthScheduler(MetricsSources(), self._on_health)
+        self.health = health or self._health_scheduler(options)
         self._indexes: dict[str, Mapping[Any, Iterable[Any]]] = {}
         self.passes = Passes(
             kube,
@@ -69,6 +71,16 @@ class Runtime:
         self.workers = JobWorkers(self.passes.run, resync_seconds=options.resync_seconds)
         self._health_task: asyncio.Task[None] | None = None
         self._prune_task: asyncio.Task[None] | None = None
+
+    def _health_scheduler(self, options: RuntimeOptions) -> HealthScheduler:
+        """Direct scraping resolves pod addresses from the pods the passes observe."""
+        addresses = PodAddresses()
+        return HealthScheduler(
+            MetricsSources(direct_resolver=addresses),
+            self._on_health,
+            default_source=options.default_source,
+            addresses=addresses,
+        )
 
     @classmethod
     async def start(cls, options: RuntimeOptions) -> Runtime:

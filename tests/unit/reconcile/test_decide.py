@@ -335,3 +335,35 @@ def test_a_manual_trainer_restart_before_the_attempt_started_is_that_attempt() -
     assert status.attempt == 2
     assert status.last_restart_request is not None and status.last_restart_request.id == "n1"
     assert [event.reason for _, event in decision.reports] == ["RestartRequested"]
+
+
+@pytest.mark.parametrize(
+    ("source", "error", "status", "reason", "says"),
+    [
+        pytest.param(None, None, "False", "NoMetricsSource", "detection is off", id="no-source"),
+        pytest.param(
+            "Prometheus at http://p (the operator default)",
+            None,
+            "True",
+            "SourceAnswers",
+            "signals from Prometheus at http://p (the operator default)",
+            id="default-answers",
+        ),
+        pytest.param(
+            "direct scraping (spec.health.source)",
+            "connection refused",
+            "False",
+            "SourceUnavailable",
+            "direct scraping (spec.health.source): connection refused",
+            id="own-source-fails",
+        ),
+    ],
+)
+def test_the_signals_condition_names_the_source_and_why_detection_is_off(
+    source: str | None, error: str | None, status: str, reason: str, says: str
+) -> None:
+    w = running_world()
+    decision = decide_now(w, watched=True, signals_source=source, signals_error=error)
+    (condition,) = [c for c in decision.plan.status.conditions if c.type == "HealthSignalsAvailable"]
+    assert (condition.status, condition.reason) == (status, reason)
+    assert says in condition.message

@@ -14,6 +14,7 @@ answer parsing), `prometheus` (the Prometheus source), `direct` (direct scraping
 prefilter), `factory` (source keys and the default factory).
 """
 
+from rljob.adapters.metrics.addresses import PodAddresses, metrics_url
 from rljob.adapters.metrics.base import (
     MAX_ERROR_TEXT,
     Collected,
@@ -34,7 +35,6 @@ from rljob.adapters.metrics.direct import (
     DEFAULT_SCRAPE_TIMEOUT,
     MAX_PAGE_BYTES,
     MAX_PAGE_LINES,
-    AddressMapFile,
     AddressResolver,
     DirectSource,
     page_samples,
@@ -43,7 +43,6 @@ from rljob.adapters.metrics.direct import (
 from rljob.adapters.metrics.factory import (
     MetricsSources,
     SourceKey,
-    TokenReader,
     UnconfiguredSource,
     source_key,
 )
@@ -77,12 +76,12 @@ __all__ = [
     "MAX_POINTS_PER_SERIES",
     "MAX_RANGE_POINTS",
     "TOKEN_TTL",
-    "AddressMapFile",
     "AddressResolver",
     "Collected",
     "DirectSource",
     "MetricsSource",
     "MetricsSources",
+    "PodAddresses",
     "PodKey",
     "PrometheusSource",
     "Queries",
@@ -95,9 +94,9 @@ __all__ = [
     "SourceTimeout",
     "SourceUnavailable",
     "TokenProvider",
-    "TokenReader",
     "UnconfiguredSource",
     "describe_error",
+    "metrics_url",
     "page_samples",
     "parse_matrix",
     "prefilter",

@@ -10,13 +10,10 @@ series are dropped and tallied.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
-import os
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from pathlib import Path
 
 import aiohttp
 import structlog
@@ -53,55 +50,6 @@ DEFAULT_SCRAPE_CONCURRENCY = 64
 _PAGE_TYPES = ("text/plain", "application/openmetrics-text")
 
 AddressResolver = Callable[[str, str], "str | None"]
-
-
-class AddressMapFile:
-    """Resolves (namespace, pod) from a JSON file `{"<namespace>/<pod>": "host:port"}` (the
-    test bed's simulator writes it atomically), re-read when it changes; values may also be
-    full URLs. A file that cannot be read keeps the last good map."""
-
-    MAX_BYTES = 16 * 1024 * 1024
-
-    def __init__(self, path: Path | str, metrics_path: str = "/metrics", recheck: float = 1.0):
-        self.path = Path(path)
-        self.metrics_path = metrics_path
-        self._recheck = recheck
-        self._checked_at = -math.inf
-        self._stamp: tuple[int, int] | None = None
-        self._map: dict[str, str] = {}
-
-    def __call__(self, namespace: str, pod: str) -> str | None:
-        self._maybe_reload()
-        address = self._map.get(f"{namespace}/{pod}")
-        if address is None:
-            return None
-        if "://" in address:
-            return address
-        return f"http://{address}{self.metrics_path}"
-
-    def _maybe_reload(self) -> None:
-        now = time.monotonic()
-        if now - self._checked_at < self._recheck:
-            return
-        self._checked_at = now
-        try:
-            stat = os.stat(self.path)
-            stamp = (stat.st_mtime_ns, stat.st_size)
-            if stamp == self._stamp:
-                return
-            if stat.st_size > self.MAX_BYTES:
-                raise ValueError(f"over {self.MAX_BYTES} bytes")
-            loaded = json.loads(self.path.read_text())
-            if not isinstance(loaded, dict):
-                raise ValueError("not a JSON object")
-            self._map = {k: v for k, v in loaded.items() if isinstance(v, str)}
-            self._stamp = stamp
-        except (OSError, ValueError) as error:
-            log.warning(
-                "address map unreadable; keeping the last one",
-                path=str(self.path),
-                error=str(error),
-            )
 
 
 def prefilter(text: str, names: Collection[str]) -> list[str]:

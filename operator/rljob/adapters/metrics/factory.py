@@ -1,10 +1,14 @@
 """Which source a job is health-checked from (its `SourceKey`) and the default factory that
-makes a source of a key: jobs with equal keys share one source."""
+makes a source of a key: jobs with equal keys share one source.
+
+A bearer token comes only from a file mounted into the operator's pod (the operator's default
+source, `--prometheus-token-file`): the operator never reads Secrets through the API."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
 from dataclasses import dataclass
+from pathlib import Path
 
 from rljob.adapters.metrics.base import (
     Collected,
@@ -27,24 +31,25 @@ from rljob.adapters.metrics.prometheus import (
 )
 from rljob.api.spec import Health
 
-TokenReader = Callable[[str, str, str], Awaitable["str | None"]]
+MAX_TOKEN_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class SourceKey:
-    """Identifies one source: jobs with equal keys are queried together. The bearer token's
-    Secret is part of the key (with its namespace), so jobs share a token only when they name
-    the same Secret."""
+    """Identifies one source: jobs with equal keys are queried together. `token_file` is set
+    only on the operator's default source (a job cannot name a file of the operator's pod)."""
 
     kind: SourceKind
     url: str = ""
     headers: tuple[tuple[str, str], ...] = ()
-    token_secret: tuple[str, str, str] | None = None  # (namespace, name, key)
+    token_file: str | None = None
     pod_label: str = "pod"
     namespace_label: str = "namespace"
+    default: bool = False  # the operator's default, not a job's own health.source
 
     def describe(self) -> str:
-        return self.url if self.kind == "prometheus" else "direct scrape"
+        what = f"Prometheus at {self.url}" if self.kind == "prometheus" else "direct scraping"
+        return f"{what} ({'the operator default' if self.default else 'spec.health.source'})"
 
 
 def source_key(health: Health, namespace: str, default: SourceKey | None) -> SourceKey | None:
@@ -55,12 +60,10 @@ def source_key(health: Health, namespace: str, default: SourceKey | None) -> Sou
     if source.prometheus is None:
         return SourceKey("direct")
     prometheus = source.prometheus
-    secret = prometheus.bearer_token_secret
     return SourceKey(
         kind="prometheus",
         url=prometheus.url.rstrip("/"),
         headers=tuple(sorted(prometheus.headers.items())),
-        token_secret=(namespace, secret.name, secret.key) if secret is not None else None,
         pod_label=prometheus.pod_label,
         namespace_label=prometheus.namespace_label,
     )
@@ -91,21 +94,19 @@ class UnconfiguredSource:
 
 
 class MetricsSources:
-    """The default source factory: a SourceKey -> a new source. `token_reader(namespace,
-    secret, key)` reads a bearer token Secret (re-read every TOKEN_TTL seconds);
-    `direct_resolver(namespace, pod)` gives a pod's metrics URL for direct scraping."""
+    """The default source factory: a SourceKey -> a new source. `direct_resolver(namespace,
+    pod)` gives a pod's metrics URL for direct scraping; a key's token file is re-read every
+    TOKEN_TTL seconds (a rotated projected token is picked up)."""
 
     def __init__(
         self,
         *,
-        token_reader: TokenReader | None = None,
         direct_resolver: AddressResolver | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         scrape_timeout: float = DEFAULT_SCRAPE_TIMEOUT,
         scrape_concurrency: int = DEFAULT_SCRAPE_CONCURRENCY,
         max_body: int = MAX_BODY_BYTES,
     ) -> None:
-        self.token_reader = token_reader
         self.direct_resolver = direct_resolver
         self.timeout = timeout
         self.scrape_timeout = scrape_timeout
@@ -121,26 +122,28 @@ class MetricsSources:
                 timeout=self.scrape_timeout,
                 concurrency=self.scrape_concurrency,
             )
-        provider: TokenProvider | None = None
-        if key.token_secret is not None:
-            reader, secret = self.token_reader, key.token_secret
-            if reader is None:
-                return UnconfiguredSource(
-                    "prometheus",
-                    "a bearer token Secret is named but the operator cannot read Secrets",
-                )
-
-            async def read_token() -> str | None:
-                return await reader(*secret)
-
-            provider = read_token
-
         return PrometheusSource(
             key.url,
             headers=dict(key.headers),
-            token_provider=provider,
+            token_provider=token_file_reader(key.token_file) if key.token_file else None,
             pod_label=key.pod_label,
             namespace_label=key.namespace_label,
             timeout=self.timeout,
             max_body=self.max_body,
         )
+
+
+def token_file_reader(path: str) -> TokenProvider:
+    """Reads a bearer token from a mounted file, off the event loop, stripped of whitespace."""
+
+    def read() -> str | None:
+        with Path(path).open("rb") as token:
+            text = token.read(MAX_TOKEN_BYTES + 1)
+        if len(text) > MAX_TOKEN_BYTES:
+            raise ValueError(f"{path} is larger than {MAX_TOKEN_BYTES} bytes")
+        return text.decode().strip() or None
+
+    async def provide() -> str | None:
+        return await asyncio.to_thread(read)
+
+    return provide
