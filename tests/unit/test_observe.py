@@ -1,8 +1,9 @@
 """What the operator keeps of its children's watch events: a failing Job already at
-FailureTarget, a rolled Deployment's restart annotation, a pod's disruption."""
+FailureTarget, a rolled Deployment's restart annotation, a pod's disruption and termination time."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -66,3 +67,33 @@ def test_a_deployments_restart_annotation_is_kept() -> None:
 def test_a_pods_disruption(conditions: list[dict[str, str]], disruption: str) -> None:
     body = {"metadata": META, "spec": {}, "status": {"phase": "Running", "conditions": conditions}}
     assert summarize_pod(body).disruption == disruption
+
+
+def _terminated(code: int, finished: str) -> dict[str, Any]:
+    return {"terminated": {"exitCode": code, "reason": "Error", "finishedAt": finished}}
+
+
+@pytest.mark.parametrize(
+    ("containers", "exit_code", "finished_at"),
+    [
+        pytest.param([], None, None, id="not-terminated"),
+        pytest.param(
+            [{"state": _terminated(1, "2026-03-01T12:00:05Z")}],
+            1,
+            dt.datetime(2026, 3, 1, 12, 0, 5, tzinfo=dt.UTC),
+            id="state",
+        ),
+        pytest.param(
+            [{"state": {"running": {}}, "lastState": _terminated(137, "2026-03-01T11:59:00Z")}],
+            137,
+            dt.datetime(2026, 3, 1, 11, 59, tzinfo=dt.UTC),
+            id="last-state",
+        ),
+    ],
+)
+def test_a_pods_termination_time(
+    containers: list[dict[str, Any]], exit_code: int | None, finished_at: dt.datetime | None
+) -> None:
+    status = {"phase": "Failed", "containerStatuses": containers}
+    observed = summarize_pod({"metadata": META, "spec": {}, "status": status})
+    assert (observed.exit_code, observed.finished_at) == (exit_code, finished_at)

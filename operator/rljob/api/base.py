@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from typing_extensions import Unpack
 
@@ -62,3 +62,10 @@ class StatusModel(BaseModel):
     can read what a newer one wrote."""
 
     model_config = camel_case(extra="ignore")
+
+
+def nested(model: type[SpecModel], description: str) -> Any:
+    """A nested spec object defaulting to {} in the CRD: the API server then fills and stores
+    every nested default, so a later operator version never silently changes a running job's
+    settings."""
+    return Field(default_factory=model, description=description, json_schema_extra={"default": {}})

@@ -213,11 +213,16 @@ class InFlightAction(StatusModel):
 
 
 class SuspectNode(StatusModel):
-    """A node the next trainer attempt avoids."""
+    """A node new trainer attempts prefer not to use (a soft anti-affinity), until `until`."""
 
     name: Name = Field(description="Node name.")
-    reason: FailureReason = Field(description="Failure seen on it.")
+    reason: FailureReason = Field(description="Hardware-like failure seen on it.")
     marked_at: datetime = Field(description="When it was marked.")
+    until: datetime | None = Field(
+        default=None,
+        description="When it stops being suspect and is dropped; empty (an older operator's "
+        "entry): markedAt plus failurePolicy.suspectNodeTTL.",
+    )
 
 
 class RestartRequest(StatusModel):
@@ -331,7 +336,7 @@ class RLJobStatus(StatusModel):
     )
     suspect_nodes: Annotated[
         list[SuspectNode], Field(max_length=MAX_SUSPECT_NODES), KubeList("map", ("name",))
-    ] = Field(default_factory=list, description="Nodes the next attempt avoids.")
+    ] = Field(default_factory=list, description="Nodes new trainer attempts prefer to avoid.")
     last_restart_request: RestartRequest | None = Field(
         default=None, description="Last user-requested restart handled."
     )

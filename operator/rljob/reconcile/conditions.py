@@ -13,6 +13,8 @@ from rljob.api.status import MESSAGE_MAX_LENGTH, REASON_MAX_LENGTH, REASON_PATTE
 from rljob.health.termination import sanitize_line
 
 PODS_SCHEDULED = "PodsScheduled"
+# A trainer pod runs on a node in status.suspectNodes (rljob.reconcile.suspects).
+SUSPECT_NODE_IN_USE = "SuspectNodeInUse"
 # Types this layer owns, in the order they are listed; other types (CheckpointReady, ...) are
 # kept as they are, after these.
 MANAGED_TYPES = (
@@ -22,6 +24,7 @@ MANAGED_TYPES = (
     ConditionType.SUSPENDED.value,
     ConditionType.RESTARTING.value,
     PODS_SCHEDULED,
+    SUSPECT_NODE_IN_USE,
     ConditionType.SUCCEEDED.value,
     ConditionType.FAILED.value,
 )

@@ -31,6 +31,7 @@ from rljob.api.status import MAX_ATTEMPTS
 from rljob.reconcile.conditions import is_true, one_line, valid_reason
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
+from rljob.reconcile.root_cause import root_cause
 
 TERMINAL_PHASES = (JobPhase.SUCCEEDED, JobPhase.FAILED)
 RESUME_STEP_ENV = "RLJOB_RESUME_STEP"
@@ -285,16 +286,12 @@ def _backoff_remaining(job: RLJob, attempt: int, now: datetime) -> float:
 
 
 def failing_rank(pods: Sequence[ObservedPod], job: ObservedChild) -> TrainerFailure:
-    """The failed rank with the lowest completion index and a non-zero exit code; the Job's
-    Failed condition when no such pod is observed. Ranks the Job controller deleted after the
-    first failure (SIGTERM victims, marked deleting) count only when no other rank failed."""
-    failed = [p for p in pods if p.phase == "Failed" and p.exit_code not in (None, 0)]
-    if not failed:
+    """The failed rank (non-zero exit) that explains the attempt, as rljob.reconcile.root_cause
+    ranks them (the first observed failure); the Job's Failed condition when no such pod is
+    observed."""
+    pod = root_cause([p for p in pods if p.phase == "Failed" and p.exit_code not in (None, 0)])
+    if pod is None:
         return TrainerFailure(TRAINER_FAILED, one_line(job.failed_message or f"{job.name} failed"))
-    pod = min(
-        failed,
-        key=lambda p: (p.deleting, p.completion_index is None, p.completion_index or 0, p.name),
-    )
     rank = "?" if pod.completion_index is None else str(pod.completion_index)
     reason = valid_reason(pod.reason, TRAINER_FAILED)
     message = f"trainer rank {rank} (pod {pod.name}) exited with code {pod.exit_code} ({reason})"

@@ -36,6 +36,7 @@ from rljob.reconcile.render import (
     render_children,
 )
 from rljob.reconcile.status import build_status
+from rljob.reconcile.suspects import active_suspects, suspect_ttl
 
 DEFAULT_NAMESPACE = "default"
 
@@ -99,7 +100,7 @@ def reconcile(
     extras = extras or ReconcileExtras()
     now = now.replace(microsecond=0)
     decision = decide_trainer(job, observed, now, extras.trainer_hold)
-    desired = render_children(job, render_context(job, decision, extras))
+    desired = render_children(job, render_context(job, decision, extras, now))
     apply = _to_apply(desired, observed, decision)
     status = build_status(
         job,
@@ -121,7 +122,10 @@ def reconcile(
     )
 
 
-def render_context(job: RLJob, decision: TrainerDecision, extras: ReconcileExtras) -> RenderContext:
+def render_context(
+    job: RLJob, decision: TrainerDecision, extras: ReconcileExtras, now: datetime
+) -> RenderContext:
+    suspects = active_suspects(job.status.suspect_nodes, now, suspect_ttl(job))
     return RenderContext(
         name=job.metadata.name,
         namespace=job.metadata.namespace or DEFAULT_NAMESPACE,
@@ -129,7 +133,7 @@ def render_context(job: RLJob, decision: TrainerDecision, extras: ReconcileExtra
         attempt=decision.attempt,
         resume_env=dict(extras.resume_env),
         policy_env=dict(extras.policy_env),
-        avoid_nodes=tuple(sorted(node.name for node in job.status.suspect_nodes)),
+        avoid_nodes=tuple(sorted(node.name for node in suspects)),
         trainer_master_port=extras.trainer_master_port,
         finished=decision.finished,
     )

@@ -21,6 +21,9 @@ READINESS_FAILURE_THRESHOLD = 3
 SHM_VOLUME = "dshm"
 SHM_PATH = "/dev/shm"
 HTTP_ENGINES = (Engine.VLLM, Engine.SGLANG)
+PREFERRED_NODE_AFFINITY = "preferredDuringSchedulingIgnoredDuringExecution"
+# The highest weight the API allows: avoiding a suspect node outweighs other preferences.
+SUSPECT_AVOIDANCE_WEIGHT = 100
 
 EnvList = list[dict[str, Any]]
 
@@ -170,18 +173,17 @@ def _user_has_shm(role: Role) -> bool:
 
 
 def _avoid_nodes(spec: dict[str, Any], nodes: tuple[str, ...]) -> None:
-    """Adds `metadata.name NotIn [node]` for each node to every required node selector term
-    (terms are ORed, so each must exclude the nodes), creating one term if there is none. The
-    API allows one value per field requirement, and requirements within a term are ANDed."""
+    """Adds one preferred term that scores nodes other than `nodes` (`metadata.name NotIn`, one
+    value per field requirement as the API demands; requirements within a term are ANDed).
+    Preferred, never required: a cluster whose only fitting node is suspect still runs the job.
+    By node name, not the kubernetes.io/hostname label, which may differ from it."""
     avoid = [
         {"key": "metadata.name", "operator": "NotIn", "values": [node]} for node in sorted(nodes)
     ]
     node_affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
-    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-    terms = required.get("nodeSelectorTerms") or [{}]
-    for term in terms:
-        term["matchFields"] = [*(term.get("matchFields") or []), *avoid]
-    required["nodeSelectorTerms"] = terms
+    preferred = node_affinity.get(PREFERRED_NODE_AFFINITY) or []
+    term = {"weight": SUSPECT_AVOIDANCE_WEIGHT, "preference": {"matchFields": avoid}}
+    node_affinity[PREFERRED_NODE_AFFINITY] = [*preferred, term]
 
 
 def serving_port(role_name: RoleName, role: Role) -> int:

@@ -18,20 +18,14 @@ from rljob.api import (
     RLJob,
     RLJobStatus,
     RoleName,
-    SuspectNode,
 )
 from rljob.api.durations import parse_duration
-from rljob.api.status import MAX_SUSPECT_NODES
-from rljob.health.termination import (
-    ContainerTermination,
-    PodCondition,
-    classify_disruption,
-    classify_termination,
-)
 from rljob.reconcile.lifecycle import TrainerHold, close_attempt, resumed_by_gang_restarts
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.policy import Decision, Failure, PolicyContext, choose_action, record_restart
+from rljob.reconcile.root_cause import classify_rank, root_cause
+from rljob.reconcile.suspects import marked_suspects, suspect_ttl
 
 BUSY_RETRY_SECONDS = 1.0
 # A Job's failure can reach the operator before its failed rank does (two watches): the policy
@@ -71,17 +65,7 @@ def failed_attempt(
         if p.role == RoleName.TRAINER.value and p.attempt == attempt
         and (p.disruption or (p.phase == "Failed" and p.exit_code not in (None, 0)))
     ]  # fmt: skip
-    root = min(  # a disrupted rank (preempted, node lost) explains the others' failures
-        ranks,
-        key=lambda p: (
-            not p.disruption,
-            p.deleting,
-            p.completion_index is None,
-            p.completion_index or 0,
-        ),
-        default=None,
-    )
-    return failed, root
+    return failed, root_cause(ranks)
 
 
 def trainer_failure(failed: ObservedChild, root: ObservedPod | None) -> Failure:
@@ -90,11 +74,7 @@ def trainer_failure(failed: ObservedChild, root: ObservedPod | None) -> Failure:
         return Failure(
             FailureReason.CONTAINER_FAILED, RoleName.TRAINER, message=failed.failed_message
         )
-    termination = ContainerTermination(root.exit_code, root.reason or None, root.message or None)
-    disruption = PodCondition("DisruptionTarget", "True", root.disruption, root.disruption_message)
-    classified = (
-        classify_disruption([disruption]) if root.disruption else None
-    ) or classify_termination(termination)
+    classified = classify_rank(root)
     reason = classified.reason if classified else FailureReason.CONTAINER_FAILED
     rank = "?" if root.completion_index is None else str(root.completion_index)
     evidence = classified.message if classified else root.message
@@ -168,7 +148,9 @@ def journal_gang_restart(
             "attempts": close_attempt(status.attempts, attempt - 1, decision.reason.value, now),
             "restarts": record_restart(status.restarts, decision, now, job.spec.failure_policy),
             "in_flight": action,
-            "suspect_nodes": _suspects(status.suspect_nodes, root, decision.reason, now),
+            "suspect_nodes": marked_suspects(
+                status.suspect_nodes, root, decision.reason, now, suspect_ttl(job)
+            ),
         }
     )
 
@@ -197,13 +179,3 @@ def policy_context(job: RLJob) -> PolicyContext:
     steps = resumed_by_gang_restarts(job.status.attempts)
     latest = job.status.checkpoint.latest if job.status.checkpoint else None
     return PolicyContext(resumed_from_steps=steps, next_resume_step=latest.step if latest else None)
-
-
-def _suspects(
-    current: list[SuspectNode], root: ObservedPod | None, reason: FailureReason, now: datetime
-) -> list[SuspectNode]:
-    if root is None or not root.node or any(s.name == root.node for s in current):
-        return current
-    return [*current, SuspectNode(name=root.node, reason=reason, marked_at=now)][
-        -MAX_SUSPECT_NODES:
-    ]

@@ -32,6 +32,7 @@ from rljob.reconcile.lifecycle import (
 )
 from rljob.reconcile.names import ROLE_ORDER, role_child_name
 from rljob.reconcile.observed import Observed, ObservedPod
+from rljob.reconcile.suspects import active_suspects, suspect_in_use_state, suspect_ttl
 
 _STOPPED_PHASE = {
     TrainerState.SUCCEEDED: JobPhase.SUCCEEDED,
@@ -58,12 +59,16 @@ def build_status(
     roles = role_statuses(job, observed, decision)
     phase = _phase(job, decision, roles)
     generation = job.metadata.generation
+    suspects = active_suspects(old.suspect_nodes, now, suspect_ttl(job))
     conditions = (
         list(old.conditions)
         if decision.state == TrainerState.FINISHED
         else merge_conditions(
             old.conditions,
-            _condition_states(job, observed, decision, roles, phase),
+            [
+                *_condition_states(job, observed, decision, roles, phase),
+                *suspect_in_use_state(suspects, observed, decision.attempt),
+            ],
             now,
             generation,
         )
@@ -81,6 +86,7 @@ def build_status(
             "attempts": updated_attempts(old.attempts, decision, now, resume_env),
             # An empty ledger rather than none: the Restarts printer column shows 0, not blank.
             "restarts": old.restarts or RestartsStatus(),
+            "suspect_nodes": suspects,
         }
     )
 

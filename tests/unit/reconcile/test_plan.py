@@ -4,6 +4,7 @@ suspend and resume, success with TTL, failure, unschedulable pods and the schedu
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -290,7 +291,13 @@ def test_ttl_zero_deletes_on_the_pass_after_the_status_is_written() -> None:
     assert world.plan().delete_job is True
 
 
-def _rank(index: int, exit_code: int | None, reason: str = "Error", message: str = "") -> Any:
+def _rank(
+    index: int,
+    exit_code: int | None,
+    reason: str = "Error",
+    message: str = "",
+    finished: dt.datetime | None = None,
+) -> Any:
     return pod(
         f"{JOB}-trainer-a1-{index}",
         "trainer",
@@ -300,6 +307,7 @@ def _rank(index: int, exit_code: int | None, reason: str = "Error", message: str
         exit_code=exit_code,
         reason=reason,
         message=message,
+        finished_at=finished,
     )
 
 
@@ -314,13 +322,28 @@ def _rank(index: int, exit_code: int | None, reason: str = "Error", message: str
         ),
         pytest.param(
             [
-                _rank(3, 1, "Error", "late"),
+                _rank(3, 1, "Error", "ValueError: bad batch"),
                 _rank(1, 134, "Error", "[Rank 1] Watchdog caught collective operation timeout"),
             ],
             "Error",
-            f"trainer rank 1 (pod {JOB}-trainer-a1-1) exited with code 134 (Error): "
-            "[Rank 1] Watchdog caught collective operation timeout",
-            id="lowest-index-wins",
+            f"trainer rank 3 (pod {JOB}-trainer-a1-3) exited with code 1 (Error): "
+            "ValueError: bad batch",
+            id="a-user-error-behind-watchdog-timeouts-is-the-root-cause",
+        ),
+        pytest.param(
+            [
+                _rank(0, 1, "Error", "second", finished=T0 + dt.timedelta(seconds=5)),
+                _rank(2, 1, "Error", "first", finished=T0),
+            ],
+            "Error",
+            f"trainer rank 2 (pod {JOB}-trainer-a1-2) exited with code 1 (Error): first",
+            id="the-first-observed-failure-not-the-lowest-index",
+        ),
+        pytest.param(
+            [_rank(2, 1, "Error", "two", finished=T0), _rank(1, 1, "Error", "one", finished=T0)],
+            "Error",
+            f"trainer rank 1 (pod {JOB}-trainer-a1-1) exited with code 1 (Error): one",
+            id="same-second-lowest-index",
         ),
         pytest.param(
             [
@@ -498,21 +521,6 @@ def test_resume_and_policy_env_from_the_caller() -> None:
     env = trainer_env(plan)
     assert env["RLJOB_RESUME_STEP"] == "100"
     assert env["PET_MASTER_PORT"] == "29600"
-
-
-def test_suspect_nodes_are_avoided_by_the_next_attempt() -> None:
-    body = example_body()
-    body["status"] = {
-        "attempt": 3,
-        "suspectNodes": [
-            {"name": "gpu-9", "reason": "NCCLTimeout", "markedAt": "2026-03-01T00:00:00Z"}
-        ],
-    }
-    trainer = next(child for child in World(body).plan().apply if child.kind == "Job")
-    assert trainer.name == f"{JOB}-trainer-a3"
-    affinity = trainer.body["spec"]["template"]["spec"]["affinity"]
-    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["gpu-9"]
 
 
 def test_status_from_an_operator_restart_is_the_source_of_truth() -> None:

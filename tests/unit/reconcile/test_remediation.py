@@ -4,6 +4,7 @@ disrupted serving pods, and the Restarting condition."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -20,11 +21,17 @@ from rljob.api import (
 from rljob.reconcile import Observed, ObservedChild, reconcile
 from rljob.reconcile.journal import journaled_event, role_to_roll, settle_journal
 from rljob.reconcile.policy import Decision
-from rljob.reconcile.remediation import failed_attempt, stuck_pods, trainer_failure
+from rljob.reconcile.remediation import failed_attempt, remedy_for, stuck_pods, trainer_failure
 from rljob.reconcile.serving import disrupted_serving_pods, journal_serving_restart
 from tests.unit.reconcile.world import T0, example_job, pod
 
 NAME = "grpo-demo"  # examples/rljob-demo.yaml
+SECOND = dt.timedelta(seconds=1)
+# PyTorch's ProcessGroupNCCL watchdog, as reference/workload-signals.md section 3.2 quotes it.
+WATCHDOG = (
+    "[rank0]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out."
+)
 TRAINER_JOB = ObservedChild(
     "Job", f"{NAME}-trainer-a1", "job-a1", "trainer", "h", 1, replicas=2, failed=True
 )
@@ -64,6 +71,68 @@ def with_in_flight(job: RLJob, **fields: Any) -> RLJob:
             "t-1",
             FailureReason.PREEMPTED,
             id="preempted-rank",
+        ),
+        pytest.param(
+            [
+                ("t-0", {"exit_code": 1, "finished_at": T0 + SECOND}),
+                ("t-3", {"exit_code": 1, "finished_at": T0}),
+            ],
+            "t-3",
+            FailureReason.CONTAINER_FAILED,
+            id="first-observed-failure-not-lowest-index",
+        ),
+        pytest.param(
+            [
+                ("t-2", {"exit_code": 1, "finished_at": T0}),
+                ("t-1", {"exit_code": 1, "finished_at": T0}),
+            ],
+            "t-1",
+            FailureReason.CONTAINER_FAILED,
+            id="same-second-lowest-index",
+        ),
+        pytest.param(
+            [
+                ("t-0", {"exit_code": 1, "message": WATCHDOG, "finished_at": T0}),
+                ("t-1", {"exit_code": 1, "message": WATCHDOG, "finished_at": T0}),
+                (
+                    "t-2",
+                    {
+                        "exit_code": 1,
+                        "message": "ValueError: bad batch",
+                        "finished_at": T0 + SECOND,
+                    },
+                ),
+            ],
+            "t-2",
+            FailureReason.CONTAINER_FAILED,
+            id="user-error-behind-watchdog-timeouts",
+        ),
+        pytest.param(
+            [
+                ("t-0", {"exit_code": 1, "message": WATCHDOG, "finished_at": T0 + SECOND}),
+                ("t-3", {"exit_code": 1, "message": WATCHDOG, "finished_at": T0}),
+            ],
+            "t-3",
+            FailureReason.NCCL_TIMEOUT,
+            id="only-timeouts-the-first-one",
+        ),
+        pytest.param(
+            [
+                ("t-0", {"exit_code": 143, "deleting": True, "finished_at": T0}),
+                ("t-1", {"exit_code": 1, "message": WATCHDOG, "finished_at": T0 + SECOND}),
+            ],
+            "t-1",
+            FailureReason.NCCL_TIMEOUT,
+            id="a-rank-the-job-controller-killed-is-a-victim",
+        ),
+        pytest.param(
+            [
+                ("t-0", {"exit_code": 1, "finished_at": T0 + SECOND}),
+                ("t-1", {"exit_code": 1}),
+            ],
+            "t-0",
+            FailureReason.CONTAINER_FAILED,
+            id="unknown-finish-time-last",
         ),
     ],
 )
@@ -211,3 +280,27 @@ def test_the_restarting_condition(
     plan = reconcile(job, Observed(), T0)
     (condition,) = [c for c in plan.status.conditions or [] if c.type == "Restarting"]
     assert (condition.status, condition.reason) == (status, reason)
+
+
+@pytest.mark.parametrize(
+    ("fields", "suspects"),
+    [
+        pytest.param({"disruption": "DeletionByTaintManager"}, ["gpu-3"], id="node-lost"),
+        pytest.param({"disruption": "PreemptionByScheduler"}, [], id="preempted"),
+        pytest.param({"exit_code": 137, "reason": "OOMKilled"}, [], id="oom-killed"),
+        pytest.param({"exit_code": 1, "message": WATCHDOG}, [], id="watchdog-timeout"),
+    ],
+)
+def test_a_gang_restart_marks_the_root_cause_node_only_on_hardware_like_evidence(
+    fields: dict[str, Any], suspects: list[str]
+) -> None:
+    rank = pod("t-0", "trainer", attempt=1, node="gpu-3", completion_index=0, phase="Failed")
+    rank = dataclasses.replace(rank, **fields)
+    job = example_job()
+    found = failed_attempt(job, Observed((TRAINER_JOB,), (rank,)))
+    assert found is not None
+    remedy = remedy_for(job, *found, T0)
+    assert remedy.status is not None, remedy.decision
+    marked = remedy.status.suspect_nodes
+    assert [s.name for s in marked] == suspects
+    assert all(s.until == T0 + dt.timedelta(hours=6) for s in marked)

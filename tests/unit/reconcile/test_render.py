@@ -440,7 +440,9 @@ def test_finished_job_renders_zero_replicas_and_no_trainer_job() -> None:
     assert {c.body["spec"]["replicas"] for c in children.values() if c.kind == "Deployment"} == {0}
 
 
-def test_avoided_nodes_are_excluded_by_node_name_in_every_term() -> None:
+def test_avoided_nodes_are_a_preferred_term_never_a_required_one() -> None:
+    pool = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}
+    own = {"weight": 5, "preference": pool}
     body = with_role(
         example_body(),
         "trainer",
@@ -449,37 +451,35 @@ def test_avoided_nodes_are_excluded_by_node_name_in_every_term() -> None:
                 "affinity": {
                     "nodeAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [
-                                        {"key": "pool", "operator": "In", "values": ["a"]}
-                                    ]
-                                },
-                                {
-                                    "matchExpressions": [
-                                        {"key": "pool", "operator": "In", "values": ["b"]}
-                                    ]
-                                },
-                            ]
-                        }
+                            "nodeSelectorTerms": [pool]
+                        },
+                        "preferredDuringSchedulingIgnoredDuringExecution": [own],
                     }
                 }
             }
         },
     )
     trainer = render(job_of(body), avoid_nodes=("gpu-7", "gpu-3"))[("Job", f"{JOB}-trainer-a1")]
-    terms = pod_spec(trainer)["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]["nodeSelectorTerms"]
+    node_affinity = pod_spec(trainer)["affinity"]["nodeAffinity"]
+    # The user's required terms are theirs: a suspect node never becomes unschedulable.
+    assert node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [pool]
+    }
     # One value per field requirement: the API rejects NotIn with several values on a field.
-    avoid = [
-        {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-3"]},
-        {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-7"]},
-    ]
-    assert len(terms) == 2
-    assert all(term["matchFields"] == avoid for term in terms)
+    avoid = {
+        "weight": 100,
+        "preference": {
+            "matchFields": [
+                {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-3"]},
+                {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-7"]},
+            ]
+        },
+    }
+    assert node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [own, avoid]
     rollout = render(job_of(body), avoid_nodes=("gpu-7",))[("Deployment", f"{JOB}-rollout")]
     assert "affinity" not in pod_spec(rollout)
+    plain = render(job_of(example_body()), avoid_nodes=())[("Job", f"{JOB}-trainer-a1")]
+    assert "affinity" not in pod_spec(plain)
 
 
 def test_pod_template_overrides_merge_last() -> None:

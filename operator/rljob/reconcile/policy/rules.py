@@ -37,8 +37,17 @@ RESTART_ACTIONS = frozenset(
     {FailureAction.RESTART_POD, FailureAction.RESTART_ROLE, FailureAction.RESTART_TRAINER_GANG}
 )
 _R = FailureReason
+# The classifier's CUDA, GPU and NCCL network reasons restart like any rank failure; a GPU
+# hardware or NCCL network fault also makes the rank's node suspect (reconcile/suspects.py).
+_ACCELERATOR_FAILURES = [
+    _R.NCCL_NETWORK_ERROR,
+    _R.CUDA_OUT_OF_MEMORY,
+    _R.CUDA_ERROR,
+    _R.GPU_HARDWARE_ERROR,
+]
 _TRAINER_FAILURES = [
     _R.NCCL_TIMEOUT,
+    *_ACCELERATOR_FAILURES,
     _R.TRAINER_STALLED,
     _R.OOM_KILLED,
     _R.CRASH_LOOP,
@@ -51,6 +60,7 @@ _POD_FAILURES = [
     _R.CRASH_LOOP,
     _R.CONTAINER_FAILED,
     _R.NCCL_TIMEOUT,
+    *_ACCELERATOR_FAILURES,
 ]
 _IMAGE_OR_CONFIG = frozenset({_R.IMAGE_PULL_FAILED, _R.CONFIG_ERROR})
 
