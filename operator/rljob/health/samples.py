@@ -44,6 +44,13 @@ class EngineSample:
     preemptions_total: float | None = None
     sleeping: bool | None = None
     paused: bool | None = None
+    # The token counter grows only as requests finish (SGLang without realtime_tokens_total):
+    # progress is then read from `generation_rate`, the engine's own recent decode rate.
+    tokens_at_finish: bool = False
+    generation_rate: float | None = None
+    # The stats-log gauges of an engine that writes them only when it logs (SGLang); equal
+    # values in consecutive samples mean it logged nothing in between. None: not such an engine.
+    gauges: tuple[float | None, ...] | None = None
 
     @property
     def serving(self) -> bool:
@@ -75,6 +82,9 @@ class Interval:
     prefix_queries: float | None
     preemptions: float | None
     counter_reset: bool = False
+    # The engine logged no stats in the interval (its gauges did not change): SGLang paused,
+    # idle or wedged. Included in `excluded`; its /health probe judges a wedge.
+    frozen: bool = False
 
     @property
     def duration(self) -> float:
@@ -110,6 +120,9 @@ def sanitize_sample(sample: EngineSample) -> EngineSample | None:
         preemptions_total=_optional(sample.preemptions_total),
         sleeping=sample.sleeping if isinstance(sample.sleeping, bool) else None,
         paused=sample.paused if isinstance(sample.paused, bool) else None,
+        tokens_at_finish=sample.tokens_at_finish is True,
+        generation_rate=_optional(sample.generation_rate),
+        gauges=sample.gauges,
     )
 
 
@@ -125,19 +138,59 @@ def optional_delta(previous: float | None, current: float | None) -> float | Non
     return counter_delta(previous, current)
 
 
+def _frozen(previous: EngineSample, current: EngineSample) -> bool:
+    return previous.gauges is not None and previous.gauges == current.gauges
+
+
+def _unknown_sleep_idle(previous: EngineSample, current: EngineSample) -> bool:
+    """Idle at both ends with no sleep gauge (vLLM before 0.11.1): the engine may be asleep
+    between generate phases, so the time says nothing about its throughput."""
+    return (
+        previous.sleeping is None
+        and current.sleeping is None
+        and not previous.pending
+        and not current.pending
+    )
+
+
+def _tokens(previous: EngineSample, current: EngineSample) -> float | None:
+    """Tokens generated in the interval; None when they cannot be told (the counter changed
+    source, or a completion-only counter without a decode rate)."""
+    if previous.tokens_at_finish != current.tokens_at_finish:
+        return None
+    if not current.tokens_at_finish:
+        return counter_delta(previous.generated_tokens_total, current.generated_tokens_total)
+    if previous.generation_rate is None or current.generation_rate is None:
+        return None
+    # A flat completion counter is no evidence: a long decode tail finishes nothing for minutes.
+    mean_rate = (previous.generation_rate + current.generation_rate) / 2
+    return mean_rate * (current.t - previous.t)
+
+
 def interval_between(previous: EngineSample, current: EngineSample, max_gap: float) -> Interval:
     """The interval from `previous` to `current` (both sanitized, `current` later)."""
+    frozen = _frozen(previous, current)
+    tokens = _tokens(previous, current)
+    excluded = (
+        not (previous.serving and current.serving)
+        or frozen
+        or tokens is None
+        or _unknown_sleep_idle(previous, current)
+    )
+    same_counter = previous.tokens_at_finish == current.tokens_at_finish
     return Interval(
         start=previous.t,
         end=current.t,
-        tokens=counter_delta(previous.generated_tokens_total, current.generated_tokens_total),
+        tokens=tokens if tokens is not None else 0.0,
         saturated=previous.saturated and current.saturated,
-        excluded=not (previous.serving and current.serving),
+        excluded=excluded,
         gap=current.t - previous.t > max_gap,
         prefix_hits=optional_delta(previous.prefix_hits_total, current.prefix_hits_total),
         prefix_queries=optional_delta(previous.prefix_queries_total, current.prefix_queries_total),
         preemptions=optional_delta(previous.preemptions_total, current.preemptions_total),
-        counter_reset=current.generated_tokens_total < previous.generated_tokens_total,
+        counter_reset=same_counter
+        and current.generated_tokens_total < previous.generated_tokens_total,
+        frozen=frozen,
     )
 
 

@@ -4,6 +4,12 @@ A wedged vLLM engine keeps answering /health (vllm #39863), so an engine is judg
 counter: serving, requests pending, counter flat for `engineStall.timeout`. Sleep and weight-sync
 pauses legitimately stop generation and reset the clock.
 
+SGLang differs (docs/engine-fidelity.md): its completion counter is no progress evidence (it
+grows only as requests finish), so without `sglang:realtime_tokens_total` progress is its
+`gen_throughput` gauge; and it writes its gauges only when the scheduler logs stats, so unchanged
+gauges mean paused (or idle, or wedged): such time is not judged. A wedged SGLang scheduler fails
+its own /health, which runs a one-token generation (http_server.py), so the probe covers it.
+
 The trainer is judged by the SDK heartbeat. It is gated by the attempt's startup grace and by the
 `waiting_for_rollouts` phase (the trainer waits on engines, whose own detectors cover them). The
 `checkpointing` phase gets twice the timeout rather than none: killing a trainer mid-save wastes
@@ -51,22 +57,17 @@ class EngineStallConfig:
 
 
 def _stuck(interval: Interval, previous: EngineSample, current: EngineSample) -> bool:
-    return (
-        previous.serving
-        and current.serving
-        and previous.pending
-        and current.pending
-        and interval.tokens <= 0
-    )
+    return not interval.excluded and previous.pending and current.pending and interval.tokens <= 0
 
 
 class _StallState:
-    __slots__ = ("flat_since", "not_before", "series")
+    __slots__ = ("flat_since", "frozen", "not_before", "series")
 
     def __init__(self, interval: float) -> None:
         self.series = EngineSeries(interval)
         self.flat_since: float | None = None
         self.not_before = -math.inf
+        self.frozen = False  # the last interval had no stats log (SGLang paused or idle)
 
     def add(self, sample: EngineSample) -> None:
         if not sample.t >= self.not_before:
@@ -75,6 +76,7 @@ class _StallState:
         interval = self.series.add(sample)
         if interval is None or previous is None or self.series.last is None:
             return
+        self.frozen = interval.frozen
         if _stuck(interval, previous, self.series.last):
             if self.flat_since is None:
                 self.flat_since = interval.start
@@ -123,6 +125,13 @@ class EngineStallDetector:
             return healthy(ENGINE_STALL, target, f"{target} asleep")
         if last.paused is True:
             return healthy(ENGINE_STALL, target, f"{target} paused for a weight sync")
+        if state.frozen:
+            return healthy(
+                ENGINE_STALL,
+                target,
+                f"{target} logged no stats since the last sample (paused or idle; its /health "
+                "probe judges a wedge)",
+            )
         if not last.pending:
             return healthy(ENGINE_STALL, target, f"{target} idle: no requests")
         flat_for = last.t - state.flat_since if state.flat_since is not None else 0.0

@@ -13,7 +13,9 @@ from rljob.dev.traces import Cycle, EngineProfile, SimulatedEngine, SimulatedVer
 from rljob.dev.traces import VerifierProfile as TraceVerifierProfile
 from rljob.health import EngineSample
 from rljob.health.profiles import (
+    GENERATION_RATE,
     GENERATION_TOKENS,
+    GENERATION_TOKENS_AT_FINISH,
     KV_CACHE_USAGE,
     PAUSED_REQUESTS,
     PREEMPTIONS,
@@ -62,6 +64,10 @@ def test_vllm_names_are_the_designs() -> None:
         "vllm:prefix_cache_queries_total",
         "vllm:num_preemptions_total",
         "vllm:engine_sleep_state",
+        # Before 0.9 (vllm/v1/metrics/loggers.py @a6f0308c), read where the above are missing.
+        "vllm:gpu_cache_usage_perc",
+        "vllm:gpu_prefix_cache_hits_total",
+        "vllm:gpu_prefix_cache_queries_total",
     }
     sleep = VLLM.signals()[SLEEP_STATE]
     assert sleep.matchers == (("sleep_state", "awake"),)
@@ -70,17 +76,21 @@ def test_vllm_names_are_the_designs() -> None:
 
 def test_sglang_names_follow_its_collector() -> None:
     signals = engine_metrics(role(engine="sglang")).signals()
-    assert signals[GENERATION_TOKENS].metric == "sglang:generation_tokens_total"
+    assert signals[GENERATION_TOKENS].metric == "sglang:realtime_tokens_total"
+    assert signals[GENERATION_TOKENS].matchers == (("mode", "decode"),)
+    assert signals[GENERATION_TOKENS_AT_FINISH].metric == "sglang:generation_tokens_total"
+    assert signals[GENERATION_RATE].metric == "sglang:gen_throughput"
     assert signals[REQUESTS_RUNNING].metric == "sglang:num_running_reqs"
     assert signals[REQUESTS_WAITING].metric == "sglang:num_queue_reqs"
     assert signals[KV_CACHE_USAGE].metric == "sglang:token_usage"
     assert signals[PREFIX_CACHE_HITS].metric == "sglang:cached_tokens_total"
     assert signals[PREFIX_CACHE_QUERIES].metric == "sglang:prompt_tokens_total"
-    assert signals[PAUSED_REQUESTS].metric == "sglang:num_paused_reqs"
-    # No preemption counter, no sleep gauge.
-    assert PREEMPTIONS not in signals
+    assert signals[PREEMPTIONS].metric == "sglang:num_retracted_requests_total"
+    # num_paused_reqs is zeroed after every stats log: pause is read from frozen gauges.
+    assert PAUSED_REQUESTS not in signals
     assert SLEEP_STATE not in signals
     assert SGLANG.engine_label == "dp_rank"
+    assert SGLANG.gauges_freeze
 
 
 def test_custom_engine_uses_metric_names_and_overrides_apply_to_builtins() -> None:

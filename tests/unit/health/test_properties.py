@@ -90,7 +90,10 @@ def garbage_samples(draw: st.DrawFn) -> list[EngineSample]:
             fields[key] = value
         samples.append(
             EngineSample(
-                **fields,
+                t=fields["t"],
+                generated_tokens_total=fields["generated_tokens_total"],
+                running=fields["running"],
+                waiting=fields["waiting"],
                 prefix_hits_total=draw(garbage_value),
                 prefix_queries_total=draw(garbage_value),
                 preemptions_total=draw(garbage_value),

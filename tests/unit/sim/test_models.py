@@ -390,18 +390,24 @@ def test_without_periodic_beats_the_heartbeat_moves_at_phase_changes_only() -> N
     assert trainer.heartbeat == T0 + 2  # waiting_for_rollouts -> training
 
 
-def test_pause_is_a_weight_sync_visible_in_sglang_only() -> None:
+def test_a_paused_vllm_reads_idle_and_a_paused_sglang_freezes_its_page() -> None:
     vllm = EngineModel(EngineProfile(), "s", T0)
     sglang = EngineModel(EngineProfile(exporter="sglang"), "s", T0)
+    pages = []
     for engine in (vllm, sglang):
         run(engine, 5)
         tokens = engine.tokens
-        run(engine, 10, Active(pause=(engine.t, True)))
+        run(engine, 5, Active(pause=(engine.t, True)))
+        pages.append(engine.render())
+        run(engine, 5, Active(pause=(engine.t - 5, True)))
         assert engine.tokens == tokens and engine.mode == Mode.PAUSED
     assert value(vllm.render(), "vllm:num_requests_running") == 0
     assert value(vllm.render(), "vllm:engine_sleep_state", sleep_state="awake") == 1
-    assert value(sglang.render(), "sglang:num_paused_reqs") == 64
-    assert value(sglang.render(), "sglang:num_running_reqs") == 0
+    # scheduler_metrics_mixin.py: gauges change only at a stats log, and num_paused_reqs is
+    # zeroed after each; a paused scheduler logs nothing, so its page stands still.
+    assert sglang.render() == pages[1]
+    assert value(sglang.render(), "sglang:num_paused_reqs") == 0
+    assert value(sglang.render(), "sglang:num_running_reqs") == 64
 
 
 def test_sglang_page_has_sglangs_names_and_labels() -> None:
@@ -422,7 +428,8 @@ def test_sglang_page_has_sglangs_names_and_labels() -> None:
         assert families[name].type == kind, name
         (sample, *_) = families[name].samples
         assert sample.labels == {
-            "model_name": "qwen", "engine_type": "unified", "tp_rank": "0", "pp_rank": "0"
+            "model_name": "qwen", "engine_type": "unified", "tp_rank": "0", "pp_rank": "0",
+            "moe_ep_rank": "0",
         }  # fmt: skip
     assert not any(name.startswith("vllm:") for name in families)
     page = engine.render()

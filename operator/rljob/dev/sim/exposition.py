@@ -61,13 +61,16 @@ class Page:
         name: str,
         help_text: str,
         samples: Sequence[tuple[str, float]] | float,
-        created: float,
+        created: float | None,
     ) -> None:
         """`name` without the `_total` suffix, as the client library is given it; samples are
-        (labels, value) pairs, or one unlabelled value."""
+        (labels, value) pairs, or one unlabelled value. `created` None: no `_created` series
+        (prometheus_client's multiprocess collector, as SGLang runs it, writes none)."""
         pairs = [("", samples)] if isinstance(samples, int | float) else samples
         self._header(f"{name}_total", "counter", help_text)
         self._lines.extend(f"{name}_total{labels} {format_value(v)}" for labels, v in pairs)
+        if created is None:
+            return
         self._header(f"{name}_created", "gauge", help_text)
         self._lines.extend(f"{name}_created{labels} {format_value(created)}" for labels, _ in pairs)
 

@@ -39,7 +39,10 @@ class EngineProfile:
     share of it. Prefix-cache queries are `prompt_ratio` x generated tokens, hits a
     `prefix_hit_rate` share of them. With `cache_symptoms` a drifting engine's hit rate falls and
     its preemptions rise, as a fragmenting KV cache does. `exporter` picks vLLM's metric names
-    (default) or SGLang's."""
+    (default) or SGLang's, `version` the engine version whose page is served (rljob.dev.sim.
+    engines.VERSIONS; empty: the newest). SGLang logs stats every `stats_interval` seconds and
+    its completion counters advance every `finish_every` seconds (0: at every log; a long
+    chain-of-thought tail finishes nothing for minutes)."""
 
     throughput: float = 800.0
     noise: float = 0.05
@@ -55,6 +58,9 @@ class EngineProfile:
     model_name: str = "sim-model"
     engine: str = "0"
     exporter: str = "vllm"  # or "sglang": SGLang's metric names and labels
+    version: str = ""
+    stats_interval: float = 1.0
+    finish_every: float = 0.0
     cycle: Cycle | None = None
     load_swings: LoadSwings | None = None
 
@@ -192,6 +198,13 @@ def _check_engine(profile: EngineProfile) -> None:
         raise ProfileError("tokens_per_request must be > 0")
     if profile.exporter not in EXPORTERS:
         raise ProfileError(f"exporter must be one of {', '.join(EXPORTERS)}")
+    from rljob.dev.sim.engines import VERSIONS
+
+    known = VERSIONS[profile.exporter]
+    if profile.version and profile.version not in known:
+        raise ProfileError(f"{profile.exporter} version must be one of {', '.join(known)}")
+    if profile.stats_interval <= 0:
+        raise ProfileError("stats_interval must be > 0")
 
 
 def _check(profile: AnyProfile) -> None:

@@ -12,12 +12,18 @@ shared/reference/workload-signals.md section 0):
   `sleep_state` label; its `awake` series is 0 while the engine sleeps (level 1 or 2). vLLM has
   no paused-requests gauge: during a weight sync the driver sends nothing, so the engine reads
   as idle.
-- SGLang (`metrics/collector.py`): `sglang:generation_tokens_total`, `sglang:num_running_reqs`,
-  `sglang:num_queue_reqs`, `sglang:token_usage` (the KV pool fraction),
-  `sglang:num_paused_reqs` (requests paused by an async weight sync). Its prefix hit rate comes
-  from `sglang:cached_tokens_total` / `sglang:prompt_tokens_total`, because the
-  `sglang:cache_hit_rate` gauge is zeroed on every decode log. SGLang has no preemption
-  counter (`sglang:num_retracted_reqs` is a gauge of the current count) and no sleep gauge.
+- vLLM before 0.9 exports `vllm:gpu_cache_usage_perc` and `vllm:gpu_prefix_cache_*` instead;
+  those are read where the current names are missing. The sleep gauge is optional.
+- SGLang (`metrics/collector.py`): tokens from `sglang:realtime_tokens_total{mode="decode"}`
+  where exported, else the completion counter `sglang:generation_tokens_total` (grows only as
+  requests finish, so never read as progress) with the `sglang:gen_throughput` gauge as the
+  rate; `sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:token_usage` (the KV pool
+  fraction), `sglang:num_retracted_requests_total` (preemptions). Its gauges are written only
+  when the scheduler logs stats, so unchanged gauges mean paused or idle
+  (`sglang:num_paused_reqs` is zeroed after every log and is not read). Its prefix hit rate
+  comes from `sglang:cached_tokens_total` / `sglang:prompt_tokens_total`, because the
+  `sglang:cache_hit_rate` gauge is zeroed on every decode log. No sleep gauge.
+  docs/engine-fidelity.md has the upstream files and versions.
 - custom: the role's `metricNames`; a user's sleep gauge is non-zero while the engine sleeps
   (the spec's wording). `metricNames` also override single names of vllm and sglang.
 - Trainer (the rljob SDK's progress exporter): `rljob_trainer_step`,
@@ -38,13 +44,18 @@ from rljob.health.profiles.lookup import SeriesLookup
 from rljob.health.profiles.sampling import engine_samples, sample_times, verifier_samples
 from rljob.health.profiles.signals import (
     CHECKPOINT_STEP,
+    GENERATION_RATE,
     GENERATION_TOKENS,
+    GENERATION_TOKENS_AT_FINISH,
     KV_CACHE_USAGE,
+    KV_CACHE_USAGE_LEGACY,
     PAUSED_REQUESTS,
     POLICY_GENERATION,
     PREEMPTIONS,
     PREFIX_CACHE_HITS,
+    PREFIX_CACHE_HITS_LEGACY,
     PREFIX_CACHE_QUERIES,
+    PREFIX_CACHE_QUERIES_LEGACY,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     SLEEP_STATE,
@@ -77,13 +88,18 @@ from rljob.health.profiles.workloads import (
 __all__ = [
     "CHECKPOINT_STEP",
     "ENGINE_PROFILES",
+    "GENERATION_RATE",
     "GENERATION_TOKENS",
+    "GENERATION_TOKENS_AT_FINISH",
     "KV_CACHE_USAGE",
+    "KV_CACHE_USAGE_LEGACY",
     "PAUSED_REQUESTS",
     "POLICY_GENERATION",
     "PREEMPTIONS",
     "PREFIX_CACHE_HITS",
+    "PREFIX_CACHE_HITS_LEGACY",
     "PREFIX_CACHE_QUERIES",
+    "PREFIX_CACHE_QUERIES_LEGACY",
     "REQUESTS_RUNNING",
     "REQUESTS_WAITING",
     "SGLANG",

@@ -8,12 +8,17 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from rljob.health.profiles.lookup import SeriesLookup
 from rljob.health.profiles.signals import (
+    GENERATION_RATE,
     GENERATION_TOKENS,
+    GENERATION_TOKENS_AT_FINISH,
     KV_CACHE_USAGE,
+    KV_CACHE_USAGE_LEGACY,
     PAUSED_REQUESTS,
     PREEMPTIONS,
     PREFIX_CACHE_HITS,
+    PREFIX_CACHE_HITS_LEGACY,
     PREFIX_CACHE_QUERIES,
+    PREFIX_CACHE_QUERIES_LEGACY,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     SLEEP_STATE,
@@ -58,43 +63,55 @@ def engine_samples(
     """One pod's engine samples, one per timestamp of its token counter (after `after`,
     thinned to `min_spacing`), from its series by signal name. A timestamp without the token
     counter, running or waiting values gives no sample; optional metrics missing at a
-    timestamp are None."""
+    timestamp are None. Where the pod lacks a metric under its current name, the older name
+    (vLLM before 0.9) or the fallback counter (SGLang before realtime_tokens) is read."""
     label = profile.engine_label
 
-    def lookup(name: str) -> SeriesLookup:
-        return SeriesLookup(series.get(name, ()), label, staleness)
+    def lookup(name: str, older: str | None = None) -> SeriesLookup:
+        found = SeriesLookup(series.get(name, ()), label, staleness)
+        if found or older is None:
+            return found
+        return SeriesLookup(series.get(older, ()), label, staleness)
 
+    at_finish = not any(one.points for one in series.get(GENERATION_TOKENS, ()))
+    token_signal = GENERATION_TOKENS_AT_FINISH if at_finish else GENERATION_TOKENS
     tokens, running, waiting = (
-        lookup(GENERATION_TOKENS),
+        lookup(token_signal),
         lookup(REQUESTS_RUNNING),
         lookup(REQUESTS_WAITING),
     )
     if not (tokens and running and waiting):
         return []
-    kv, hits, queries = (
-        lookup(KV_CACHE_USAGE),
-        lookup(PREFIX_CACHE_HITS),
-        lookup(PREFIX_CACHE_QUERIES),
-    )
+    hits = lookup(PREFIX_CACHE_HITS)
+    prefix = (hits, lookup(PREFIX_CACHE_QUERIES))
+    if not hits:
+        prefix = (lookup(PREFIX_CACHE_HITS_LEGACY), lookup(PREFIX_CACHE_QUERIES_LEGACY))
+    kv, rate = lookup(KV_CACHE_USAGE, KV_CACHE_USAGE_LEGACY), lookup(GENERATION_RATE)
     preemptions, sleep, paused = lookup(PREEMPTIONS), lookup(SLEEP_STATE), lookup(PAUSED_REQUESTS)
     samples = []
-    times = sample_times(series.get(GENERATION_TOKENS, ()), after=after, min_spacing=min_spacing)
+    times = sample_times(series.get(token_signal, ()), after=after, min_spacing=min_spacing)
     for t in times:
         required = (tokens.reduce(t, sum), running.reduce(t, sum), waiting.reduce(t, sum))
         if required[0] is None or required[1] is None or required[2] is None:
             continue
+        kv_usage, decode_rate = kv.reduce(t, _mean), rate.reduce(t, sum)
         samples.append(
             EngineSample(
                 t=t,
                 generated_tokens_total=required[0],
                 running=required[1],
                 waiting=required[2],
-                kv_usage=kv.reduce(t, _mean),
-                prefix_hits_total=hits.reduce(t, sum),
-                prefix_queries_total=queries.reduce(t, sum),
+                kv_usage=kv_usage,
+                prefix_hits_total=prefix[0].reduce(t, sum),
+                prefix_queries_total=prefix[1].reduce(t, sum),
                 preemptions_total=preemptions.reduce(t, sum),
                 sleeping=_sleeping(profile.sleep, sleep.values_at(t)),
                 paused=_paused(paused.values_at(t)),
+                tokens_at_finish=at_finish,
+                generation_rate=decode_rate if at_finish else None,
+                gauges=(required[1], required[2], kv_usage, decode_rate)
+                if profile.gauges_freeze
+                else None,
             )
         )
     return samples

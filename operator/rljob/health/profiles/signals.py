@@ -52,6 +52,13 @@ PREFIX_CACHE_QUERIES = "prefix_cache_queries"
 PREEMPTIONS = "preemptions"
 SLEEP_STATE = "sleep_state"
 PAUSED_REQUESTS = "paused_requests"
+# SGLang without `sglang:realtime_tokens_total`: the completion counter and the decode rate gauge.
+GENERATION_TOKENS_AT_FINISH = "generation_tokens_at_finish"
+GENERATION_RATE = "generation_rate"
+# vLLM before the 0.9 renames (`gpu_` names), read where the new names are missing.
+KV_CACHE_USAGE_LEGACY = "kv_cache_usage_legacy"
+PREFIX_CACHE_HITS_LEGACY = "prefix_cache_hits_legacy"
+PREFIX_CACHE_QUERIES_LEGACY = "prefix_cache_queries_legacy"
 TRAINER_HEARTBEAT = "trainer_heartbeat"
 TRAINER_STEP = "trainer_step"
 TRAINER_PHASE = "trainer_phase"

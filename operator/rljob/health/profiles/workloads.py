@@ -5,18 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rljob.api.enums import Engine
 from rljob.api.spec import RolloutRole
 from rljob.health.profiles.signals import (
     CHECKPOINT_STEP,
+    GENERATION_RATE,
     GENERATION_TOKENS,
+    GENERATION_TOKENS_AT_FINISH,
     KV_CACHE_USAGE,
+    KV_CACHE_USAGE_LEGACY,
     PAUSED_REQUESTS,
     POLICY_GENERATION,
     PREEMPTIONS,
     PREFIX_CACHE_HITS,
+    PREFIX_CACHE_HITS_LEGACY,
     PREFIX_CACHE_QUERIES,
+    PREFIX_CACHE_QUERIES_LEGACY,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     SLEEP_STATE,
@@ -41,7 +47,8 @@ class SleepGauge:
 
 @dataclass(frozen=True, slots=True)
 class EngineMetrics:
-    """A rollout engine's metric names; None: not exported."""
+    """A rollout engine's metric names; None: not exported. `versions` says which upstream
+    versions the names and their semantics were checked against (docs/engine-fidelity.md)."""
 
     engine: str
     generation_tokens_total: str
@@ -55,11 +62,22 @@ class EngineMetrics:
     paused_requests: str | None = None
     # The label telling engines in one pod apart (data-parallel ranks); None: one engine a pod.
     engine_label: str | None = None
+    # Exact label matches of the token counter (SGLang's realtime counter: mode="decode").
+    generation_matchers: tuple[tuple[str, str], ...] = ()
+    # Where the token counter is missing: a counter that grows only as requests finish, and a
+    # gauge of the recent decode rate that stands in for it (SGLang before realtime_tokens).
+    generation_tokens_at_finish: str | None = None
+    generation_rate: str | None = None
+    # Older names read where the current ones are missing: signal name -> metric.
+    legacy: tuple[tuple[str, str], ...] = ()
+    # Gauges are written only when the scheduler logs stats, so unchanged gauges mean it logged
+    # nothing (SGLang: paused, idle or wedged) rather than a steady state.
+    gauges_freeze: bool = False
+    versions: str = ""
 
     def signals(self) -> dict[str, Signal]:
         """Signal name -> signal, for the metrics this engine exports."""
         names = {
-            GENERATION_TOKENS: self.generation_tokens_total,
             REQUESTS_RUNNING: self.requests_running,
             REQUESTS_WAITING: self.requests_waiting,
             KV_CACHE_USAGE: self.kv_cache_usage,
@@ -67,14 +85,24 @@ class EngineMetrics:
             PREFIX_CACHE_QUERIES: self.prefix_cache_queries_total,
             PREEMPTIONS: self.preemptions_total,
             PAUSED_REQUESTS: self.paused_requests,
+            GENERATION_TOKENS_AT_FINISH: self.generation_tokens_at_finish,
+            GENERATION_RATE: self.generation_rate,
+            **dict(self.legacy),
         }
         signals = {name: Signal(name, metric) for name, metric in names.items() if metric}
+        signals[GENERATION_TOKENS] = Signal(
+            GENERATION_TOKENS, self.generation_tokens_total, self.generation_matchers
+        )
         if self.sleep is not None:
             matchers = (self.sleep.matcher,) if self.sleep.matcher is not None else ()
             signals[SLEEP_STATE] = Signal(SLEEP_STATE, self.sleep.metric, matchers)
         return signals
 
 
+# vllm/v1/metrics/loggers.py: @a6f0308c (early 2025, V1 before 0.9) has only the gpu_ names;
+# @005a810b (0.10) has both, the gpu_ ones "Deprecated in 0.9"; hidden in 0.11 (PR #24245),
+# removed by PR #29330. vllm:engine_sleep_state came with PR #24176 behind VLLM_SERVER_DEV_MODE
+# and outside it with PR #27867 (2025-10-31): optional, an engine without it reads as awake.
 VLLM = EngineMetrics(
     engine=Engine.VLLM.value,
     generation_tokens_total="vllm:generation_tokens_total",
@@ -86,18 +114,39 @@ VLLM = EngineMetrics(
     preemptions_total="vllm:num_preemptions_total",
     sleep=SleepGauge("vllm:engine_sleep_state", ("sleep_state", "awake"), sleeping_when_zero=True),
     engine_label="engine",
+    legacy=(
+        (KV_CACHE_USAGE_LEGACY, "vllm:gpu_cache_usage_perc"),
+        (PREFIX_CACHE_HITS_LEGACY, "vllm:gpu_prefix_cache_hits_total"),
+        (PREFIX_CACHE_QUERIES_LEGACY, "vllm:gpu_prefix_cache_queries_total"),
+    ),
+    versions=(
+        "vLLM V1 engine, 0.8 to 0.11 and later (gpu_ names before 0.9, sleep gauge from 0.11.1)"
+    ),
 )
 
+# python/sglang/srt/metrics/collector.py @00ae9c15: sglang:realtime_tokens_total{mode} grows
+# as the scheduler logs stats (PR #15198, unified by PR #15747, 2025-12); generation_tokens_total
+# grows only in observe_one_finished_request. scheduler_metrics_mixin.py @01bb3c80 writes every
+# gauge only in log_prefill_stats/log_decode_stats and zeroes num_paused_reqs after each log, so
+# paused is read from unchanged gauges. num_retracted_requests_total is the preemption counter.
 SGLANG = EngineMetrics(
     engine=Engine.SGLANG.value,
-    generation_tokens_total="sglang:generation_tokens_total",
+    generation_tokens_total="sglang:realtime_tokens_total",
+    generation_matchers=(("mode", "decode"),),
+    generation_tokens_at_finish="sglang:generation_tokens_total",
+    generation_rate="sglang:gen_throughput",
     requests_running="sglang:num_running_reqs",
     requests_waiting="sglang:num_queue_reqs",
     kv_cache_usage="sglang:token_usage",
     prefix_cache_hits_total="sglang:cached_tokens_total",
     prefix_cache_queries_total="sglang:prompt_tokens_total",
-    paused_requests="sglang:num_paused_reqs",
+    preemptions_total="sglang:num_retracted_requests_total",
     engine_label="dp_rank",
+    gauges_freeze=True,
+    versions=(
+        "SGLang with --enable-metrics, collector.py @93d04878 to @00ae9c15 (realtime_tokens_total "
+        "where exported, else the completion counter and gen_throughput)"
+    ),
 )
 
 ENGINE_PROFILES: Mapping[str, EngineMetrics] = {
@@ -143,9 +192,27 @@ def engine_metrics(role: RolloutRole) -> EngineMetrics:
         prefix_cache_queries_total=pick("prefix_cache_queries_total"),
         preemptions_total=pick("preemptions_total"),
         sleep=sleep or (base.sleep if base is not None else None),
-        paused_requests=base.paused_requests if base is not None else None,
-        engine_label=base.engine_label if base is not None else None,
+        **_inherited(base, names.generation_tokens_total),
     )
+
+
+def _inherited(base: EngineMetrics | None, tokens_override: str | None) -> dict[str, Any]:
+    """What a role with metricNames keeps of its engine's profile: engine semantics, and the
+    token counter's matchers and fallbacks unless metricNames names another counter."""
+    if base is None:
+        return {}
+    kept: dict[str, Any] = {
+        "paused_requests": base.paused_requests,
+        "engine_label": base.engine_label,
+        "legacy": base.legacy,
+        "gauges_freeze": base.gauges_freeze,
+        "generation_rate": base.generation_rate,
+        "versions": base.versions,
+    }
+    if not tokens_override:
+        kept["generation_matchers"] = base.generation_matchers
+        kept["generation_tokens_at_finish"] = base.generation_tokens_at_finish
+    return kept
 
 
 _CUSTOM_NEEDS = (

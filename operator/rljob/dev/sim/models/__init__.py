@@ -13,9 +13,9 @@ asleep) and the rljob SDK's trainer exporter (see shared/reference/workload-sign
 
 from __future__ import annotations
 
+from rljob.dev.sim.engines import SLEEP_STATES
 from rljob.dev.sim.models.base import MAX_STEP, MAX_STEPS, PROCESS_START, Model
 from rljob.dev.sim.models.engine import (
-    SLEEP_STATES,
     VLLM_GENERATION_TOKENS,
     VLLM_KV_USAGE,
     VLLM_PREEMPTIONS,

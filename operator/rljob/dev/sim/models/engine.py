@@ -1,5 +1,6 @@
-"""A simulated rollout engine: vLLM's metrics page (or SGLang's) with throughput, queue, KV cache,
-prefix cache and sleep state driven by its profile's load cycle and the faults in force."""
+"""A simulated rollout engine: throughput, queue, KV cache, prefix cache and sleep state driven by
+its profile's load cycle and the faults in force; the page each engine version serves of them
+is rljob.dev.sim.engines'."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import random
 from enum import Enum
 from typing import Any
 
-from rljob.dev.sim.exposition import Page, labels_text
+from rljob.dev.sim.engines import (
+    Gauges,
+    SGLangLog,
+    Totals,
+    sglang_labels,
+    sglang_page,
+    version_of,
+    vllm_page,
+)
 from rljob.dev.sim.faults import NO_FAULTS, Active
 from rljob.dev.sim.models.base import PROCESS_START, noisy, steps
 from rljob.dev.sim.profiles import EngineProfile
@@ -24,7 +33,6 @@ VLLM_PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 VLLM_PREEMPTIONS = "vllm:num_preemptions_total"
 VLLM_REQUEST_SUCCESS = "vllm:request_success_total"
 VLLM_SLEEP_STATE = "vllm:engine_sleep_state"
-SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 
 
 class Mode(Enum):
@@ -49,17 +57,6 @@ _FROM_TRACE = {
 }
 
 
-def _sglang_labels(profile: EngineProfile) -> str:
-    return labels_text(
-        (
-            ("model_name", profile.model_name),
-            ("engine_type", "unified"),
-            ("tp_rank", "0"),
-            ("pp_rank", "0"),
-        )
-    )
-
-
 class EngineModel:
     """A vLLM engine."""
 
@@ -80,42 +77,14 @@ class EngineModel:
         self.kv_usage = 0.0
         self.last_rate = 0.0
         self.expected = 0.0
-        self._labels = labels_text((("model_name", profile.model_name), ("engine", profile.engine)))
-        self._sglang_labels = _sglang_labels(profile)
+        self._log: SGLangLog | None = None
+        self._last_log = self._last_finish = start
+        self._logged_tokens = 0.0
         self._gauges(start, NO_FAULTS)
 
     def set_profile(self, profile: EngineProfile) -> None:
         """A new base behaviour from now on (advance to now first)."""
         self.profile = profile
-        self._labels = labels_text((("model_name", profile.model_name), ("engine", profile.engine)))
-        self._sglang_labels = _sglang_labels(profile)
-
-    def _render_sglang(self) -> str:
-        """SGLang's scheduler gauges and tokenizer counters (python/sglang/srt/metrics/
-        collector.py); it has no sleep gauge and no preemption counter."""
-        page, labels, created = Page(), self._sglang_labels, self.start
-        gauges = (
-            ("sglang:num_running_reqs", "The number of running requests.", self.running),
-            ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", self.waiting),
-            ("sglang:token_usage", "The token usage.", self.kv_usage),
-            (
-                "sglang:num_paused_reqs",
-                "The number of paused requests by async weight sync.",
-                self.paused,
-            ),
-            ("sglang:gen_throughput", "The generation throughput (token/s).", self.last_rate),
-        )
-        for name, help_text, value in gauges:
-            page.gauge(name, help_text, [(labels, value)])
-        counters = (
-            ("sglang:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens),
-            ("sglang:generation_tokens", "Number of generation tokens processed.", self.tokens),
-            ("sglang:cached_tokens", "Number of cached prompt tokens.", self.hits),
-        )
-        for name, help_text, value in counters:
-            page.counter(name, help_text, [(labels, math.floor(value))], created)
-        page.gauge(PROCESS_START, "Start time of the process since unix epoch in seconds.", created)
-        return page.text()
 
     def mode_at(self, t: float, faults: Active) -> Mode:
         if faults.sleep_level(t) > 0:
@@ -184,6 +153,8 @@ class EngineModel:
             self.requests_stop += 0.9 * finished
             self.requests_length += 0.1 * finished
             self.last_rate = rate
+            if profile.exporter == "sglang":
+                self._stats_log(t + step, faults)
         self.t = now
         self._gauges(now, faults)
 
@@ -236,80 +207,54 @@ class EngineModel:
         }
 
     def render(self) -> str:
-        if self.profile.exporter == "sglang":
-            return self._render_sglang()
-        page, labels, created = Page(), self._labels, self.start
+        profile = self.profile
+        version = version_of(profile.exporter, profile.version)
+        if profile.exporter == "sglang":
+            log = self._log or SGLangLog(Gauges())
+            page = sglang_page(version, sglang_labels(profile.model_name, version), log)
+        else:
+            labels = (("model_name", profile.model_name), ("engine", profile.engine))
+            page = vllm_page(version, labels, self._totals(), self._now_gauges(), self.start)
         page.gauge(
-            "vllm:num_requests_running",
-            "Number of requests in model execution batches.",
-            [(labels, self.running)],
+            PROCESS_START, "Start time of the process since unix epoch in seconds.", self.start
         )
-        page.gauge(
-            "vllm:num_requests_waiting",
-            "Number of requests waiting to be processed.",
-            [(labels, self.waiting)],
-        )
-        states = [
-            (labels[:-1] + f',sleep_state="{state}"}}', float(value))
-            for state, value in zip(
-                SLEEP_STATES,
-                (self.sleep_level == 0, self.sleep_level == 1, self.sleep_level == 2),
-                strict=True,
-            )
-        ]
-        page.gauge(
-            "vllm:engine_sleep_state",
-            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is "
-            "awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep "
-            "level 2.",
-            states,
-        )
-        page.gauge(
-            "vllm:kv_cache_usage_perc",
-            "KV-cache usage. 1 means 100 percent usage.",
-            [(labels, self.kv_usage)],
-        )
-        page.counter(
-            "vllm:prefix_cache_queries",
-            "Prefix cache queries, in terms of number of queried tokens.",
-            [(labels, math.floor(self.queries))],
-            created,
-        )
-        page.counter(
-            "vllm:prefix_cache_hits",
-            "Prefix cache hits, in terms of number of cached tokens.",
-            [(labels, math.floor(self.hits))],
-            created,
-        )
-        page.counter(
-            "vllm:num_preemptions",
-            "Cumulative number of preemption from the engine.",
-            [(labels, math.floor(self.preemptions))],
-            created,
-        )
-        page.counter(
-            "vllm:prompt_tokens",
-            "Number of prefill tokens processed.",
-            [(labels, math.floor(self.prompt_tokens))],
-            created,
-        )
-        page.counter(
-            "vllm:generation_tokens",
-            "Number of generation tokens processed.",
-            [(labels, math.floor(self.tokens))],
-            created,
-        )
-        page.counter(
-            "vllm:request_success",
-            "Count of successfully processed requests.",
-            [
-                (labels[:-1] + f',finished_reason="{reason}"}}', math.floor(value))
-                for reason, value in (
-                    ("stop", self.requests_stop),
-                    ("length", self.requests_length),
-                )
-            ],
-            created,
-        )
-        page.gauge(PROCESS_START, "Start time of the process since unix epoch in seconds.", created)
         return page.text()
+
+    def _totals(self) -> Totals:
+        return Totals(
+            tokens=self.tokens,
+            prompt_tokens=self.prompt_tokens,
+            hits=self.hits,
+            queries=self.queries,
+            preemptions=self.preemptions,
+            requests_stop=self.requests_stop,
+            requests_length=self.requests_length,
+        )
+
+    def _now_gauges(self) -> Gauges:
+        return Gauges(self.running, self.waiting, self.kv_usage, self.last_rate, self.sleep_level)
+
+    def _stats_log(self, t: float, faults: Active) -> None:
+        """SGLang's scheduler logs stats (gauges, realtime counters) every `stats_interval`
+        while it runs batches; paused, asleep, idle or wedged it logs nothing, so a scrape keeps
+        seeing the last log. Completion counters catch up every `finish_every` seconds."""
+        profile = self.profile
+        if t - self._last_log < profile.stats_interval:
+            return
+        self._gauges(t, faults)
+        if self.mode not in (Mode.SATURATED, Mode.UNSATURATED, Mode.DRAINING):
+            return
+        gauges = self._now_gauges()
+        gauges.rate = (self.tokens - self._logged_tokens) / (t - self._last_log)
+        finished = self._log.finished if self._log is not None else None
+        if finished is None or t - self._last_finish >= profile.finish_every:
+            finished, self._last_finish = self._totals(), t
+        self._log = SGLangLog(
+            gauges=gauges,
+            realtime_decode=self.tokens,
+            realtime_prefill_compute=self.prompt_tokens - self.hits,
+            realtime_prefill_cache=self.hits,
+            retracted=self.preemptions,
+            finished=finished,
+        )
+        self._last_log, self._logged_tokens = t, self.tokens
