@@ -159,7 +159,7 @@ class Components:
             "--node-ip=127.0.0.1",
             "--node-name=localhost",
             "--node-lease-duration-seconds=10",
-            "--cidr=10.244.0.0/16",
+            f"--cidr={self.state.pod_cidr or '10.244.0.0/16'}",
         ]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from rljob.dev import pki
+from rljob.dev import pki, podnet
 from rljob.dev.components import COMPONENTS, PORT_NAMES, Components
 from rljob.dev.kubeapi import ApiError, KubeApi
 from rljob.dev.nodes import PROFILES, NodeProfile, node_manifests
@@ -88,6 +88,9 @@ class ControlPlane:
         self.procs.clear()
         self.state.pids.clear()
         self.state.ready = False
+        if self.state.pod_cidr:
+            podnet.release(self.state.pod_cidr, self.state.launcher_pid)
+            self.state.pod_cidr = ""
         if self.dir.root.exists():
             self.state.save(self.dir.root)
 
@@ -124,6 +127,8 @@ class ControlPlane:
         stages = resources.files("rljob.dev").joinpath("kwok-stages.yaml").read_text()
         self.dir.stages.write_text(stages)
         self.state.ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True))
+        if not self.state.pod_cidr:
+            self.state.pod_cidr = podnet.reserve(self.state.launcher_pid)
         write_kubeconfig(self.dir, self.server)
         self.state.save(self.dir.root)
 

@@ -22,6 +22,7 @@ class RunState:
     pids: dict[str, int] = field(default_factory=dict)
     launcher_pid: int = 0
     ready: bool = False
+    pod_cidr: str = ""  # kwok's pod IP range, inside 127.0.0.0/8 (rljob.dev.podnet)
 
     @staticmethod
     def path(run_dir: Path) -> Path:

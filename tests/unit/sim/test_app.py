@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
@@ -61,7 +62,6 @@ class Bed:
         self.config = SimConfig(
             control_port=0,
             targets_file=tmp / "targets.json",
-            address_map_file=tmp / "addresses.json",
         )
         self.app = SimulatorApp(self.config, self.list_pods, clock=self.clock)
 
@@ -81,8 +81,10 @@ class Bed:
     def port(self, pod: str) -> int:
         return self.app.workloads[f"{NS}/{pod}"].listener.port
 
-    async def scrape(self, pod: str, port: int | None = None) -> dict[str, float]:
-        url = f"http://127.0.0.1:{port or self.port(pod)}/metrics"
+    async def scrape(
+        self, pod: str, port: int | None = None, host: str = "127.0.0.1"
+    ) -> dict[str, float]:
+        url = f"http://{host}:{port or self.port(pod)}/metrics"
 
         def get() -> str:
             with urllib.request.urlopen(url, timeout=5) as response:
@@ -116,7 +118,7 @@ async def test_attaches_running_pods_and_publishes_targets(bed: Bed) -> None:
         "targets": [f"127.0.0.1:{bed.port('r1')}"],
         "labels": {"namespace": NS, "pod": "r1", "role": "rollout", "job": "job1"},
     }
-    addresses = json.loads(bed.config.address_map_file.read_text())
+    addresses = await bed.call("addresses")
     assert addresses[f"{NS}/t0"] == f"127.0.0.1:{bed.port('t0')}"
     assert await bed.call("targets") == groups
     listed = await bed.call("workloads", role="rollout")
@@ -270,3 +272,41 @@ async def test_own_metrics(bed: Bed) -> None:
     text = await asyncio.to_thread(get)
     assert 'rljob_sim_workloads{role="rollout"} 2.0' in text
     assert "process_resident_memory_bytes" in text
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def _at(pod: dict[str, Any], ip: str, port: int) -> dict[str, Any]:
+    pod["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": port}]
+    pod["status"]["podIP"] = ip
+    return pod
+
+
+async def test_a_pod_is_served_at_its_pod_ip_and_metrics_port(bed: Bed) -> None:
+    """As on a cluster: what direct scraping resolves from the pod object answers there."""
+    ip = "127.77.0.9"
+    port = _free_port(ip)
+    bed.pods.append(_at(make_pod("r3", "rollout", "u4"), ip, port))
+    await bed.app.sync()
+    assert (await bed.call("addresses"))[f"{NS}/r3"] == f"{ip}:{port}"
+    assert TOKENS in await bed.scrape("r3", port, host=ip)
+
+
+async def test_a_pod_ip_still_held_by_its_previous_pod_is_attached_once_free(bed: Bed) -> None:
+    ip = "127.77.0.10"
+    port = _free_port(ip)
+    bed.pods.append(_at(make_pod("new", "rollout", "u6"), ip, port))
+    squatter = socket.socket()
+    squatter.bind((ip, port))  # the previous pod's listener, not closed yet
+    squatter.listen()
+    try:
+        await bed.app.sync()
+        assert f"{NS}/new" not in bed.app.workloads
+    finally:
+        squatter.close()
+    await bed.app.sync()
+    assert bed.app.workloads[f"{NS}/new"].listener.host == ip

@@ -7,7 +7,7 @@ import os
 import threading
 from pathlib import Path
 
-from rljob.dev.sim.targets import Target, address_map, file_sd, write_json_atomic
+from rljob.dev.sim.targets import Target, file_sd, write_json_atomic
 
 TARGETS = [
     Target("ns-b", "job1-rollout-x", "rollout", "job1", 40001),
@@ -39,11 +39,9 @@ def test_file_sd_is_one_group_per_pod_with_its_labels() -> None:
     assert file_sd([]) == []
 
 
-def test_address_map_keys_are_namespace_slash_pod() -> None:
-    assert address_map(TARGETS) == {
-        "ns-a/job1-trainer-a1-0-q": "127.0.0.1:40002",
-        "ns-b/job1-rollout-x": "127.0.0.1:40001",
-    }
+def test_a_target_at_its_pod_ip_is_scraped_there() -> None:
+    at_pod_ip = Target("ns", "r", "rollout", "job1", 8000, "127.64.0.5")
+    assert file_sd([at_pod_ip])[0]["targets"] == ["127.64.0.5:8000"]
 
 
 def test_atomic_write_leaves_only_the_complete_file(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from rljob.dev.sim.models import (
     TrainerModel,
     VerifierModel,
 )
-from rljob.dev.sim.pods import PodInfo, parse_pod
+from rljob.dev.sim.pods import PodInfo, listen_address, parse_pod
 from rljob.dev.sim.profiles import (
     ROLES,
     AnyProfile,
@@ -41,7 +41,7 @@ from rljob.dev.sim.profiles import (
     VerifierProfile,
     override,
 )
-from rljob.dev.sim.targets import Target, address_map, file_sd, write_json_atomic
+from rljob.dev.sim.targets import Target, file_sd, write_json_atomic
 
 if TYPE_CHECKING:
     from rljob.dev.sim.checkpoints import CheckpointSink
@@ -58,7 +58,6 @@ PodLister = Callable[[], list[dict[str, Any]]]
 class SimConfig:
     control_port: int
     targets_file: Path
-    address_map_file: Path
     poll_interval: float = 0.5
     namespaces: tuple[str, ...] = ()
     profiles: Profiles = field(default_factory=Profiles)
@@ -81,8 +80,9 @@ class Workload:
         return self.pod.instance
 
     def target(self) -> Target:
+        pod = self.pod
         return Target(
-            self.pod.namespace, self.pod.name, self.pod.role, self.pod.job, self.listener.port
+            pod.namespace, pod.name, pod.role, pod.job, self.listener.port, self.listener.host
         )
 
 
@@ -281,12 +281,17 @@ class SimulatorApp:
 
     async def _attach(self, pod: PodInfo) -> None:
         now = self.clock()
+        host, port = listen_address(pod)
+        try:
+            listener = await listen(self._scrape_handler(pod.key, pod.uid), port, host=host)
+        except OSError as exc:  # the IP's previous pod not detached yet: the next poll retries
+            log.warning("cannot listen for %s on %s:%d: %s", pod.key, host, port, exc)
+            return
         model, writes = self._model(pod, now)
-        listener = await listen(self._scrape_handler(pod.key, pod.uid))
         self.workloads[pod.key] = Workload(pod, listener, model, now, writes_checkpoints=writes)
         self.metrics.lifecycle.labels("attached").inc()
-        self.event("attached", pod, port=listener.port, role=pod.role)
-        log.info("attached %s %s on 127.0.0.1:%d", pod.role, pod.key, listener.port)
+        self.event("attached", pod, port=listener.port, role=pod.role, host=host)
+        log.info("attached %s %s on %s:%d", pod.role, pod.key, host, listener.port)
 
     def _restart(self, workload: Workload, pod: PodInfo) -> None:
         now = self.clock()
@@ -310,7 +315,6 @@ class SimulatorApp:
     def publish(self) -> None:
         targets = [w.target() for w in self.workloads.values()]
         write_json_atomic(self.config.targets_file, file_sd(targets))
-        write_json_atomic(self.config.address_map_file, address_map(targets))
 
     # ---------------------------------------------------------------- models
 

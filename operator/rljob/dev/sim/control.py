@@ -17,7 +17,7 @@ from rljob.dev.sim import faults as faultlib
 from rljob.dev.sim.exposition import CONTENT_TYPE
 from rljob.dev.sim.httpserver import Request, Response
 from rljob.dev.sim.profiles import ProfileError, as_json, override
-from rljob.dev.sim.targets import address_map, file_sd
+from rljob.dev.sim.targets import file_sd
 
 if TYPE_CHECKING:
     from rljob.dev.sim.app import SimulatorApp, Workload
@@ -239,7 +239,9 @@ class ControlApi:
         return Response.json(file_sd(w.target() for w in self.app.workloads.values()))
 
     async def _addresses(self, _: Request) -> Response:
-        return Response.json(address_map(w.target() for w in self.app.workloads.values()))
+        # Where each workload listens (its pod IP and metrics port): for people, not the operator.
+        targets = (w.target() for w in self.app.workloads.values())
+        return Response.json({f"{t.namespace}/{t.pod}": t.address for t in targets})
 
     async def _events(self, _: Request) -> Response:
         return Response.json(list(self.app.events))

@@ -76,10 +76,11 @@ class _BadRequestError(Exception):
 
 @dataclass
 class Listener:
-    """One listening socket on 127.0.0.1 and its open connections."""
+    """One listening socket (on a loopback address) and its open connections."""
 
     server: asyncio.Server
     port: int
+    host: str = "127.0.0.1"
     connections: dict[asyncio.Task[None], asyncio.StreamWriter] = field(default_factory=dict)
 
     async def close(self) -> None:
@@ -201,4 +202,4 @@ async def listen(
         connected, host, port, limit=MAX_HEADER_BYTES, reuse_address=True, backlog=64
     )
     bound = server.sockets[0].getsockname()[1]
-    return Listener(server, int(bound), connections)
+    return Listener(server, int(bound), host, connections)

@@ -33,7 +33,6 @@ class Simulator(ServerProcess):
         *,
         control_port: int | None = None,
         targets_file: Path | None = None,
-        address_map: Path | None = None,
         namespaces: Sequence[str] = (),
         poll_interval: float = 0.5,
         profiles: Mapping[str, Mapping[str, Any]] | None = None,
@@ -46,7 +45,6 @@ class Simulator(ServerProcess):
         self.port = control_port or free_ports(1)[0]
         self.state_dir = run_dir / "sim"
         self.targets_file = targets_file or self.state_dir / "targets.json"
-        self.address_map = address_map or self.state_dir / "addresses.json"
         self.namespaces = tuple(namespaces)
         self.poll_interval = poll_interval
         self.profiles = dict(profiles or {})
@@ -78,7 +76,6 @@ class Simulator(ServerProcess):
             f"--state-dir={self.state_dir}",
             f"--control-port={self.port}",
             f"--targets-file={self.targets_file}",
-            f"--address-map={self.address_map}",
             f"--poll-interval={self.poll_interval}",
             f"--log-level={self.log_level}",
         ]  # fmt: skip

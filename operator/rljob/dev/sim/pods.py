@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ ROLE_LABEL = "rljob.io/role"
 ATTEMPT_LABEL = "rljob.io/attempt"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,8 @@ class PodInfo:
     env: Mapping[str, str] = field(default_factory=dict)
     profile: Mapping[str, Any] = field(default_factory=dict)
     profile_error: str | None = None
+    ip: str = ""  # status.podIP: the bed gives kwok a pod range inside 127.0.0.0/8
+    metrics_port: int | None = None  # the container port named metrics, else http
 
     @property
     def key(self) -> str:
@@ -90,10 +94,14 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
     annotations = meta.get("annotations") or {}
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     env: dict[str, str] = {}
+    ports: dict[str, int | None] = {}
     for container in spec.get("containers") or []:
         for var in container.get("env") or []:
             if isinstance(var, Mapping) and "value" in var and var.get("name"):
                 env.setdefault(str(var["name"]), str(var["value"]))
+        for port in container.get("ports") or []:
+            if isinstance(port, Mapping):
+                ports.setdefault(str(port.get("name")), _int(port.get("containerPort"), None))
     restarts = sum(
         _int(c.get("restartCount"), 0) or 0 for c in status.get("containerStatuses") or []
     )
@@ -113,4 +121,19 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
         env=env,
         profile=profile,
         profile_error=error,
+        ip=str(status.get("podIP") or ""),
+        metrics_port=ports.get("metrics") or ports.get("http"),
     )
+
+
+def listen_address(pod: PodInfo) -> tuple[str, int]:
+    """Where the pod serves on a cluster: its pod IP and metrics port. Only a loopback pod IP
+    can be served here; any other pod (or one without a metrics port) gets a free port on
+    127.0.0.1, reachable through the Prometheus targets only."""
+    try:
+        loopback = ipaddress.ip_address(pod.ip).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback and pod.metrics_port:
+        return pod.ip, pod.metrics_port
+    return LOOPBACK, 0

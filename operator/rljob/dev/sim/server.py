@@ -6,8 +6,10 @@
   away, terminates or is replaced (new uid) detaches: its listener and open connections close. A
   container restart (restartCount up) keeps the port and starts a fresh model: counters from zero,
   faults that do not survive restarts gone.
-- After each change it writes the Prometheus file_sd targets and the dev-only address map, each
-  to a temporary file renamed into place.
+- Each workload listens at its pod's IP (the bed's kwok hands out pod IPs inside 127.0.0.0/8)
+  on the role's metrics port, as the pod would on a cluster.
+- After each change it writes the Prometheus file_sd targets to a temporary file renamed into
+  place.
 - The control API on 127.0.0.1:<control-port> injects and clears faults, overrides profiles,
   lists workloads and serves the simulator's own /metrics.
 
@@ -64,7 +66,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--state-dir", required=True, type=Path)
     parser.add_argument("--control-port", required=True, type=int)
     parser.add_argument("--targets-file", type=Path, help="default: <state-dir>/targets.json")
-    parser.add_argument("--address-map", type=Path, help="default: <state-dir>/addresses.json")
     parser.add_argument("--poll-interval", type=float, default=0.5)
     parser.add_argument(
         "--namespace", action="append", default=[], help="only these namespaces (repeatable)"
@@ -113,7 +114,6 @@ async def _amain(args: argparse.Namespace) -> int:
     config = SimConfig(
         control_port=args.control_port,
         targets_file=args.targets_file or state_dir / "targets.json",
-        address_map_file=args.address_map or state_dir / "addresses.json",
         poll_interval=args.poll_interval,
         namespaces=tuple(args.namespace),
         profiles=profiles_from_args(args.profile),

@@ -3,8 +3,9 @@
 - Prometheus file_sd: `[{"targets": ["127.0.0.1:<port>"], "labels": {"namespace", "pod", "role",
   "job"}}]`, where `job` is the RLJob's name. Prometheus reserves `job` for the scrape job, so
   rljob.dev.prometheus relabels it to `rljob_job` and keeps its own `job`.
-- The dev-only address map for the direct-scrape source:
-  `{"<namespace>/<pod>": "127.0.0.1:<port>"}`.
+Each workload listens where the pod would serve on a cluster: its pod IP (kwok hands out a
+range inside 127.0.0.0/8) and the role's metrics port, so direct scraping resolves it from the
+pod object exactly as on a cluster.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ class Target:
     role: str
     job: str
     port: int
+    host: str = HOST
 
     @property
     def address(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
 
 def _ordered(targets: Iterable[Target]) -> list[Target]:
@@ -46,10 +48,6 @@ def file_sd(targets: Iterable[Target]) -> list[dict[str, Any]]:
         }
         for t in _ordered(targets)
     ]
-
-
-def address_map(targets: Iterable[Target]) -> dict[str, str]:
-    return {f"{t.namespace}/{t.pod}": t.address for t in _ordered(targets)}
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
