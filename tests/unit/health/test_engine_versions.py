@@ -26,6 +26,10 @@ DRIFT = DriftConfig(threshold=0.2, window=60.0, warmup=20.0, cooldown=0.0, inter
 Faults = Callable[[float], Active]
 
 
+def _no_faults(_: float) -> Active:
+    return NO_FAULTS
+
+
 class Bed:
     """Engines of one role scraped every second into both detectors."""
 
@@ -40,7 +44,7 @@ class Bed:
         for _ in range(seconds):
             self.t += 1
             for name, engine in self.engines.items():
-                active = (faults or {}).get(name, lambda _: NO_FAULTS)(self.t)
+                active = (faults or {}).get(name, _no_faults)(self.t)
                 engine.advance(self.t, active)
                 profile = ENGINE_PROFILES[engine.profile.exporter]
                 page = collect(profile.signals(), [(self.t, engine.render())])
