@@ -1,8 +1,10 @@
-"""Shard uploads: one put up to the multipart threshold, else a multipart upload that hashes the
-stream as it reads it and aborts the upload on any failure."""
+"""Shard uploads: one put up to the multipart threshold, else a multipart upload that aborts on
+any failure. A shard's sha256 and size come from HashingReader, in the one pass that reads it
+for the upload: a large shard is never read a second time to checksum it."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any, Protocol
 
@@ -38,6 +40,25 @@ class BytesReader:
         return chunk
 
 
+class HashingReader:
+    """Passes a stream's bytes through, hashing and counting them as they are read. Only
+    rljob's own code reads it (boto3 gets bytes), so a retried request never hashes twice."""
+
+    def __init__(self, source: Readable) -> None:
+        self._source = source
+        self._digest = hashlib.sha256()
+        self.size = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        chunk = self._source.read(size)
+        self._digest.update(chunk)
+        self.size += len(chunk)
+        return chunk
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+
 def read_exactly(stream: Readable, size: int) -> bytes:
     """`size` bytes, fewer only at the end of the stream (a read may return less)."""
     chunks: list[bytes] = []
@@ -58,9 +79,8 @@ def upload_multipart(
     head: bytes,
     stream: Readable,
     part_size: int,
-    digest: Any,
 ) -> int:
-    """Uploads `head` then the rest of `stream` in parts, feeding `digest`; the size uploaded."""
+    """Uploads `head` then the rest of `stream` in parts; the size uploaded."""
     upload = store.call(
         "create_multipart_upload",
         Bucket=store.bucket,
@@ -78,7 +98,6 @@ def upload_multipart(
                 more = read_exactly(stream, part_size - len(pending))
                 if not more:
                     break
-                digest.update(more)
                 pending += more
             if not pending:
                 break

@@ -31,6 +31,7 @@ from rljob.sdk.checkpoint.upload import (
     MULTIPART_THRESHOLD,
     PART_SIZE,
     BytesReader,
+    HashingReader,
     Readable,
     read_exactly,
     upload_multipart,
@@ -199,11 +200,10 @@ class PendingVersion:
         )
 
     def write_file(self, key: str, path: str | os.PathLike[str]) -> ShardEntry:
+        """Uploads a file, read once: hashed while it is uploaded."""
         check_shard_key(key)
         size = os.path.getsize(path)
         with open(path, "rb") as stream:
-            if size <= self.writer.multipart_threshold:
-                return self.write_bytes(key, stream.read())
             return self.write_stream(key, stream, size_hint=size)
 
     def write_stream(
@@ -215,17 +215,14 @@ class PendingVersion:
         part_size = writer.part_size
         if size_hint is not None:
             part_size = max(part_size, -(-size_hint // MAX_PARTS))
-        digest = hashlib.sha256()
-        head = read_exactly(stream, writer.multipart_threshold + 1)
-        digest.update(head)
+        source = HashingReader(stream)
+        head = read_exactly(source, writer.multipart_threshold + 1)
         full_key = writer.location.shard_key(self.version, key)
         if len(head) <= writer.multipart_threshold:
             writer.store.put_bytes(full_key, head)
-            return self._add(ShardEntry(key=key, size=len(head), sha256=digest.hexdigest()))
-        size = upload_multipart(
-            writer.store, full_key, head=head, stream=stream, part_size=part_size, digest=digest
-        )
-        return self._add(ShardEntry(key=key, size=size, sha256=digest.hexdigest()))
+        else:
+            upload_multipart(writer.store, full_key, head=head, stream=source, part_size=part_size)
+        return self._add(ShardEntry(key=key, size=source.size, sha256=source.hexdigest()))
 
     def commit(self) -> Manifest:
         """Writes manifest.json (the commit), then moves latest.json. Raises CommitRefused when a
