@@ -178,10 +178,62 @@ def test_every_rendered_object_parses_and_is_placed(helm: Path, values: dict[str
 
 def test_values_schema_rejects_bad_values(helm: Path) -> None:
     args = ["template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION]
-    for bad in ("replicas=0", "unknownKey=1", "watchNamespace=Not_A_Namespace"):
+    for bad in (
+        "replicas=0",
+        "unknownKey=1",
+        "watchNamespace=Not_A_Namespace",
+        "health.defaultSource=prometheus",  # without a URL
+        "health.defaultSource=somewhere",
+    ):
         result = _run(helm, [*args, "--set", bad])
         assert result.returncode != 0, bad
         assert "values don't meet the specifications of the schema" in result.stderr, bad
+
+
+def operator_container(objects: list[Obj]) -> Obj:
+    (deployment,) = find(objects, "Deployment")
+    container: Obj = deployment["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+@pytest.mark.parametrize(
+    ("values", "flags", "mounted"),
+    [
+        pytest.param({}, ["--direct-scrape"], False, id="default-direct"),
+        pytest.param({"health.defaultSource": "none"}, [], False, id="none"),
+        pytest.param(
+            {
+                "health.defaultSource": "prometheus",
+                "health.prometheus.url": "http://prom.monitoring:9090",
+                "health.prometheus.tokenSecret.name": "prom-token",
+                "health.prometheus.headers.X-Scope-OrgID": "team-a",
+            },
+            [
+                "--prometheus-url=http://prom.monitoring:9090",
+                "--prometheus-pod-label=pod",
+                "--prometheus-namespace-label=namespace",
+                "--prometheus-header=X-Scope-OrgID: team-a",
+                "--prometheus-token-file=/var/run/secrets/rljob/prometheus/token",
+            ],
+            True,
+            id="prometheus-with-token-file",
+        ),
+    ],
+)
+def test_the_default_metrics_source_comes_from_values(
+    helm: Path, values: dict[str, str], flags: list[str], mounted: bool
+) -> None:
+    """Jobs without spec.health.source are health-checked after a plain install; a token is a
+    file the kubelet mounts (the operator has no right to read Secrets)."""
+    objects = render(helm, values)
+    container = operator_container(objects)
+    source_flags = [a for a in container["args"] if a.startswith(("--prometheus", "--direct"))]
+    assert source_flags == flags
+    mounts = {m["name"] for m in container["volumeMounts"]}
+    assert ("prometheus-token" in mounts) is mounted
+    volumes = one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    secrets = [v["secret"]["secretName"] for v in volumes if "secret" in v]
+    assert secrets == (["prom-token"] if mounted else [])
 
 
 # ------------------------------------------------------------------------------------ RBAC
