@@ -13,7 +13,9 @@ What it keeps of the real thing:
 - Jobs delete with Foreground propagation wait for their pods; the API's default for Jobs
   orphans them; other kinds delete in the background and the collector follows;
 - a deleted pod with a node is terminating until its kubelet confirms (never while the node is
-  NotReady) or a delete with grace 0 removes it; a Job notices pods that ended or vanished.
+  NotReady) or a delete with grace 0 removes it; a Job notices pods that ended or vanished;
+- the scheduler places a pod on a Ready node its required node affinity admits, the most
+  preferred then the least loaded (matchFields on metadata.name: how suspect nodes are avoided).
 """
 
 from __future__ import annotations
@@ -142,6 +144,32 @@ def _apply_merge(live: Any, before: Any, applied: Any) -> Any:
 def _condition(body: Mapping[str, Any], kind: str) -> JSON | None:
     conditions = (body.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c.get("type") == kind and c["status"] == "True"), None)
+
+
+def _node_affinity(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return ((pod["spec"].get("affinity") or {}).get("nodeAffinity")) or {}
+
+
+def _matches(term: Mapping[str, Any], node: str) -> bool:
+    """A node selector term's matchFields on metadata.name (all ANDed); other keys match."""
+    for requirement in term.get("matchFields") or []:
+        inside = node in requirement.get("values", [])
+        if requirement.get("key") == "metadata.name" and inside != (
+            requirement.get("operator") == "In"
+        ):
+            return False
+    return True
+
+
+def _admits(pod: Mapping[str, Any], node: str) -> bool:
+    required = _node_affinity(pod).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    return not terms or any(_matches(term, node) for term in terms)  # terms are ORed
+
+
+def _preference(pod: Mapping[str, Any], node: str) -> int:
+    preferred = _node_affinity(pod).get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    return sum(t["weight"] for t in preferred if _matches(t.get("preference") or {}, node))
 
 
 def _terminal(pod: Mapping[str, Any]) -> bool:
@@ -395,7 +423,7 @@ class Cluster(Kube):
                 continue
             node = pod["spec"].get("nodeName")
             if node is None:
-                node = self._schedule(ready_nodes)
+                node = self._schedule(pod, ready_nodes)
                 if node is None:
                     self._unschedulable(ref, pod)
                     continue
@@ -411,13 +439,16 @@ class Cluster(Kube):
                 container["ready"] = True
             self._put(ref, started)
 
-    def _schedule(self, ready_nodes: list[str]) -> str | None:
-        load = {node: 0 for node in ready_nodes}
-        for _, pod in self._items("Pod"):
-            node = pod["spec"].get("nodeName")
-            if node in load and not _terminal(pod):
+    def _schedule(self, pod: JSON, ready_nodes: list[str]) -> str | None:
+        """A Ready node the pod's required node affinity admits: the most preferred, then the
+        least loaded (kube-scheduler's NodeAffinity filter and score, by node name only)."""
+        fitting = [node for node in ready_nodes if _admits(pod, node)]
+        load = {node: 0 for node in fitting}
+        for _, other in self._items("Pod"):
+            node = other["spec"].get("nodeName")
+            if node in load and not _terminal(other):
                 load[node] += 1
-        return min(ready_nodes, key=lambda n: (load[n], n)) if ready_nodes else None
+        return min(fitting, key=lambda n: (-_preference(pod, n), load[n], n), default=None)
 
     def _unschedulable(self, ref: Ref, pod: JSON) -> None:
         message = f"0/{len(self.nodes)} nodes are available: {len(self.nodes)} node(s) not ready"

@@ -7,6 +7,8 @@ checked after every step; a subclass picks which (`CHECKS`), so each is its own 
 from __future__ import annotations
 
 import contextlib
+import copy
+import datetime as dt
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -23,7 +25,7 @@ from hypothesis.stateful import (
 )
 
 from rljob.adapters.kube import KubeError
-from rljob.api import FailureReason
+from rljob.api import FailureReason, parse_duration
 from rljob.api.labels import ATTEMPT_LABEL as ATTEMPT
 from rljob.api.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUEST
 from rljob.api.labels import RESTARTED_AT_ANNOTATION as RESTARTED_AT
@@ -42,6 +44,7 @@ from tests.unit.model.cluster import (
     Write,
 )
 from tests.unit.model.s3 import FakeS3, write_version
+from tests.unit.model.suspects import suspect_faults
 from tests.unit.reconcile.world import NAMESPACE, example_body
 
 JSON = dict[str, Any]
@@ -57,6 +60,8 @@ NCCL = (
 )
 RANK_ENDINGS = {  # how a trainer rank ends: (exit code, reason, termination message)
     "nccl-timeout": (1, "Error", NCCL),
+    # torch.AcceleratorError for cudaErrorECCUncorrectable: hardware-like, its node turns suspect.
+    "gpu-ecc": (1, "Error", "CUDA error: uncorrectable ECC error encountered"),
     "exit-93": (93, "Error", "fatal: the reward model is unreachable"),
     "oom-killed": (137, "OOMKilled", ""),
 }
@@ -81,10 +86,11 @@ WITHIN_MAX_UNAVAILABLE = "operator-disruptions-stay-within-maxunavailable"
 NO_PROGRESS_COUNTS_POLICY = "no-progress-counts-policy-restarts-only"
 FORGETS_DELETED = "a-deleted-rljob-leaves-nothing-in-memory"
 LEASED_WRITES = "a-replica-without-the-lease-writes-nothing"
+SOFT_SUSPECTS = "suspect-nodes-are-expiring-preferences"
 ALL_CHECKS = frozenset(
     {ONE_ATTEMPT, NEXT_ATTEMPT, NO_DOUBLE_DELETE, LEDGER, FAILED_STOPS, FAILJOB_FAILS,
      RESUMES_NEWEST, KEEPS_LINEAGE, WITHIN_MAX_UNAVAILABLE, NO_PROGRESS_COUNTS_POLICY,
-     FORGETS_DELETED, LEASED_WRITES}
+     FORGETS_DELETED, LEASED_WRITES, SOFT_SUSPECTS}
 )  # fmt: skip
 FAIL_THE_JOB = "fail the job"  # how the failure policy's decision message ends for FailJob
 # The failure policy's note when gang restarts made no progress (policy/choose.py).
@@ -92,6 +98,7 @@ NO_PROGRESS = re.compile(
     r"no progress: the last (\d+) gang restarts all resumed from (step \d+|scratch)"
 )
 EDITED_VARIABLE = "MODEL_EDIT"
+SUSPECT_NODE_TTL = "10m"
 EDITS = ("rollout-replicas-1", "rollout-replicas-3", "rollout-env", "verifier-env")
 
 
@@ -102,6 +109,8 @@ def job_body() -> JSON:
     roles["rollout"]["replicas"] = 2
     roles["verifier"]["replicas"] = 1
     body["spec"]["failurePolicy"]["maxRestarts"] = 4
+    # Short enough that runs see suspect nodes expire.
+    body["spec"]["failurePolicy"]["suspectNodeTTL"] = SUSPECT_NODE_TTL
     return body
 
 
@@ -185,7 +194,11 @@ class ActionEngine(RuleBasedStateMachine):
       DELETED event, or a prune after a re-list), no memory, worker or health-loop state of it
       remains;
     - a-replica-without-the-lease-writes-nothing: no write of a replica that does not hold the
-      leader Lease reaches the API server or S3.
+      leader Lease reaches the API server or S3;
+    - suspect-nodes-are-expiring-preferences: after a pass, status.suspectNodes lists only nodes
+      with hardware-like evidence (a lost node here), each until at most the TTL after marking,
+      none expired if the pass wrote the status; no trainer Job requires avoiding a node
+      (model/suspects.py).
     """
 
     CHECKS: ClassVar[frozenset[str]] = ALL_CHECKS
@@ -214,6 +227,7 @@ class ActionEngine(RuleBasedStateMachine):
         self.s3.observers.append(self._store_changes)
         self.passing: str | None = None  # the replica whose pass runs now
         self.unleased_store_writes: list[str] = []
+        self.suspect_faults: list[str] = []  # what passes got wrong about suspect nodes
 
     def teardown(self) -> None:
         self._patches.close()
@@ -431,6 +445,7 @@ class ActionEngine(RuleBasedStateMachine):
             LEASED_WRITES: partial(
                 _nothing_recorded, self.cluster.unleased_writes, self.unleased_store_writes
             ),
+            SOFT_SUSPECTS: partial(_nothing_recorded, self.suspect_faults),
         }
         for name in sorted(self.CHECKS):
             checks[name]()
@@ -626,6 +641,7 @@ class ActionEngine(RuleBasedStateMachine):
         failed = (body.get("status") or {}).get("phase") == "Failed"
         decided = self._failjob_events()
         self.passing = runtime.leadership.identity
+        before = copy.deepcopy(self.cluster.peek(KIND, NAME))
         try:
             harness.run_pass(runtime, body)
         except (KubeError, StoreError):
@@ -633,6 +649,9 @@ class ActionEngine(RuleBasedStateMachine):
         finally:
             self.passing = None
             self._check_no_progress(decided)
+        after, jobs = self.cluster.peek(KIND, NAME), self.cluster.view("Job")
+        ttl = dt.timedelta(seconds=parse_duration(SUSPECT_NODE_TTL))
+        self.suspect_faults += suspect_faults(before, after, jobs, self.clock.now, ttl)
         if failed and (running := self._unstopped_trainer_pods()):
             self.failed_passes.append(f"phase Failed, after a pass still running: {running}")
         job = self.cluster.peek(KIND, NAME)

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from rljob.api import FailureReason as R
+from rljob.health.termination import (
+    Classification,
+    ContainerTermination,
+    RestartPolicy,
+    classify_termination,
+)
+from rljob.reconcile import root_cause
 from tests.unit.model.machine import ALL_CHECKS, ActionEngine
 
 EXPLORE = settings(
@@ -180,3 +189,41 @@ def test_controls_hold_every_invariant(
     assert (status["attempt"], status["restarts"]["total"], status["phase"]) == (
         attempt, restarts, phase
     )  # fmt: skip
+
+
+def _classified_as_gpu_hardware(
+    termination: ContainerTermination, policy: RestartPolicy = "Never"
+) -> Classification | None:
+    """The classifier, with the ECC ending's reason given: its own tests cover the message."""
+    if termination.message and "uncorrectable ECC" in termination.message:
+        return Classification(R.GPU_HARDWARE_ERROR, termination.exit_code, termination.message)
+    return classify_termination(termination, policy)
+
+
+ECC_FAILS = ("trainer_rank_fails", {"index": 0, "how": "gpu-ecc"})
+EXPIRED = [("time_passes", {"seconds": 300})] * 3 + [SETTLE]
+
+
+@pytest.mark.parametrize(
+    ("steps", "suspects"),
+    [
+        pytest.param([ECC_FAILS, ("world_settles", {"rounds": 6})], 1, id="marked-and-avoided"),
+        pytest.param([ECC_FAILS, ("world_settles", {"rounds": 6}), *EXPIRED], 0, id="expired"),
+    ],
+)
+def test_a_hardware_fault_makes_its_node_a_preference_that_expires(
+    steps: Sequence[Step], suspects: int
+) -> None:
+    with mock.patch.object(root_cause, "classify_termination", _classified_as_gpu_hardware):
+        machine = replay(ALL_CHECKS, steps)
+    status = (machine.cluster.peek("RLJob", "grpo-demo") or {})["status"]
+    marked = [entry["name"] for entry in status.get("suspectNodes", [])]
+    in_use = [c for c in status["conditions"] if c["type"] == "SuspectNodeInUse"]
+    trainer_nodes = {
+        pod["spec"].get("nodeName")
+        for pod in machine.cluster.view("Pod")
+        if pod["metadata"]["labels"].get("rljob.io/role") == "trainer"
+    }
+    assert (status["attempt"], len(marked), len(in_use)) == (2, suspects, suspects)
+    assert not trainer_nodes & set(marked), "the next attempt avoids the suspect node"
+    assert all(c["status"] == "False" for c in in_use)
