@@ -103,7 +103,8 @@ class Role(SpecModel):
         le=86400,
         description="Seconds a stopping pod gets after SIGTERM; the trainer uses it to "
         "checkpoint and it must not exceed failurePolicy.teardownTimeout. Default: the "
-        "operator's per-role default (trainer: 300, or teardownTimeout if shorter).",
+        "operator's per-role default (trainer: torchrun's SIGTERM-to-SIGKILL window, "
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30, plus 15; at most teardownTimeout).",
     )
     metrics: MetricsEndpoint | None = Field(
         default=None, description="Metrics endpoint; default: the engine's or SDK's port."

@@ -30,15 +30,35 @@ from rljob.reconcile.spec_hash import service_hash, serving_role_hash, trainer_h
 
 DEFAULT_MASTER_PORT = 29500
 PROGRESS_DEADLINE_SECONDS = 3600
-# Time for the trainer to write a checkpoint on SIGTERM when the role does not set it.
-DEFAULT_TRAINER_GRACE_SECONDS = 300
+# torchrun SIGKILLs its workers this many seconds after forwarding SIGTERM unless the trainer's
+# env sets TORCH_ELASTIC_SHUTDOWN_TIMEOUT (torch 2.15.0, torch/distributed/launcher/api.py,
+# LaunchConfig.__post_init__: default "30"; elastic/multiprocessing/api.py, _close).
+TORCHRUN_SHUTDOWN_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+TORCHRUN_SHUTDOWN_SECONDS = 30
+# After that window torchrun still reaps the killed workers and exits; the kubelet must not
+# SIGKILL the agent before it has (its own SIGKILL would lose the workers' exit statuses).
+TRAINER_GRACE_MARGIN_SECONDS = 15
+
+
+def torchrun_shutdown_seconds(role: TrainerRole) -> int:
+    """torchrun's SIGTERM -> SIGKILL window for the role's workers: the literal
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT of its env, else torchrun's default."""
+    for var in role.env:
+        if var.name == TORCHRUN_SHUTDOWN_ENV and var.value is not None:
+            try:
+                return max(0, int(var.value))
+            except ValueError:
+                break  # torchrun itself fails to start on such a value
+    return TORCHRUN_SHUTDOWN_SECONDS
 
 
 def trainer_grace_default(job: RLJob) -> int:
-    """300 s to save a checkpoint after SIGTERM, but never past failurePolicy.teardownTimeout,
-    when the old attempt's ranks are force-deleted."""
+    """What torchrun allows a last save after SIGTERM (its SIGKILL window) plus a margin for it
+    to exit: a longer grace buys nothing, since the workers are dead by then. Never past
+    failurePolicy.teardownTimeout, when the old attempt's ranks are force-deleted."""
     teardown = int(parse_duration(job.spec.failure_policy.teardown_timeout))
-    return min(DEFAULT_TRAINER_GRACE_SECONDS, teardown)
+    window = torchrun_shutdown_seconds(job.spec.roles.trainer)
+    return min(window + TRAINER_GRACE_MARGIN_SECONDS, teardown)
 
 
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"
