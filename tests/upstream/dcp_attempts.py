@@ -19,7 +19,7 @@ from rljob.checkpoints.s3 import CheckpointStore
 from tests.integration.s3_fixtures import S3Bucket
 
 
-def start_attempt(bucket: S3Bucket, store: CheckpointStore, attempt: int) -> AttemptPlan:
+def start_attempt(store: CheckpointStore, attempt: int) -> AttemptPlan:
     """Plans attempt's start from what the store holds and writes its marker."""
     markers = store.read_markers()
     candidates: tuple[CandidateCheck, ...] = ()

@@ -25,7 +25,7 @@ def run_attempt(
 ) -> dict[str, str]:
     """Plans the attempt as the operator does, runs it to the end, returns its pod env."""
     store = bucket.store()
-    plan = start_attempt(bucket, store, attempt)
+    plan = start_attempt(store, attempt)
     env = {**pod_env(bucket, store, plan), "DCP_MODE": mode, "DCP_OUT": str(run_dir.parent)}
     with start_gang(venv, "dcp_train.py", env, run_dir) as gang:
         codes = gang.wait(RUN_TIMEOUT)

@@ -32,7 +32,7 @@ def test_save_cut_off_by_torchrun_sigkill_is_never_resumed_from(
     torch_venv: Path, s3_bucket: S3Bucket, tmp_path: Path
 ) -> None:
     store = s3_bucket.store()
-    plan = start_attempt(s3_bucket, store, 1)
+    plan = start_attempt(store, 1)
     env = {
         **pod_env(s3_bucket, store, plan),
         "DCP_MODE": "sigterm",
@@ -62,7 +62,7 @@ def test_save_cut_off_by_torchrun_sigkill_is_never_resumed_from(
     assert cut_verdict.problem is Problem.INCOMPLETE, cut_verdict  # shards, no manifest
     assert any(k.startswith("dcp/") for k in versions[cut[0]].objects), "nothing uploaded"
 
-    following = start_attempt(s3_bucket, store, 2)
+    following = start_attempt(store, 2)
     assert following.chosen is not None and following.chosen.version == complete
     assert cut[0].name in following.problem, following.problem  # seen, and passed over
     resume = resolve_resume(pod_env(s3_bucket, store, following))
