@@ -13,7 +13,6 @@ pattern), and last a generic failure.
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections import deque
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -27,35 +26,43 @@ from rljob.health.evaluation import (
     format_duration,
     healthy,
 )
+from rljob.health.rank_evidence import Verdict, read_evidence
+from rljob.health.sanitize import (
+    MAX_EVIDENCE_LINE,
+    bounded_lines,
+    clip,
+    label,
+    sanitize_line,
+    sanitize_message,
+)
 
-MAX_MESSAGE_BYTES = 4096
-MAX_EVIDENCE_LINE = 256
-# Reasons and container names are set through the API (a pod's status is writable by whoever
-# may patch it): bounded and cleaned like messages before they are quoted.
-MAX_LABEL = 128
+# sanitize_line and sanitize_message are re-exported: callers read untrusted text through here.
+__all__ = [
+    "CONFIG_WAITING_REASONS",
+    "CRASH_LOOP_WAITING_REASON",
+    "DISRUPTION_REASONS",
+    "IMAGE_PULL_WAITING_REASONS",
+    "POD_STATUS_REASONS",
+    "Classification",
+    "ContainerTermination",
+    "CrashRepeatTracker",
+    "PodCondition",
+    "PodObservation",
+    "RestartPolicy",
+    "classify_disruption",
+    "classify_node",
+    "classify_pod",
+    "classify_termination",
+    "classify_waiting",
+    "sanitize_line",
+    "sanitize_message",
+]
 
 RestartPolicy = Literal["Always", "OnFailure", "Never"]
 
-_WHITESPACE = re.compile(r"\s+")
-_LINE_BREAKS = re.compile(r"[\r\n\t\v\f\u2028\u2029\x85]")
 
-# Strings PyTorch's ProcessGroupNCCL and NCCL print when a collective times out or a
-# communicator dies (reference/workload-signals.md section 3.2).
-NCCL_SIGNATURES = tuple(
-    re.compile(pattern)
-    for pattern in (
-        r"Watchdog caught collective operation timeout",
-        r"NCCL communicator was aborted",
-        r"ProcessGroupNCCL('s)? watchdog (got stuck|hang)",
-        r"Some NCCL operations have failed or timed out",
-        r"failure detected by watchdog at work sequence id",
-        r"[Ww]atchdog thread terminated with exception",
-        r"ncclRemoteError",
-        r"NCCL error: remote process exited",
-        r"c10::DistBackendError",
-        r"ProcessGroupNCCL.{0,120}?(timed out|[Tt]imeout)",
-    )
-)
+# The failure signatures live in rljob.signatures, shared with the SDK's entrypoint wrapper
+# (read by rank_evidence); what is left here reads a message with no signature line.
 # torchrun exits 1 when a worker died; its ChildFailedError summary names the signal.
 _CHILD_FAILURE = re.compile(r"ChildFailedError|Root Cause \(first observed failure\)|FAILED")
 _SIGABRT = re.compile(r"exitcode\s*:\s*-6\b|Signal 6 \(SIGABRT\)|SIGABRT")
@@ -90,39 +97,6 @@ POD_STATUS_REASONS = {
 }
 
 
-def _keep(character: str) -> bool:
-    return unicodedata.category(character) not in ("Cc", "Cf", "Cs", "Co", "Cn")
-
-
-def _tail(text: str, limit: int) -> str:
-    encoded = text[-limit:].encode("utf-8", "replace")
-    return encoded[-limit:].decode("utf-8", "ignore")
-
-
-def sanitize_line(text: str) -> str:
-    """One printable line: control and format characters dropped, whitespace collapsed."""
-    flat = _LINE_BREAKS.sub(" ", text)
-    return _WHITESPACE.sub(" ", "".join(c for c in flat if _keep(c))).strip()
-
-
-def sanitize_message(text: str | None, limit: int = MAX_MESSAGE_BYTES) -> str:
-    """An untrusted message as one printable line of at most `limit` UTF-8 bytes (its end)."""
-    if not text:
-        return ""
-    return _tail(sanitize_line(_tail(text, limit * 4)), limit)
-
-
-def _bounded_lines(text: str | None) -> list[str]:
-    if not text:
-        return []
-    lines = (sanitize_line(line) for line in _tail(text, MAX_MESSAGE_BYTES).splitlines())
-    return [line for line in lines if line]
-
-
-def _clip(line: str, limit: int = MAX_EVIDENCE_LINE) -> str:
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
 @dataclass(frozen=True, slots=True)
 class ContainerTermination:
     """A container's `state.terminated` or `lastState.terminated`."""
@@ -135,11 +109,19 @@ class ContainerTermination:
 
 @dataclass(frozen=True, slots=True)
 class Classification:
-    """A failure reason with its evidence: `message` is one sanitized line for Events."""
+    """A failure reason with its evidence: `message` is one sanitized line for Events.
+
+    `rank`: the global rank whose failure this is, when the output names it. `exit_code`: that
+    rank's exit status when torchrun's summary gives it (a worker's exit 93 or SIGKILL, 128+N,
+    under torchrun's own exit 1), else the container's. `primary`: the container's own failure;
+    False for a symptom of waiting for a peer that failed (a collective timeout, a closed
+    connection), which is never a root cause while another rank or pod shows a primary one."""
 
     reason: FailureReason
     exit_code: int | None
     message: str
+    rank: int | None = None
+    primary: bool = True
 
 
 def _first_line_matching(lines: list[str], patterns: Iterable[re.Pattern[str]]) -> str | None:
@@ -158,23 +140,16 @@ def _is_torchrun_nccl_abort(exit_code: int | None, joined: str) -> bool:
     )
 
 
-def _label(text: str | None) -> str:
-    """A short API-set word (a reason, a container name) as one clean, bounded token."""
-    return _clip(sanitize_line(text or ""), MAX_LABEL)
-
-
 def _describe(termination: ContainerTermination, detail: str | None) -> str:
-    container, reason = _label(termination.container), _label(termination.reason)
+    container, reason = label(termination.container), label(termination.reason)
     who = f"container {container} " if container else ""
     how = f"exit {termination.exit_code}" if termination.exit_code is not None else "terminated"
     why = f" ({reason})" if reason else ""
-    return _clip(f"{who}{how}{why}" + (f": {_clip(detail)}" if detail else ""), 1024)
+    return clip(f"{who}{how}{why}" + (f": {clip(sanitize_line(detail))}" if detail else ""), 1024)
 
 
 def _nccl_evidence(termination: ContainerTermination, lines: list[str]) -> str | None:
-    signature_line = _first_line_matching(lines, NCCL_SIGNATURES)
-    if signature_line is not None:
-        return signature_line
+    """A SIGABRT whose text mentions NCCL: the watchdog's abort, with no signature line kept."""
     joined = " ".join(lines)
     if _is_torchrun_nccl_abort(termination.exit_code, joined):
         return _first_line_matching(lines, (_NCCL,)) or _first_line_matching(lines, (_SIGABRT,))
@@ -197,18 +172,24 @@ def classify_termination(
     """The failure a terminated container shows, or None when it completed successfully under
     a policy that lets it (Never, OnFailure). Under restartPolicy Always any exit is a crash, and
     one without a more specific reason is CrashLoop; otherwise ContainerFailed."""
-    lines = _bounded_lines(termination.message)
+    lines = bounded_lines(termination.message)
     exit_code = termination.exit_code
+    if restart_policy != "Always" and _is_success(termination):
+        return None
     if _is_oom(termination, lines):
         oom_line = _first_line_matching(lines, (_OOM_TEXT,))
         return Classification(FailureReason.OOM_KILLED, exit_code, _describe(termination, oom_line))
+    verdict = read_evidence(lines, exit_code)
+    if verdict is not None:
+        return _from_verdict(termination, verdict)
     nccl_line = _nccl_evidence(termination, lines)
     if nccl_line is not None:
         return Classification(
-            FailureReason.NCCL_TIMEOUT, exit_code, _describe(termination, nccl_line)
+            FailureReason.NCCL_TIMEOUT,
+            exit_code,
+            _describe(termination, nccl_line),
+            primary=False,
         )
-    if restart_policy != "Always" and _is_success(termination):
-        return None
     generic = (
         FailureReason.CRASH_LOOP if restart_policy == "Always" else FailureReason.CONTAINER_FAILED
     )
@@ -216,12 +197,25 @@ def classify_termination(
     return Classification(generic, exit_code, _describe(termination, detail))
 
 
+def _from_verdict(termination: ContainerTermination, verdict: Verdict) -> Classification:
+    rank = f"rank {verdict.rank}: " if verdict.rank is not None else ""
+    detail = f"{rank}{verdict.line}" if verdict.line else rank.rstrip(": ") or None
+    exit_code = verdict.exit_code if verdict.exit_code is not None else termination.exit_code
+    return Classification(
+        FailureReason(verdict.reason),
+        exit_code,
+        _describe(termination, detail),
+        rank=verdict.rank,
+        primary=verdict.primary,
+    )
+
+
 def classify_waiting(reason: str | None, message: str | None = None) -> Classification | None:
     """A container's `state.waiting` reason: image and configuration errors, crash loops."""
     if reason is None:
         return None
     text = sanitize_message(message, MAX_EVIDENCE_LINE)
-    described = _clip(f"{reason}: {text}" if text else reason, 1024)
+    described = clip(f"{reason}: {text}" if text else reason, 1024)
     if reason in IMAGE_PULL_WAITING_REASONS:
         return Classification(FailureReason.IMAGE_PULL_FAILED, None, described)
     if reason in CONFIG_WAITING_REASONS:
@@ -249,14 +243,14 @@ def classify_disruption(
         if condition.type == "DisruptionTarget" and condition.status == "True":
             reason = DISRUPTION_REASONS.get(condition.reason or "", FailureReason.EVICTED)
             text = sanitize_message(condition.message, MAX_EVIDENCE_LINE)
-            label = _label(condition.reason) or "DisruptionTarget"
-            return Classification(reason, None, _clip(f"{label}: {text}" if text else label))
+            name = label(condition.reason) or "DisruptionTarget"
+            return Classification(reason, None, clip(f"{name}: {text}" if text else name))
     if pod_reason in POD_STATUS_REASONS:
         text = sanitize_message(pod_message, MAX_EVIDENCE_LINE)
         return Classification(
             POD_STATUS_REASONS[pod_reason],
             None,
-            _clip(f"{pod_reason}: {text}" if text else pod_reason),
+            clip(f"{pod_reason}: {text}" if text else pod_reason),
         )
     return None
 
@@ -267,7 +261,7 @@ def classify_node(node: str | None, ready_status: str | None) -> Classification 
         return Classification(
             FailureReason.NODE_LOST,
             None,
-            f"node {_label(node) or '?'} stopped reporting (Ready Unknown)",
+            f"node {label(node) or '?'} stopped reporting (Ready Unknown)",
         )
     return None
 
@@ -287,9 +281,14 @@ class PodObservation:
     waiting_reasons: tuple[tuple[str, str | None], ...] = ()
 
 
+# Among a pod's containers: the most specific, then the own failure before a waiting symptom.
 _SPECIFICITY = {
-    FailureReason.NCCL_TIMEOUT: 0,
-    FailureReason.OOM_KILLED: 1,
+    FailureReason.GPU_HARDWARE_ERROR: 0,
+    FailureReason.NCCL_NETWORK_ERROR: 1,
+    FailureReason.CUDA_OUT_OF_MEMORY: 2,
+    FailureReason.CUDA_ERROR: 3,
+    FailureReason.NCCL_TIMEOUT: 4,
+    FailureReason.OOM_KILLED: 5,
 }
 
 
@@ -307,7 +306,9 @@ def classify_pod(pod: PodObservation) -> Classification | None:
     terminated = [classify_termination(t, pod.restart_policy) for t in pod.terminated]
     failures = [c for c in terminated if c is not None]
     if failures:
-        return min(failures, key=lambda c: _SPECIFICITY.get(c.reason, len(_SPECIFICITY)))
+        return min(
+            failures, key=lambda c: (_SPECIFICITY.get(c.reason, len(_SPECIFICITY)), not c.primary)
+        )
     return next((c for c in waiting if c is not None), None)
 
 

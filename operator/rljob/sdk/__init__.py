@@ -1,22 +1,48 @@
 """What workloads import. Checkpoints: `CheckpointWriter`, `CheckpointReader`, `resolve_resume`
-(see rljob.sdk.checkpoint for an example)."""
+(see rljob.sdk.checkpoint for an example).
 
-from rljob.checkpoints.errors import (
-    CheckpointError,
-    ChecksumMismatch,
-    CommitRefused,
-    InvalidCheckpoint,
-    StoreUnavailable,
-)
-from rljob.checkpoints.models import Manifest, ShardEntry
-from rljob.checkpoints.s3.transport import StoreCredentials, StoreEndpoint
-from rljob.sdk.checkpoint import (
-    CheckpointReader,
-    CheckpointWriter,
-    PendingVersion,
-    ResumePoint,
-    resolve_resume,
-)
+The names load on first use (PEP 562): `python -m rljob.sdk.entrypoint` imports this package
+first and must run under a trainer image's Python that lacks the checkpoint dependencies."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rljob.checkpoints.errors import (
+        CheckpointError,
+        ChecksumMismatch,
+        CommitRefused,
+        InvalidCheckpoint,
+        StoreUnavailable,
+    )
+    from rljob.checkpoints.models import Manifest, ShardEntry
+    from rljob.checkpoints.s3.transport import StoreCredentials, StoreEndpoint
+    from rljob.sdk.checkpoint import (
+        CheckpointReader,
+        CheckpointWriter,
+        PendingVersion,
+        ResumePoint,
+        resolve_resume,
+    )
+
+_HOMES = {
+    "CheckpointError": "rljob.checkpoints.errors",
+    "ChecksumMismatch": "rljob.checkpoints.errors",
+    "CommitRefused": "rljob.checkpoints.errors",
+    "InvalidCheckpoint": "rljob.checkpoints.errors",
+    "StoreUnavailable": "rljob.checkpoints.errors",
+    "Manifest": "rljob.checkpoints.models",
+    "ShardEntry": "rljob.checkpoints.models",
+    "StoreCredentials": "rljob.checkpoints.s3.transport",
+    "StoreEndpoint": "rljob.checkpoints.s3.transport",
+    "CheckpointReader": "rljob.sdk.checkpoint",
+    "CheckpointWriter": "rljob.sdk.checkpoint",
+    "PendingVersion": "rljob.sdk.checkpoint",
+    "ResumePoint": "rljob.sdk.checkpoint",
+    "resolve_resume": "rljob.sdk.checkpoint",
+}
 
 __all__ = [
     "CheckpointError",
@@ -34,3 +60,10 @@ __all__ = [
     "StoreUnavailable",
     "resolve_resume",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

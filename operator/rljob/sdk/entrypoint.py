@@ -1,40 +1,37 @@
 """`python -m rljob.sdk.entrypoint -- torchrun ... train.py`: runs the trainer and, when it dies,
-writes a short root-cause summary (at most 4 KiB) to the container's termination message, so an
-NCCL watchdog abort is visible to the operator even under torchrun's plain exit code 1. The
-child's output still goes to the container log; the exit code is passed through."""
+writes the failure evidence it kept from the whole output (rljob.sdk.evidence, at most 4 KiB) to
+the container's termination message, so an NCCL watchdog abort or a rank's exception is visible
+to the operator under torchrun's plain exit code 1. The child's output still goes to the
+container log byte for byte; the exit code is passed through (a signal death as 128+N).
+
+Light on purpose: the trainer image's Python has torch, not the operator's dependencies, so this
+imports only the standard library, rljob.signatures and rljob.sdk.evidence."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from rljob.health.termination import NCCL_SIGNATURES
+from rljob.sdk.evidence import FEED_BYTES, SUMMARY_LIMIT, Evidence
+
+__all__ = ["SUMMARY_LIMIT", "Evidence", "exit_status", "main", "run"]
 
 TERMINATION_LOG_ENV = "RLJOB_TERMINATION_LOG"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-SUMMARY_LIMIT = 4096
-_TAIL_LINES = 40
-_ROOT_CAUSE_HINTS = ("Root Cause", "ChildFailedError", "Error", "Traceback", "exitcode")
-
-
-def root_cause(lines: Iterable[str], exit_code: int) -> str:
-    """The summary: the NCCL signature line if any, else the last error-looking lines, then the
-    exit code; at most SUMMARY_LIMIT bytes of UTF-8, the end kept (where the failure is)."""
-    tail = [line.rstrip() for line in lines if line.strip()]
-    nccl = [line for line in tail if any(p.search(line) for p in NCCL_SIGNATURES)]
-    hints = [line for line in tail if any(h in line for h in _ROOT_CAUSE_HINTS)]
-    chosen = nccl[:1] + hints[-5:] if nccl else (hints[-8:] or tail[-8:])
-    text = "\n".join([*chosen, f"exit code {exit_code}"])
-    encoded = text.encode()[-SUMMARY_LIMIT:]
-    return encoded.decode(errors="ignore")
+# torch's `record` writes a worker's uncaught exception to this file, and torchrun (itself under
+# `record`) copies its first failed worker's file to its own (torch 2.15.0,
+# torch/distributed/elastic/multiprocessing/errors/__init__.py: record, ChildFailedError).
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+# A read never holds more than this; the rest of a longer line follows in the next reads.
+_CHUNK = 64 * 1024
 
 
 def exit_status(returncode: int) -> int:
@@ -43,33 +40,53 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _pump(stream: IO[str], sink: IO[str], tail: collections.deque[str]) -> None:
-    for line in stream:
-        sink.write(line)
+def _pump(stream: IO[bytes], sink: IO[bytes], evidence: Evidence) -> None:
+    """Copies the stream as is and feeds the evidence the start of every line."""
+    line_start = True
+    while chunk := stream.readline(_CHUNK):
+        sink.write(chunk)
         sink.flush()
-        tail.append(line)
+        if line_start:
+            evidence.feed(chunk[:FEED_BYTES].decode("utf-8", "replace"))
+        line_start = chunk.endswith(b"\n")
+
+
+def _error_file(env: dict[str, str]) -> tuple[Path, bool]:
+    """The error file the trainer writes: the user's, or one this wrapper owns (and removes)."""
+    given = env.get(ERROR_FILE_ENV)
+    if given:
+        return Path(given), False
+    folder = tempfile.mkdtemp(prefix="rljob-entrypoint-")
+    path = Path(folder) / "error.json"
+    env[ERROR_FILE_ENV] = str(path)
+    return path, True
 
 
 def run(command: Sequence[str], termination_log: Path) -> int:
-    tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-    child = subprocess.Popen(
-        list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace"
-    )
+    env = dict(os.environ)
+    error_file, owned = _error_file(env)
+    evidence = Evidence()
+    child = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     for sig in (signal.SIGTERM, signal.SIGINT):  # the kubelet's stop reaches the trainer
         signal.signal(sig, lambda number, _: child.send_signal(number))
+    streams = ((child.stdout, sys.stdout.buffer), (child.stderr, sys.stderr.buffer))
     pumps = [
-        threading.Thread(target=_pump, args=(child.stdout, sys.stdout, tail), daemon=True),
-        threading.Thread(target=_pump, args=(child.stderr, sys.stderr, tail), daemon=True),
+        threading.Thread(target=_pump, args=(source, sink, evidence), daemon=True)
+        for source, sink in streams
     ]
     for pump in pumps:
         pump.start()
     code = exit_status(child.wait())
     for pump in pumps:
         pump.join(timeout=5)
-    # Outside Kubernetes there may be no termination log: the summary is in the output anyway.
+    # Outside Kubernetes there may be no termination log: the evidence is in the output anyway.
     if code != 0:
         with contextlib.suppress(OSError):
-            termination_log.write_text(root_cause(tail, code))
+            termination_log.write_text(evidence.summary(code, error_file))
+    if owned:
+        with contextlib.suppress(OSError):
+            error_file.unlink(missing_ok=True)
+            error_file.parent.rmdir()
     return code
 
 

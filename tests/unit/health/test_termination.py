@@ -19,7 +19,8 @@ from rljob.health import (
     classify_waiting,
     sanitize_message,
 )
-from rljob.health.termination import MAX_MESSAGE_BYTES, RestartPolicy
+from rljob.health.sanitize import MAX_MESSAGE_BYTES
+from rljob.health.termination import RestartPolicy
 
 R = FailureReason
 

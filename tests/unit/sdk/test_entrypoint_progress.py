@@ -1,5 +1,6 @@
-"""The SDK's entrypoint wrapper writes a bounded root-cause summary (NCCL first) and passes the
-exit code through; the progress exporter publishes the signals the detectors read."""
+"""The SDK's entrypoint wrapper writes its failure evidence and passes the exit code through (a
+signal death as 128+N); the progress exporter publishes the signals the detectors read. What the
+evidence keeps is tested in test_entrypoint_evidence.py."""
 
 from __future__ import annotations
 
@@ -9,41 +10,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from rljob.sdk.entrypoint import SUMMARY_LIMIT, root_cause, run
+from rljob.sdk.entrypoint import run
 from rljob.sdk.progress import ProgressExporter
 
 WATCHDOG = (
     "[rank3]:[E ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: "
     "WorkNCCL(SeqNum=41, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out."
 )
-
-
-@pytest.mark.parametrize(
-    ("lines", "expected_first"),
-    [
-        pytest.param(
-            ["step 10", WATCHDOG, "torch.distributed.elastic ChildFailedError"],
-            WATCHDOG,
-            id="nccl-first",
-        ),
-        pytest.param(
-            ["step 10", "Traceback (most recent call last):", "ValueError: bad"],
-            "Traceback (most recent call last):",
-            id="traceback",
-        ),
-        pytest.param(["just", "output"], "just", id="plain-tail"),
-    ],
-)
-def test_root_cause_leads_with_the_most_telling_line(lines: list[str], expected_first: str) -> None:
-    summary = root_cause(lines, 1)
-    assert summary.splitlines()[0] == expected_first
-    assert summary.endswith("exit code 1")
-
-
-def test_root_cause_is_bounded_and_keeps_the_end() -> None:
-    summary = root_cause(["Error " + "x" * 10_000, "Error last words"], 134)
-    assert len(summary.encode()) <= SUMMARY_LIMIT
-    assert summary.endswith("Error last words\nexit code 134")
 
 
 def test_wrapper_passes_the_exit_code_and_writes_the_summary(tmp_path: Path) -> None:
