@@ -37,12 +37,11 @@ def _example() -> dict[str, Any]:
     return body
 
 
-def _apply_demo_job(api: KubeApi, store: S3Server, prometheus_url: str) -> str:
+def _apply_demo_job(api: KubeApi, store: S3Server) -> str:
     ensure_namespace(api, DEMO_NAMESPACE, 30)
     body = _example()
     body["metadata"]["namespace"] = DEMO_NAMESPACE
     body["spec"]["checkpoint"]["endpoint"] = store.endpoint  # the bed's own S3 server
-    body["spec"]["health"]["source"] = {"prometheus": {"url": prometheus_url}}
     name = str(body["metadata"]["name"])
     path = (
         f"/apis/rljob.io/v1alpha1/namespaces/{DEMO_NAMESPACE}/rljobs/{name}?fieldValidation=Strict"
@@ -89,8 +88,14 @@ class DemoBed:
             self.run_dir / "metrics", self.plane.dir.kubeconfig
         )
         print(f"simulated workloads scraped by Prometheus at {self.prometheus.url}", flush=True)
+        # The default source, as the chart's health.prometheus.url gives it: the example
+        # names none.
         self.operator = start_operator(
-            api, self.plane.dir, self.run_dir / "operator", env=self.store.env()
+            api,
+            self.plane.dir,
+            self.run_dir / "operator",
+            f"--prometheus-url={self.prometheus.url}",
+            env=self.store.env(),
         )
         print(f"operator running as its ServiceAccount; log: {self.operator.log}", flush=True)
         return api
@@ -140,7 +145,7 @@ def run_demo(run_dir: Path, *, once: bool = False, timeout: float = 180.0) -> in
     try:
         api = bed.start(started)
         assert bed.prometheus is not None and bed.operator is not None
-        name = _apply_demo_job(api, bed.store, bed.prometheus.url)
+        name = _apply_demo_job(api, bed.store)
         print(
             f"applied examples/rljob-demo.yaml as {DEMO_NAMESPACE}/{name}; waiting for Ready",
             flush=True,
