@@ -11,12 +11,18 @@ from typing import Any
 from rljob.api import Engine, Role, RoleName, RolloutRole
 from rljob.reconcile.merge import merge_overrides
 
-ENGINE_PORT = 8000
+# Each engine's default server port: vLLM's `vllm serve --port` (vllm/entrypoints/openai/
+# cli_args.py, 8000) and SGLang's `--port` (python/sglang/srt/server_args.py, 30000).
+ENGINE_PORTS = {Engine.VLLM: 8000, Engine.SGLANG: 30000}
+ENGINE_PORT = ENGINE_PORTS[Engine.VLLM]
 HEALTH_PATH = "/health"
 PROBE_PERIOD_SECONDS = 10
 PROBE_TIMEOUT_SECONDS = 5
+# SGLang's /health runs a one-token generation and answers 503 only after 20 s
+# (entrypoints/http_server.py, HEALTH_CHECK_TIMEOUT): a 5 s probe would fail a busy engine.
+SLOW_HEALTH_PROBE = (30, 25)  # (period, timeout) seconds
 # Loading a large model and compiling CUDA graphs can take most of an hour.
-STARTUP_FAILURE_THRESHOLD = 360
+STARTUP_SECONDS = 3600
 READINESS_FAILURE_THRESHOLD = 3
 SHM_VOLUME = "dshm"
 SHM_PATH = "/dev/shm"
@@ -191,15 +197,20 @@ def serving_port(role_name: RoleName, role: Role) -> int:
     metrics on one port (the metrics port, or the engines' default 8000)."""
     if _is_http_engine(role_name, role) and role.metrics is not None:
         return role.metrics.port
-    return ENGINE_PORT
+    return _engine_port(role)
 
 
 def container_ports(role_name: RoleName, role: Role) -> list[dict[str, Any]]:
     if role.metrics is not None:
         return [{"name": "metrics", "containerPort": role.metrics.port, "protocol": "TCP"}]
     if _is_http_engine(role_name, role):
-        return [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}]
+        return [{"name": "http", "containerPort": _engine_port(role), "protocol": "TCP"}]
     return []
+
+
+def _engine_port(role: Role) -> int:
+    engine = role.engine if isinstance(role, RolloutRole) else None
+    return ENGINE_PORTS.get(engine, ENGINE_PORT) if engine is not None else ENGINE_PORT
 
 
 def probes(role_name: RoleName, role: Role) -> dict[str, Any]:
@@ -207,9 +218,13 @@ def probes(role_name: RoleName, role: Role) -> dict[str, Any]:
     that misses one would be killed mid-generation; health detection decides restarts)."""
     if _is_http_engine(role_name, role):
         check = {"httpGet": {"path": HEALTH_PATH, "port": serving_port(role_name, role)}}
+        slow = isinstance(role, RolloutRole) and role.engine == Engine.SGLANG
+        period, timeout = (
+            SLOW_HEALTH_PROBE if slow else (PROBE_PERIOD_SECONDS, PROBE_TIMEOUT_SECONDS)
+        )
         return {
-            "startupProbe": _probe(check, STARTUP_FAILURE_THRESHOLD),
-            "readinessProbe": _probe(check, READINESS_FAILURE_THRESHOLD),
+            "startupProbe": _probe(check, -(-STARTUP_SECONDS // period), period, timeout),
+            "readinessProbe": _probe(check, READINESS_FAILURE_THRESHOLD, period, timeout),
         }
     if role_name != RoleName.TRAINER and role.metrics is not None:
         check = {"tcpSocket": {"port": role.metrics.port}}
@@ -217,11 +232,16 @@ def probes(role_name: RoleName, role: Role) -> dict[str, Any]:
     return {}
 
 
-def _probe(check: Mapping[str, Any], failure_threshold: int) -> dict[str, Any]:
+def _probe(
+    check: Mapping[str, Any],
+    failure_threshold: int,
+    period: int = PROBE_PERIOD_SECONDS,
+    timeout: int = PROBE_TIMEOUT_SECONDS,
+) -> dict[str, Any]:
     return {
         **copy.deepcopy(dict(check)),
-        "periodSeconds": PROBE_PERIOD_SECONDS,
-        "timeoutSeconds": PROBE_TIMEOUT_SECONDS,
+        "periodSeconds": period,
+        "timeoutSeconds": timeout,
         "failureThreshold": failure_threshold,
     }
 

@@ -364,6 +364,8 @@ def test_the_signals_condition_names_the_source_and_why_detection_is_off(
 ) -> None:
     w = running_world()
     decision = decide_now(w, watched=True, signals_source=source, signals_error=error)
-    (condition,) = [c for c in decision.plan.status.conditions if c.type == "HealthSignalsAvailable"]
+    (condition,) = [
+        c for c in decision.plan.status.conditions if c.type == "HealthSignalsAvailable"
+    ]
     assert (condition.status, condition.reason) == (status, reason)
     assert says in condition.message

@@ -386,15 +386,17 @@ def test_deployment_strategy_and_replicas() -> None:
 
 
 @pytest.mark.parametrize(
-    ("engine", "metrics", "startup_port"),
+    ("engine", "metrics", "startup_port", "timeout"),
     [
-        pytest.param("vllm", None, 8000, id="vllm-default-port"),
-        pytest.param("sglang", {"port": 30000}, 30000, id="sglang-metrics-port"),
-        pytest.param("custom", {"port": 9100}, None, id="custom-no-startup-probe"),
+        pytest.param("vllm", None, 8000, 5, id="vllm-default-port"),
+        # SGLang serves on 30000 by default; its /health may take 20 s (one-token generation).
+        pytest.param("sglang", None, 30000, 25, id="sglang-default-port"),
+        pytest.param("sglang", {"port": 31000}, 31000, 25, id="sglang-metrics-port"),
+        pytest.param("custom", {"port": 9100}, None, 5, id="custom-no-startup-probe"),
     ],
 )
 def test_engine_probes(
-    engine: str, metrics: dict[str, int] | None, startup_port: int | None
+    engine: str, metrics: dict[str, int] | None, startup_port: int | None, timeout: int
 ) -> None:
     fields: dict[str, Any] = {"engine": engine, "metrics": metrics}
     if engine == "custom":
@@ -412,6 +414,10 @@ def test_engine_probes(
         return
     health = {"path": "/health", "port": startup_port}
     assert container["startupProbe"]["httpGet"] == health
+    assert container["ports"][0]["containerPort"] == startup_port
+    for probe in ("startupProbe", "readinessProbe"):
+        assert container[probe]["timeoutSeconds"] == timeout
+        assert container[probe]["periodSeconds"] >= timeout
     assert (
         container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"]
         >= 3600

@@ -131,7 +131,7 @@ def test_suspend_changes_serving_hashes_and_resume_restores_them() -> None:
 def test_rendering_changes_do_not_change_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
     """A new operator version that renders differently must not roll running roles."""
     before = hashes(BASE)
-    monkeypatch.setattr(pods_module, "STARTUP_FAILURE_THRESHOLD", 720)
+    monkeypatch.setattr(pods_module, "STARTUP_SECONDS", 7200)
     monkeypatch.setattr(pods_module, "SHM_VOLUME", "shared-memory")
     after = hashes(BASE)
     job = parse_rljob(BASE)
