@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from rljob.api import FailureReason
 from rljob.health.termination import (
     Classification,
     ContainerTermination,
@@ -24,8 +23,6 @@ from rljob.health.termination import (
 )
 from rljob.reconcile.observed import ObservedPod
 
-# Reasons a rank shows when it timed out waiting for a failed peer (DESIGN section 6).
-WAITING_REASONS = frozenset({FailureReason.NCCL_TIMEOUT.value})
 _NEVER = datetime.max.replace(tzinfo=UTC)
 
 RankKey = tuple[bool, bool, bool, datetime, bool, int, str]
@@ -43,8 +40,9 @@ def classify_rank(pod: ObservedPod) -> Classification | None:
 
 
 def is_waiting(classification: Classification | None) -> bool:
-    """Whether the rank only timed out waiting for a peer that failed first."""
-    return classification is not None and classification.reason.value in WAITING_REASONS
+    """Whether the rank only timed out waiting for, or lost, a peer that failed first (the
+    classifier's `primary` is False: a collective timeout, a closed connection)."""
+    return classification is not None and not classification.primary
 
 
 def root_cause(ranks: Sequence[ObservedPod]) -> ObservedPod | None:

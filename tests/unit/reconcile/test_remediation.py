@@ -32,6 +32,8 @@ WATCHDOG = (
     "[rank0]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: "
     "WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out."
 )
+# The heartbeat monitor ending a rank whose own watchdog hung (rljob/signatures.py): primary.
+STUCK = "[rank1]:[E ProcessGroupNCCL.cpp:1423] ProcessGroupNCCL's watchdog got stuck for 480s"
 TRAINER_JOB = ObservedChild(
     "Job", f"{NAME}-trainer-a1", "job-a1", "trainer", "h", 1, replicas=2, failed=True
 )
@@ -115,6 +117,15 @@ def with_in_flight(job: RLJob, **fields: Any) -> RLJob:
             "t-3",
             FailureReason.NCCL_TIMEOUT,
             id="only-timeouts-the-first-one",
+        ),
+        pytest.param(
+            [
+                ("t-0", {"exit_code": 1, "message": WATCHDOG, "finished_at": T0}),
+                ("t-1", {"exit_code": 134, "message": STUCK, "finished_at": T0 + SECOND}),
+            ],
+            "t-1",
+            FailureReason.NCCL_TIMEOUT,
+            id="a-rank-whose-own-watchdog-hung-is-primary",
         ),
         pytest.param(
             [
