@@ -49,6 +49,7 @@ from rljob.health.profiles import (
     TRAINER_STEP,
     VERIFIER_BUCKETS,
     VERIFIER_ERRORS,
+    VLLM,
     Series,
     Signal,
 )
@@ -327,7 +328,8 @@ async def test_one_query_per_signal_for_all_due_jobs_of_a_source() -> None:
     assert kinds == ["history", "collect"]  # the new jobs' backfill, then the round
     _, queries = shared.calls[1]
     metrics = [signal.metric for signal in queries]
-    assert len(metrics) == len(set(metrics)) == 8  # every vLLM signal once
+    # Every vLLM signal once, the pre-0.9 names too (a pod reads whichever its engine exports).
+    assert len(metrics) == len(set(metrics)) == len(VLLM.signals())
     for selectors in queries.values():
         assert selectors == {
             "ns0": {"job0-rollout-0", "job0-rollout-1", "job2-rollout-0", "job2-rollout-1"},

@@ -68,6 +68,9 @@ class Health:
     def source_error(self, key: Any) -> str | None:
         return None
 
+    def source_for(self, job: Any) -> None:
+        return None
+
     def engine_summaries(self, key: Any) -> None:
         return None
 
