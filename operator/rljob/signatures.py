@@ -117,6 +117,15 @@ SIGNATURES: tuple[Signature, ...] = (
         NCCL_TIMEOUT,
         primary=False,
     ),
+    # torchrun stopped from outside (the kubelet's SIGTERM when the Job controller ends the
+    # gang): torch/distributed/elastic/multiprocessing/api.py, _terminate_process_handler,
+    # "Process {pid} got signal: {sigval}" (torch 2.15.0). A victim, never a root cause.
+    _sig(
+        "stopped",
+        r"SignalException: Process \d+ got signal: (1|2|15)\b",
+        CONTAINER_FAILED,
+        primary=False,
+    ),
 )
 
 # The last line of a Python traceback, "module.Name: text" or a bare "SystemExit".

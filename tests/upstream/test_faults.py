@@ -7,7 +7,7 @@ pod only waited for it (a gloo timeout or a closed connection), which is never a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,9 @@ from tests.upstream.torchrun_bed import PROCS_PER_NODE, NodeRun, run_trainer
 R = FailureReason
 # torchrun's own exit status when a worker failed, whatever the worker's.
 TORCHRUN_FAILED = 1
+# A rank that raises exits 1, or, when its live gloo group's threads are torn down at exit,
+# aborts (std::terminate: SIGABRT, 134) after torch's `record` wrote its error file: both seen.
+RAISED = (1, 134)
 
 
 @dataclass(frozen=True)
@@ -29,8 +32,7 @@ class Fault:
     kind: str
     rank: int
     reason: FailureReason
-    exit_code: int
-    extra_env: dict[str, str] = field(default_factory=dict)
+    exit_codes: tuple[int, ...]
 
     @property
     def node(self) -> int:
@@ -38,11 +40,11 @@ class Fault:
 
 
 FAULTS = [
-    pytest.param(Fault("raise", 2, R.CONTAINER_FAILED, 1), id="rank-raises"),
-    pytest.param(Fault("sigkill", 3, R.CONTAINER_FAILED, 137), id="rank-sigkilled"),
-    pytest.param(Fault("segfault", 1, R.CONTAINER_FAILED, 139), id="rank-segfaults"),
-    pytest.param(Fault("exit93", 2, R.CONTAINER_FAILED, 93), id="rank-exits-93"),
-    pytest.param(Fault("memoryerror", 3, R.OOM_KILLED, 1), id="rank-raises-memoryerror"),
+    pytest.param(Fault("raise", 2, R.CONTAINER_FAILED, RAISED), id="rank-raises"),
+    pytest.param(Fault("sigkill", 3, R.CONTAINER_FAILED, (137,)), id="rank-sigkilled"),
+    pytest.param(Fault("segfault", 1, R.CONTAINER_FAILED, (139,)), id="rank-segfaults"),
+    pytest.param(Fault("exit93", 2, R.CONTAINER_FAILED, (93,)), id="rank-exits-93"),
+    pytest.param(Fault("memoryerror", 3, R.OOM_KILLED, RAISED), id="rank-raises-memoryerror"),
 ]
 
 
@@ -79,12 +81,10 @@ def test_a_rank_fault_is_classified_on_its_pod_and_the_peers_only_waited(
         assert 0 < len(run.termination_log.encode()) <= SUMMARY_LIMIT, run.log[-3000:]
     classified = [classify(run) for run in runs]
     faulty = classified[fault.node]
-    assert (faulty.reason, faulty.rank, faulty.exit_code, faulty.primary) == (
-        fault.reason,
-        fault.rank,
-        fault.exit_code,
-        True,
-    ), evidence(runs)
+    assert (faulty.reason, faulty.rank, faulty.primary) == (fault.reason, fault.rank, True), (
+        evidence(runs)
+    )
+    assert faulty.exit_code in fault.exit_codes, evidence(runs)
     (peer,) = [run for run in runs if run.node_rank != fault.node]
     assert_waiting(peer, classified[peer.node_rank])
 

@@ -7,7 +7,8 @@ before the peer that exited 93 was seen, or a rank torchrun itself stopped (SIGT
 another failed. So the root cause here is the first *primary* failure: torchrun's root entry if
 it is one, else the earliest other entry that is one, else the first primary line in the output.
 A rank that timed out or lost a peer is never the root cause while a primary failure is seen;
-when nothing else is seen the container is a waiting symptom (NCCLTimeout, primary False).
+when nothing else is seen the container is a waiting symptom (primary False: NCCLTimeout for a
+collective that timed out or lost its peer, ContainerFailed for torchrun stopped from outside).
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def _entry_verdict(failure: RankFailure, seen: list[_Seen], nccl: bool) -> Verdi
         return Verdict(best.signature.reason, True, failure.rank, failure.status, best.text)
     waiting = next((s for s in own if not s.signature.primary), None)
     if waiting is not None:
-        return Verdict(NCCL_TIMEOUT, False, failure.rank, failure.status, waiting.text)
+        reason = waiting.signature.reason
+        return Verdict(reason, False, failure.rank, failure.status, waiting.text)
     if failure.exitcode == _SIGTERM:
         return None
     if failure.exitcode == _SIGABRT and nccl:
@@ -111,5 +113,5 @@ def read_evidence(lines: list[str], exit_code: int | None) -> Verdict | None:
         return judged[0]
     waiting = next(iter(seen), None)
     if waiting is not None:
-        return Verdict(NCCL_TIMEOUT, False, waiting.rank, exit_code, waiting.text)
+        return Verdict(waiting.signature.reason, False, waiting.rank, exit_code, waiting.text)
     return None

@@ -184,6 +184,12 @@ CASES = [
         Expect(R.NCCL_TIMEOUT, 2, 1, primary=False),
         id="gloo-timeout-and-a-stopped-rank-is-waiting",
     ),
+    pytest.param(
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 77 got signal: 15",
+        1,
+        Expect(R.CONTAINER_FAILED, None, 1, primary=False),
+        id="torchrun-stopped-from-outside-is-a-victim",
+    ),
 ]
 
 
