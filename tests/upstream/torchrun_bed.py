@@ -31,13 +31,14 @@ NODES = 2
 PROCS_PER_NODE = 2
 # What a run may take at most: a gloo timeout of a few seconds plus torchrun's start and stop.
 RUN_DEADLINE = 120.0
-# The kubelet's FallbackToLogsOnError tail: at most 80 lines and 2048 bytes of the log
-# (kubernetes pkg/kubelet/container/runtime.go MaxContainerTerminationMessageLogLines and
-# MaxContainerTerminationMessageLogLength; kuberuntime_container.go getTerminationMessage).
+# What the kubelet puts in state.terminated.message (kubernetes pkg/kubelet/container/runtime.go:
+# MaxContainerTerminationMessageLength 4096 for the file, read with tail.ReadAtMost so the end is
+# kept; with FallbackToLogsOnError and no file content, MaxContainerTerminationMessageLogLines 80
+# and MaxContainerTerminationMessageLogLength 2048 of the log, its end too:
+# pkg/kubelet/kuberuntime/kuberuntime_container.go, readLastStringFromContainerLogs).
+MESSAGE_BYTES = 4096
 FALLBACK_LINES = 80
 FALLBACK_BYTES = 2048
-# And the termination-log file is read up to 4096 bytes (maxMsgSize in the same file).
-MESSAGE_BYTES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class NodeRun:
     def message(self) -> str:
         """`state.terminated.message`: the file, else the log's tail (only on a failure)."""
         if self.termination_log:
-            return self.termination_log.encode()[:MESSAGE_BYTES].decode("utf-8", "ignore")
+            return self.termination_log.encode()[-MESSAGE_BYTES:].decode("utf-8", "ignore")
         if self.exit_code == 0:
             return ""
         return fallback_tail(self.log)
