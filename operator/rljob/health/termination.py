@@ -181,7 +181,7 @@ def classify_termination(
         return Classification(FailureReason.OOM_KILLED, exit_code, _describe(termination, oom_line))
     verdict = read_evidence(lines, exit_code)
     if verdict is not None:
-        return _from_verdict(termination, verdict)
+        return _from_verdict(termination, verdict, restart_policy)
     nccl_line = _nccl_evidence(termination, lines)
     if nccl_line is not None:
         return Classification(
@@ -197,12 +197,18 @@ def classify_termination(
     return Classification(generic, exit_code, _describe(termination, detail))
 
 
-def _from_verdict(termination: ContainerTermination, verdict: Verdict) -> Classification:
+def _from_verdict(
+    termination: ContainerTermination, verdict: Verdict, restart_policy: RestartPolicy
+) -> Classification:
+    """A server restarted in place (Always) that failed with no specific reason crash-loops."""
+    reason = FailureReason(verdict.reason)
+    if reason == FailureReason.CONTAINER_FAILED and restart_policy == "Always":
+        reason = FailureReason.CRASH_LOOP
     rank = f"rank {verdict.rank}: " if verdict.rank is not None else ""
     detail = f"{rank}{verdict.line}" if verdict.line else rank.rstrip(": ") or None
     exit_code = verdict.exit_code if verdict.exit_code is not None else termination.exit_code
     return Classification(
-        FailureReason(verdict.reason),
+        reason,
         exit_code,
         _describe(termination, detail),
         rank=verdict.rank,

@@ -137,6 +137,18 @@ CONTAINER_CASES = [
         ContainerTermination(1, "Error", "engine died"), "Always", R.CRASH_LOOP, id="server-crash"
     ),
     pytest.param(
+        ContainerTermination(1, "Error", "Traceback (most recent call last):\nKeyError: 'model'"),
+        "Always",
+        R.CRASH_LOOP,
+        id="server-exception-crash-loops",
+    ),
+    pytest.param(
+        ContainerTermination(1, "Error", "torch.OutOfMemoryError: CUDA out of memory."),
+        "Always",
+        R.CUDA_OUT_OF_MEMORY,
+        id="server-cuda-oom-is-specific",
+    ),
+    pytest.param(
         ContainerTermination(0, "Completed"), "Always", R.CRASH_LOOP, id="server-exited-zero"
     ),
     pytest.param(ContainerTermination(0, "Completed"), "Never", None, id="job-pod-succeeded"),
