@@ -20,6 +20,7 @@ from rljob.api import (
     RoleName,
 )
 from rljob.api.durations import parse_duration
+from rljob.health.termination import Classification
 from rljob.reconcile.lifecycle import TrainerHold, close_attempt, resumed_by_gang_restarts
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
@@ -76,13 +77,21 @@ def trainer_failure(failed: ObservedChild, root: ObservedPod | None) -> Failure:
         )
     classified = classify_rank(root)
     reason = classified.reason if classified else FailureReason.CONTAINER_FAILED
-    rank = "?" if root.completion_index is None else str(root.completion_index)
     evidence = classified.message if classified else root.message
-    ended = "was disrupted" if root.disruption else f"exited {root.exit_code}"
-    message = f"rank {rank} ({root.name} on {root.node or 'no node'}) {ended}: {evidence}"
-    return Failure(
-        reason, RoleName.TRAINER, target=root.name, exit_code=root.exit_code, message=message
-    )
+    # Under torchrun the container exits 1: the failing worker's own status (93, 128+N) and
+    # global rank come from the wrapper's evidence, where it has them.
+    exit_code = classified.exit_code if classified and classified.exit_code else root.exit_code
+    ended = "was disrupted" if root.disruption else f"exited {exit_code}"
+    where = f"{root.name} on {root.node or 'no node'}"
+    message = f"{_rank_of(root, classified)} ({where}) {ended}: {evidence}"
+    return Failure(reason, RoleName.TRAINER, target=root.name, exit_code=exit_code, message=message)
+
+
+def _rank_of(root: ObservedPod, classified: Classification | None) -> str:
+    """The global rank when the evidence names it, else the pod's completion index (a node)."""
+    if classified is not None and classified.rank is not None:
+        return f"rank {classified.rank}"
+    return f"node {'?' if root.completion_index is None else root.completion_index}"
 
 
 def remedy_for(

@@ -369,3 +369,31 @@ def test_the_signals_condition_names_the_source_and_why_detection_is_off(
     ]
     assert (condition.status, condition.reason) == (status, reason)
     assert says in condition.message
+
+
+TORCHRUN_EXIT_93 = """train.py FAILED
+Failures:
+  <NO_OTHER_FAILURES>
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-24_06:31:51
+  host      : grpo-demo-trainer-a1-0
+  rank      : 2 (local_rank: 0)
+  exitcode  : 93 (pid: 22241)
+  traceback : <N/A>
+exit code 1"""
+
+
+def test_a_worker_exit_93_under_torchrun_fails_the_job() -> None:
+    """torchrun exits 1 whatever its worker did: the policy's exit code is the worker's 93, which
+    the wrapper's summary names (the default policy's no-requeue rule)."""
+    w = running_world()
+    w.body["spec"]["failurePolicy"] = {"rules": [{"onExitCodes": [93], "action": "FailJob"}]}
+    w.fail_rank(1, 0, exit_code=1, reason="Error", message=TORCHRUN_EXIT_93)
+    w.finish_job(1, failed=True)
+
+    decision = decide_now(w)
+
+    assert decision.plan.status.phase == JobPhase.FAILED
+    (failed,) = [e for e in decision.events if e.reason == "FailJob"]
+    assert "rank 2" in failed.message and "exited 93" in failed.message
