@@ -12,6 +12,7 @@ from rljob.api.enums import (
     FailureAction,
     FailureReason,
     JobPhase,
+    Launcher,
     RoleName,
 )
 from rljob.api.reserved import RESERVED_ENV_NAMES
@@ -91,6 +92,7 @@ __all__ = [
     "InFlightAction",
     "InvalidRLJobError",
     "JobPhase",
+    "Launcher",
     "ObjectMeta",
     "Progress",
     "RLJob",

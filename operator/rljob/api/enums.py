@@ -25,6 +25,15 @@ class Engine(StrEnum):
     CUSTOM = "custom"
 
 
+class Launcher(StrEnum):
+    """How the trainer's pods start: torchrun's rendezvous (PET_* variables), a Ray cluster (index
+    0 runs the head and the driver, the others join it), or the user's command as is."""
+
+    TORCHRUN = "torchrun"
+    RAY = "ray"
+    COMMAND = "command"
+
+
 class FailureReason(StrEnum):
     """Why a workload is considered failed; what failure-policy rules match on."""
 
@@ -35,6 +44,11 @@ class FailureReason(StrEnum):
     CUDA_OUT_OF_MEMORY = "CUDAOutOfMemory"
     CUDA_ERROR = "CUDAError"
     GPU_HARDWARE_ERROR = "GPUHardwareError"
+    # Ray's own failures, read from a Ray driver's output: an actor's worker process died, a
+    # node of the Ray cluster died, Ray's memory monitor killed a task or actor.
+    RAY_ACTOR_DIED = "RayActorDied"
+    RAY_NODE_DIED = "RayNodeDied"
+    RAY_OUT_OF_MEMORY = "RayOutOfMemory"
     TRAINER_STALLED = "TrainerStalled"
     OOM_KILLED = "OOMKilled"
     CRASH_LOOP = "CrashLoop"
@@ -116,6 +130,7 @@ class ConditionStatus(StrEnum):
 # plain strings that YAML and JSON carry.
 RoleNameField = Annotated[RoleName, Strict(False)]
 EngineField = Annotated[Engine, Strict(False)]
+LauncherField = Annotated[Launcher, Strict(False)]
 FailureReasonField = Annotated[FailureReason, Strict(False)]
 FailureActionField = Annotated[FailureAction, Strict(False)]
 AddressingStyleField = Annotated[AddressingStyle, Strict(False)]

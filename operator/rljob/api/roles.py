@@ -9,7 +9,7 @@ from pydantic import Field
 
 from rljob.api.base import SpecModel
 from rljob.api.durations import Duration
-from rljob.api.enums import Engine, EngineField
+from rljob.api.enums import Engine, EngineField, Launcher, LauncherField
 from rljob.api.kube_names import ImageRef, NodeSelector
 from rljob.api.kube_types import (
     EnvList,
@@ -205,6 +205,14 @@ class RolloutRole(ServingRole):
     cel_rules = (MAX_UNAVAILABLE_WITHIN_REPLICAS, CUSTOM_ENGINE_NEEDS_METRIC_NAMES)
 
 
+RAY_LAUNCHER_NEEDS_COMMAND = CrossFieldRule(
+    cel="self.launcher != 'ray' || has(self.command)",
+    message="launcher ray needs command: the driver index 0 runs once the Ray head is up",
+    field="command",
+    holds=lambda role: role.launcher != Launcher.RAY or role.command is not None,
+)
+
+
 class TrainerRole(Role):
     """The multi-node trainer: one Indexed Job per attempt, restarted as a gang."""
 
@@ -218,6 +226,15 @@ class TrainerRole(Role):
         default="15m",
         description="How long the whole gang may wait to be scheduled before Unschedulable.",
     )
+    launcher: LauncherField = Field(
+        default=Launcher.TORCHRUN,
+        description="How the pods start: torchrun (PET_* rendezvous variables, the command as "
+        "is), ray (index 0 starts the Ray head then runs command as the driver, the other "
+        "indexes join the head and block; the Job succeeds when index 0 does: Kubernetes "
+        "1.33+), or command (the command as is, with NNODES and NODE_RANK only).",
+    )
+
+    cel_rules: ClassVar[tuple[CrossFieldRule, ...]] = (RAY_LAUNCHER_NEEDS_COMMAND,)
 
 
 class Roles(SpecModel):

@@ -48,6 +48,8 @@ class PodInputs:
     pod_spec: Mapping[str, Any] = field(default_factory=dict)
     avoid_nodes: tuple[str, ...] = ()
     env_from_secrets: tuple[str, ...] = ()  # Secrets exposed as env by reference, never read
+    # A launcher's entrypoint replacing the role's command and args (None: the role's own).
+    entrypoint: tuple[list[str], list[str]] | None = None
 
 
 def pod_template(inputs: PodInputs) -> dict[str, Any]:
@@ -114,9 +116,10 @@ def _main_container(inputs: PodInputs) -> dict[str, Any]:
     mounts = [m.model_dump(by_alias=True, exclude_none=True) for m in role.volume_mounts]
     if _wants_shm(role):
         mounts.append({"name": SHM_VOLUME, "mountPath": SHM_PATH})
+    command, args = inputs.entrypoint or (role.command, role.args)
     optional = {
-        "command": role.command,
-        "args": role.args,
+        "command": command,
+        "args": args,
         "ports": [dict(port) for port in inputs.ports],
         "resources": _resources(role),
         "volumeMounts": mounts,

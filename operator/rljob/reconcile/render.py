@@ -9,6 +9,7 @@ effect at the next attempt: a running trainer Job is never replaced because its 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from rljob.checkpoints.layout import (
     ENV_S3_REGION,
 )
 from rljob.reconcile import names
+from rljob.reconcile.launchers import Launch, LaunchInputs, launch
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.pods import PodInputs, container_ports, pod_template, probes, serving_port
 from rljob.reconcile.spec_hash import service_hash, serving_role_hash, trainer_hash
@@ -242,6 +244,8 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
         avoid_nodes=ctx.avoid_nodes,
     )
     labels = _trainer_labels(ctx.name, ctx.attempt)
+    launched = _trainer_launch(role, ctx)
+    entrypoint = (launched.command, launched.args or []) if launched.command else None
     template = pod_template(
         PodInputs(
             role_name=RoleName.TRAINER,
@@ -250,12 +254,14 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
             labels=labels,
             env=[
                 *_common_env(job, RoleName.TRAINER, ctx),
-                *_trainer_env(role, ctx),
+                *launched.env,
                 *_checkpoint_env(job, ctx),
                 *_plain_env(ctx.resume_env),
             ],
             env_from_secrets=_credentials_secret(job),
-            ports=container_ports(RoleName.TRAINER, role),
+            ports=[*container_ports(RoleName.TRAINER, role), *launched.ports],
+            probes=launched.probes,
+            entrypoint=entrypoint,
             pod_spec={
                 "restartPolicy": "Never",
                 # With the Job controller's hostname <job>-<index> this gives every rank a
@@ -276,6 +282,7 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
             "rules": [{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}]
         },
         "template": template,
+        **launched.job_spec,
     }
     name = trainer_job_name(ctx.name, ctx.attempt)
     return _child(
@@ -287,21 +294,13 @@ def _trainer_labels(job_name: str, attempt: int) -> dict[str, str]:
     return {**names.child_labels(job_name, RoleName.TRAINER), ATTEMPT_LABEL: str(attempt)}
 
 
-def _trainer_env(role: TrainerRole, ctx: RenderContext) -> list[dict[str, Any]]:
-    """torchrun's PET_* variables and NNODES/NODE_RANK for other launchers. No RANK or
-    WORLD_SIZE: torchrun sets them per process, and a pod-level value would be wrong for all
-    but one process."""
+def _trainer_launch(role: TrainerRole, ctx: RenderContext) -> Launch:
+    """The launcher's env (topology), entrypoint, ports, probes and Job fields, with the
+    attempt."""
     master = names.trainer_master_address(ctx.name, ctx.namespace, ctx.attempt)
-    return [
-        {"name": "PET_NNODES", "value": str(role.nodes)},
-        {"name": "PET_NODE_RANK", **_node_rank()},
-        {"name": "PET_NPROC_PER_NODE", "value": str(max(role.gpus, 1))},
-        {"name": "PET_MASTER_ADDR", "value": master},
-        {"name": "PET_MASTER_PORT", "value": str(ctx.trainer_master_port)},
-        {"name": "NNODES", "value": str(role.nodes)},
-        {"name": "NODE_RANK", **_node_rank()},
-        {"name": "RLJOB_ATTEMPT", "value": str(ctx.attempt)},
-    ]
+    launched = launch(LaunchInputs(role, master, ctx.trainer_master_port, _node_rank()))
+    attempt = {"name": "RLJOB_ATTEMPT", "value": str(ctx.attempt)}
+    return dataclasses.replace(launched, env=[*launched.env, attempt])
 
 
 def _checkpoint_env(job: RLJob, ctx: RenderContext) -> list[dict[str, Any]]:

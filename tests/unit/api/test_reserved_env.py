@@ -13,11 +13,12 @@ from tests.unit.api.verdicts import job
 USER_ENV = [{"name": "NCCL_DEBUG", "value": "WARN"}]
 
 
-def everything_job() -> RLJob:
+def everything_job(launcher: str = "torchrun") -> RLJob:
     """Every role, a checkpoint store with every optional setting, user env in every role."""
     roles: dict[str, Any] = {
         role: {"env": USER_ENV} for role in ("rollout", "trainer", "reference", "verifier")
     }
+    roles["trainer"].update(launcher=launcher, command=["python", "driver.py"])
     checkpoint = {
         "uri": "s3://bucket/ckpt",
         "endpoint": "https://s3.example.com",
@@ -46,7 +47,7 @@ def rendered_env_names(rljob: RLJob) -> set[str]:
 
 
 def test_reserved_names_are_what_the_operator_renders() -> None:
-    rendered = rendered_env_names(everything_job())
+    rendered = rendered_env_names(everything_job()) | rendered_env_names(everything_job("ray"))
     user = {variable["name"] for variable in USER_ENV}
     assert rendered - user == set(RESERVED_ENV_NAMES)
 
