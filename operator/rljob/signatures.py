@@ -28,6 +28,9 @@ CUDA_ERROR = "CUDAError"
 GPU_HARDWARE_ERROR = "GPUHardwareError"
 OOM_KILLED = "OOMKilled"
 CONTAINER_FAILED = "ContainerFailed"
+RAY_ACTOR_DIED = "RayActorDied"
+RAY_NODE_DIED = "RayNodeDied"
+RAY_OUT_OF_MEMORY = "RayOutOfMemory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,44 @@ SIGNATURES: tuple[Signature, ...] = (
         "nccl-watchdog-stuck",
         r"ProcessGroupNCCL('s)? watchdog (got stuck|hang)",
         NCCL_TIMEOUT,
+        primary=True,
+    ),
+    # Ray's own failures as a driver sees them (ray 2.60.0 from PyPI). After the CUDA and NCCL
+    # signatures: a Ray task error wrapping one shows that error's line too, which wins.
+    # The memory monitor killing a task or actor: src/ray/raylet/node_manager.cc ("%d worker(s)
+    # were killed due to the node running low on memory", "Memory on the node (IP: %s, ID: %s)
+    # was %sGB used / %sGB limit"), src/ray/common/memory_monitor ("Workers (tasks / actors)
+    # killed due to memory pressure (OOM)"); python/ray/exceptions.py OutOfMemoryError.
+    _sig(
+        "ray-oom",
+        r"ray\.exceptions\.OutOfMemoryError|killed due to the node running low on memory"
+        r"|killed due to memory pressure \(OOM\)|Memory on the node \(IP: ",
+        RAY_OUT_OF_MEMORY,
+        primary=True,
+    ),
+    # A node of the cluster died: src/ray/gcs/gcs_actor_manager.cc ("The actor died because its
+    # node has died. Node Id: "), python/ray/exceptions.py NodeDiedError and
+    # LocalRayletDiedError ("The task's local raylet died"), and a worker pod's own
+    # `ray start --block` once its raylet or another Ray process exited (python/ray/scripts/
+    # scripts.py: "Some Ray subprocesses exited unexpectedly:").
+    _sig(
+        "ray-node-died",
+        r"The actor died because its node has died|ray\.exceptions\.(NodeDiedError"
+        r"|LocalRayletDiedError)|The task's local raylet died"
+        r"|Some Ray subprocesses exited unexpectedly",
+        RAY_NODE_DIED,
+        primary=True,
+    ),
+    # An actor's worker process died: python/ray/exceptions.py (ActorDiedError.BASE_ERROR_MSG,
+    # WorkerCrashedError), src/ray/gcs/gcs_actor_manager.cc ("The actor is dead because its
+    # worker process has died").
+    _sig(
+        "ray-actor-died",
+        r"ray\.exceptions\.(ActorDiedError|RayActorError|WorkerCrashedError)"
+        r"|The actor died unexpectedly before finishing this task"
+        r"|The actor is dead because its worker process has died"
+        r"|The worker died unexpectedly while executing this task",
+        RAY_ACTOR_DIED,
         primary=True,
     ),
     # The process's host memory: Python's MemoryError (not torch.OutOfMemoryError: \b).

@@ -106,8 +106,8 @@ def read_evidence(lines: list[str], exit_code: int | None) -> Verdict | None:
         return primary
     first = next((s for s in seen if s.signature.primary), None)
     if first is not None:
-        same_rank = [s for s in seen if s.rank == first.rank] if first.rank is not None else []
-        best = _most_specific(same_rank) or first
+        # Lines naming no rank are the container's own (a Ray driver's): its most telling one.
+        best = _most_specific([s for s in seen if s.rank == first.rank]) or first
         return Verdict(best.signature.reason, True, first.rank, exit_code, best.text)
     if judged:
         return judged[0]

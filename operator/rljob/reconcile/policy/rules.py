@@ -52,6 +52,10 @@ _TRAINER_FAILURES = [
     _R.OOM_KILLED,
     _R.CRASH_LOOP,
     _R.CONTAINER_FAILED,
+    # A Ray driver's view of its cluster (launcher ray): a gang failure like any other.
+    _R.RAY_ACTOR_DIED,
+    _R.RAY_NODE_DIED,
+    _R.RAY_OUT_OF_MEMORY,
 ]
 _POD_FAILURES = [
     _R.KV_CACHE_DRIFT,
