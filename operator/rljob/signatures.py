@@ -115,10 +115,13 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     # An actor's worker process died: python/ray/exceptions.py (ActorDiedError.BASE_ERROR_MSG,
     # WorkerCrashedError), src/ray/gcs/gcs_actor_manager.cc ("The actor is dead because its
-    # worker process has died").
+    # worker process has died"). ActorUnavailableError ("The actor ... is unavailable: ...
+    # Connection refused") is what a driver calling an actor on a node that just died raises
+    # first, before the GCS marks the node dead (measured with ray 2.60.0 on loopback).
     _sig(
         "ray-actor-died",
-        r"ray\.exceptions\.(ActorDiedError|RayActorError|WorkerCrashedError)"
+        r"ray\.exceptions\.(ActorDiedError|ActorUnavailableError|RayActorError"
+        r"|WorkerCrashedError)"
         r"|The actor died unexpectedly before finishing this task"
         r"|The actor is dead because its worker process has died"
         r"|The worker died unexpectedly while executing this task",

@@ -40,6 +40,15 @@ WORKER_DIED = [
     "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR "
     "Worker exit detail: Worker unexpectedly exits with a connection error code 2.",
 ]
+# What ray 2.60.0 raised first in the driver when the worker node was killed (real run).
+ACTOR_UNAVAILABLE = [
+    *TRACEBACK,
+    "ray.exceptions.ActorUnavailableError: The actor ddc6a3ed115a4dbaf75de19401000000 is "
+    "unavailable: The actor is temporarily unavailable: RpcError: RPC error: failed to "
+    "connect to all addresses; last error: UNKNOWN: ipv4:192.0.2.2:57877: Failed to connect "
+    "to remote host: Connection refused rpc_code: 14. The task may or may not have been "
+    "executed on the actor.",
+]
 MEMORY_MONITOR = [
     "(raylet) [2026-11-24 07:40:01] 1 worker(s) were killed due to the node running low on "
     "memory. Memory on the node (IP: 10.0.0.12, ID: 8a1b2c) was 30.10GB used / 32.00GB "
@@ -78,6 +87,9 @@ WORKER_POD_LOG = [
     [
         pytest.param(NODE_DIED, R.RAY_NODE_DIED, "its node has died", id="node-died"),
         pytest.param(WORKER_DIED, R.RAY_ACTOR_DIED, "ActorDiedError", id="actor-died"),
+        pytest.param(
+            ACTOR_UNAVAILABLE, R.RAY_ACTOR_DIED, "ActorUnavailableError", id="actor-unavailable"
+        ),
         pytest.param(
             MEMORY_MONITOR, R.RAY_OUT_OF_MEMORY, "running low on memory", id="memory-monitor"
         ),
