@@ -4,8 +4,17 @@ the container's termination message, so an NCCL watchdog abort or a rank's excep
 to the operator under torchrun's plain exit code 1. The child's output still goes to the
 container log byte for byte; the exit code is passed through (a signal death as 128+N).
 
+With `--checkpoint-layout LAYOUT --checkpoint-dir DIR` before the `--` (LAYOUT: verl, nemo-rl,
+megatron, deepspeed, openrlhf, dcp), a framework's own saves become checkpoint versions: the
+resume version (RLJOB_RESUME_URI) is restored into DIR in the framework's layout before the
+trainer starts, a mirror uploads each newly completed save beside it (rljob.sdk.mirror), and
+one last pass runs when the trainer exits (RLJOB_MIRROR_FINAL_TIMEOUT seconds at most). A
+restore that cannot be used (WorldSizeMismatch: the node count changed) writes its reason to
+the termination log and exits NATIVE_RESTORE_FAILED without starting the trainer.
+
 Light on purpose: the trainer image's Python has torch, not the operator's dependencies, so this
-imports only the standard library, rljob.signatures and rljob.sdk.evidence."""
+imports only the standard library, rljob.signatures and rljob.sdk.evidence at import time; the
+mirror and its dependencies load only when the checkpoint flags are given."""
 
 from __future__ import annotations
 
@@ -30,6 +39,13 @@ DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 # `record`) copies its first failed worker's file to its own (torch 2.15.0,
 # torch/distributed/elastic/multiprocessing/errors/__init__.py: record, ChildFailedError).
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+# The flags that turn on native checkpoints, and the exit status of a restore that failed.
+NATIVE_FLAGS = ("--checkpoint-layout", "--checkpoint-dir")
+NATIVE_RESTORE_FAILED = 3
+USAGE = (
+    "usage: python -m rljob.sdk.entrypoint "
+    "[--checkpoint-layout LAYOUT --checkpoint-dir DIR] -- COMMAND [ARGS...]\n"
+)
 # A read never holds more than this; the rest of a longer line follows in the next reads.
 _CHUNK = 64 * 1024
 
@@ -90,14 +106,65 @@ def run(command: Sequence[str], termination_log: Path) -> int:
     return code
 
 
+def _native_flags(args: list[str]) -> tuple[dict[str, str], list[str]] | None:
+    """The checkpoint flags before `--` and the command after it; None when malformed."""
+    flags: dict[str, str] = {}
+    while args and args[0] != "--":
+        name, sep, value = args[0].partition("=")
+        if name not in NATIVE_FLAGS:
+            return None
+        if not sep:
+            if len(args) < 2:
+                return None
+            value, args = args[1], args[2:]
+        else:
+            args = args[1:]
+        flags[name] = value
+    if set(flags) != set(NATIVE_FLAGS) or not args:
+        return None
+    return flags, args[1:]
+
+
+def run_native(layout: str, directory: Path, command: Sequence[str], termination_log: Path) -> int:
+    """Restores the resume version, runs the trainer with the mirror beside it, then one last
+    mirror pass."""
+    from rljob.sdk import mirror  # the mirror and its dependencies load only here
+
+    try:
+        beside = mirror.launch(layout, directory)
+    except Exception as exc:
+        message = f"{getattr(exc, 'reason', type(exc).__name__)}: {exc}"
+        sys.stderr.write(f"rljob-entrypoint: {message}\n")
+        with contextlib.suppress(OSError):
+            termination_log.write_text(message[:SUMMARY_LIMIT])
+        return NATIVE_RESTORE_FAILED
+    try:
+        return run(command, termination_log)
+    finally:
+        if beside is not None:
+            if not beside.stop(final_pass_timeout=mirror.final_pass_timeout()):
+                sys.stderr.write("rljob-entrypoint: the last checkpoint mirror pass timed out\n")
+            for error in beside.errors:
+                sys.stderr.write(f"rljob-entrypoint: checkpoint mirror: {error}\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    log = Path(os.environ.get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG))
+    if args[:1] and args[0].startswith("--checkpoint-"):
+        parsed = _native_flags(args)
+        if parsed is None or not parsed[1]:
+            sys.stderr.write(USAGE)
+            return 2
+        flags, command = parsed
+        return run_native(
+            flags["--checkpoint-layout"], Path(flags["--checkpoint-dir"]), command, log
+        )
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
         sys.stderr.write("usage: python -m rljob.sdk.entrypoint -- COMMAND [ARGS...]\n")
         return 2
-    log = Path(os.environ.get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG))
     return run(args, log)
 
 
