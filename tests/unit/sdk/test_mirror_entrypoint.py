@@ -1,0 +1,68 @@
+"""`python -m rljob.sdk.entrypoint --checkpoint-layout L --checkpoint-dir D -- CMD`: malformed
+flags are a usage error, the mirror loads only with the flags, a refused restore never starts
+the trainer and says why in the termination log."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rljob.sdk import entrypoint, mirror
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--checkpoint-layout", "verl", "--", "true"],
+        ["--checkpoint-layout", "verl", "--checkpoint-dir", "/d", "true"],
+        ["--checkpoint-layout", "verl", "--checkpoint-dir", "/d", "--"],
+        ["--checkpoint-layout=verl", "--checkpoint-bogus=1", "--", "true"],
+        ["--checkpoint-dir"],
+    ],
+    ids=["no-dir", "no-separator", "no-command", "unknown-flag", "flag-without-value"],
+)
+def test_malformed_checkpoint_flags_are_a_usage_error(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert entrypoint.main(argv) == 2
+    assert "--checkpoint-layout LAYOUT --checkpoint-dir DIR" in capsys.readouterr().err
+
+
+def test_the_wrapper_loads_no_mirror_without_the_flags() -> None:
+    probe = (
+        "import sys, rljob.sdk.entrypoint as e; "
+        "print(sorted(m for m in sys.modules if m.startswith(('rljob.sdk.mirror', 'boto'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_without_a_store_the_trainer_runs_unmirrored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("RLJOB_CHECKPOINT_URI", "RLJOB_RESUME_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(entrypoint.TERMINATION_LOG_ENV, str(tmp_path / "termination-log"))
+    argv = ["--checkpoint-layout=dcp", "--checkpoint-dir", str(tmp_path / "ckpt"), "--"]
+    assert entrypoint.main([*argv, sys.executable, "-c", "raise SystemExit(7)"]) == 7
+
+
+def test_a_refused_restore_never_starts_the_trainer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(layout: str, root: Path) -> mirror.Mirror | None:
+        from rljob.sdk.layouts import WorldSizeMismatch
+
+        raise WorldSizeMismatch(layout, 2, 3, "v000000000010-a000001")
+
+    monkeypatch.setattr(mirror, "launch", refuse)
+    log = tmp_path / "termination-log"
+    marker = tmp_path / "started"
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    code = entrypoint.run_native("verl", tmp_path / "ckpt", command, log)
+    assert code == entrypoint.NATIVE_RESTORE_FAILED
+    assert not marker.exists()
+    assert log.read_text().startswith("WorldSizeMismatch: v000000000010-a000001 was saved by 2")
