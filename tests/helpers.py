@@ -36,6 +36,14 @@ def wait_for(
         time.sleep(interval)
 
 
+def quiet_for(seconds: float) -> None:
+    """Lets `seconds` pass (a window in which nothing may happen), through wait_for's deadline."""
+    deadline = time.monotonic() + seconds
+    wait_for(
+        lambda: time.monotonic() >= deadline, seconds + 5, f"{seconds:.0f}s to pass", interval=1
+    )
+
+
 _DECIMAL_SUFFIXES = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
 

@@ -102,6 +102,14 @@ NCCL_FAULT = {  # the simulator fails the container with these (a kwok stage con
 }
 
 
+def pod_uids(cluster: Cluster, namespace: str, job: str, role: str) -> dict[str, str]:
+    """The role's pods, name -> uid: a restarted pod is a new uid or gone."""
+    return {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in children(cluster, namespace, PODS, job, role)
+    }
+
+
 def fail_rank0(cluster: Cluster, namespace: str, job: str, attempt: int = 1) -> dict[str, Any]:
     """Fails rank 0 of the trainer attempt with an NCCL watchdog abort, once it runs."""
 

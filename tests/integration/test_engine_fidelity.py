@@ -10,7 +10,6 @@ real Prometheus, the simulator serving each engine version's page; docs/engine-f
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -18,9 +17,9 @@ import pytest
 from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.scrape import metric_values
 from rljob.dev.sim.launcher import Simulator
-from tests.helpers import wait_for
+from tests.helpers import quiet_for, wait_for
 from tests.integration.conftest import Cluster, Operator
-from tests.integration.rljobs import PODS, apply_rljob, children, example, get_rljob, wait_condition
+from tests.integration.rljobs import apply_rljob, example, get_rljob, pod_uids, wait_condition
 
 pytestmark = pytest.mark.integration
 
@@ -53,13 +52,6 @@ def _job(prometheus_url: str, engine: str, sim_profile: dict[str, Any]) -> dict[
     )
 
 
-def _engines(cluster: Cluster, namespace: str) -> dict[str, str]:
-    return {
-        p["metadata"]["name"]: p["metadata"]["uid"]
-        for p in children(cluster, namespace, PODS, NAME, "rollout")
-    }
-
-
 def _evaluations(operator: Operator, detector: str, outcome: str) -> float:
     matchers = (f'detector="{detector}"', f'outcome="{outcome}"')
     return sum(metric_values(operator.metrics_url, "rljob_detector_evaluations_total", *matchers))
@@ -68,16 +60,11 @@ def _evaluations(operator: Operator, detector: str, outcome: str) -> float:
 def _running(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[str, str]:
     apply_rljob(cluster, namespace, body)
     wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
-    return _engines(cluster, namespace)
-
-
-def _quiet_for(seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    wait_for(lambda: time.monotonic() >= deadline, seconds + 5, f"{seconds:.0f}s", interval=1)
+    return pod_uids(cluster, namespace, NAME, "rollout")
 
 
 def _nothing_restarted(cluster: Cluster, namespace: str, engines: dict[str, str]) -> None:
-    assert _engines(cluster, namespace) == engines
+    assert pod_uids(cluster, namespace, NAME, "rollout") == engines
     assert get_rljob(cluster, namespace, NAME)["status"]["restarts"]["total"] == 0
 
 
@@ -98,7 +85,7 @@ def test_an_sglang_decode_tail_that_finishes_nothing_is_no_stall(
     profile = {"exporter": "sglang", "version": version, "finish_every": 3600}
     engines = _running(cluster, namespace, _job(prometheus.url, "sglang", profile))
     before = _evaluations(operator, "engine_stall", "finding")
-    _quiet_for(3 * STALL_TIMEOUT)
+    quiet_for(3 * STALL_TIMEOUT)
     assert _evaluations(operator, "engine_stall", "finding") == before
     _nothing_restarted(cluster, namespace, engines)
 
@@ -115,7 +102,7 @@ def test_a_paused_sglang_is_neither_stalled_nor_drifting(
     profile = {"exporter": "sglang", "version": version}
     engines = _running(cluster, namespace, _job(prometheus.url, "sglang", profile))
     simulator.client().inject("pause", namespace=namespace, job=NAME, role="rollout", on=True)
-    _quiet_for(max(3 * STALL_TIMEOUT, 2 * WINDOW))
+    quiet_for(max(3 * STALL_TIMEOUT, 2 * WINDOW))
     _nothing_restarted(cluster, namespace, engines)
 
 
@@ -159,13 +146,13 @@ def test_a_drifting_sglang_engine_is_restarted_alone(
     )
     simulator.client().inject("drift", namespace=namespace, pod=victim, drop=0.3)
     wait_for(
-        lambda: victim not in _engines(cluster, namespace),
+        lambda: victim not in pod_uids(cluster, namespace, NAME, "rollout"),
         3 * WINDOW + 60,
         f"{victim} restarted for KVCacheDrift",
         interval=1,
     )
     survivors = {name: uid for name, uid in engines.items() if name != victim}
-    now = _engines(cluster, namespace)
+    now = pod_uids(cluster, namespace, NAME, "rollout")
     assert {name: now.get(name) for name in survivors} == survivors
     restarts = get_rljob(cluster, namespace, NAME)["status"]["restarts"]
     assert restarts["byReason"] == {"KVCacheDrift": 1}

@@ -13,11 +13,10 @@ import pytest
 from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.scrape import metric_values
 from rljob.dev.sim import Simulator
-from tests.helpers import wait_for
+from tests.helpers import quiet_for, wait_for
 from tests.integration.conftest import Cluster, Operator
 from tests.integration.rljobs import (
     JOBS,
-    PODS,
     apply_rljob,
     children,
     condition,
@@ -25,6 +24,7 @@ from tests.integration.rljobs import (
     fail_rank0,
     get_rljob,
     kubectl,
+    pod_uids,
     wait_condition,
 )
 
@@ -56,13 +56,6 @@ def _health_job(prometheus_url: str, engines: int = 4) -> dict[str, Any]:
     )
 
 
-def _uids(cluster: Cluster, namespace: str, role: str) -> dict[str, str]:
-    return {
-        p["metadata"]["name"]: p["metadata"]["uid"]
-        for p in children(cluster, namespace, PODS, NAME, role)
-    }
-
-
 def _evaluations(operator: Operator, outcome: str) -> float:
     return sum(
         metric_values(
@@ -90,13 +83,6 @@ def _running(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[str
     return wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
 
 
-def _quiet_for(seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    wait_for(
-        lambda: time.monotonic() >= deadline, seconds + 5, f"{seconds:.0f}s to pass", interval=1
-    )
-
-
 @pytest.fixture(scope="module", autouse=True)
 def scraped_operator(operator_session: Operator, prometheus: PrometheusServer) -> float:
     """The bed's Prometheus scrapes the operator too (the shipped rules run on both): returns
@@ -113,7 +99,7 @@ def test_one_drifting_engine_is_restarted_alone(
     prometheus: PrometheusServer,
 ) -> None:
     _running(cluster, namespace, _health_job(prometheus.url))
-    engines = _uids(cluster, namespace, "rollout")
+    engines = pod_uids(cluster, namespace, NAME, "rollout")
     (trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
     victim = sorted(engines)[0]
     # Inject only once every engine has its post-warm-up baseline (the detector reports a value).
@@ -124,7 +110,7 @@ def test_one_drifting_engine_is_restarted_alone(
     simulator.client().inject("drift", namespace=namespace, pod=victim, drop=DROP)
 
     wait_for(
-        lambda: victim not in _uids(cluster, namespace, "rollout"),
+        lambda: victim not in pod_uids(cluster, namespace, NAME, "rollout"),
         3 * WINDOW + 30,
         f"{victim} to be restarted",
     )
@@ -136,8 +122,8 @@ def test_one_drifting_engine_is_restarted_alone(
     assert abs(measured - baseline * (1 - DROP)) <= 0.1 * baseline * (1 - DROP)
 
     survivors = {name: uid for name, uid in engines.items() if name != victim}
-    _quiet_for(2 * WINDOW)
-    now = _uids(cluster, namespace, "rollout")
+    quiet_for(2 * WINDOW)
+    now = pod_uids(cluster, namespace, NAME, "rollout")
     assert {name: now.get(name) for name in survivors} == survivors
     (same_trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
     assert same_trainer["metadata"]["uid"] == trainer["metadata"]["uid"]
@@ -155,14 +141,14 @@ def test_engines_slowing_together_unsaturated_or_asleep_are_not_restarted(
     fault: str,
 ) -> None:
     _running(cluster, namespace, _health_job(prometheus.url))
-    engines = _uids(cluster, namespace, "rollout")
+    engines = pod_uids(cluster, namespace, NAME, "rollout")
     params = {"waiting": 0, "fraction": 0.5} if fault == "load" else {"on": True}
     simulator.client().inject(fault, namespace=namespace, job=NAME, role="rollout", **params)
     before = _evaluations(operator, "healthy") + _evaluations(operator, "insufficient_data")
-    _quiet_for(3 * WINDOW)
+    quiet_for(3 * WINDOW)
     after = _evaluations(operator, "healthy") + _evaluations(operator, "insufficient_data")
     assert after > before
-    assert _uids(cluster, namespace, "rollout") == engines
+    assert pod_uids(cluster, namespace, NAME, "rollout") == engines
     assert get_rljob(cluster, namespace, NAME)["status"]["restarts"]["total"] == 0
 
 
@@ -232,10 +218,10 @@ def test_the_naive_drift_alert_fires_on_a_drift_the_operator_only_reports(
     body["spec"]["failurePolicy"]["rules"] = [report]
     _running(cluster, namespace, body)
     started = time.monotonic()
-    victim = sorted(_uids(cluster, namespace, "rollout"))[0]
+    victim = sorted(pod_uids(cluster, namespace, NAME, "rollout"))[0]
     wait_for(lambda: _drift_value(operator, namespace) is not None, WARMUP + 60, "drift baselines")
     # The rule compares with its own average over 1h (60 s here): give it that much history.
-    _quiet_for(max(0.0, NAIVE_AVERAGE_SECONDS + 10 - (time.monotonic() - started)))
+    quiet_for(max(0.0, NAIVE_AVERAGE_SECONDS + 10 - (time.monotonic() - started)))
     # A fragmenting cache keeps losing throughput: the naive rule's average takes in the drop
     # itself, so a step to 0.5 x would match for only 45 s of its 30 s `for`; this ramp (to
     # 0.2 x over 60 s) matches for about 80 s.
@@ -250,7 +236,7 @@ def test_the_naive_drift_alert_fires_on_a_drift_the_operator_only_reports(
         )
 
     wait_for(firing, 120, f"RLJobRolloutThroughputDrift firing for {victim}")
-    assert victim in _uids(cluster, namespace, "rollout")  # reported, not restarted
+    assert victim in pod_uids(cluster, namespace, NAME, "rollout")  # reported, not restarted
     # Found every health round since, said once: a standing finding repeats every 10 minutes.
     reports = _events(cluster, namespace, "KVCacheDrift").splitlines()[1:]
     assert len(reports) == 1, reports

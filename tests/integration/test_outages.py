@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from rljob.dev.controlplane import ControlPlane
 from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.scrape import metric_values
 from rljob.sdk.checkpoint import CheckpointWriter
-from tests.helpers import wait_for
+from tests.helpers import quiet_for, wait_for
 from tests.integration.conftest import Cluster, Operator
 from tests.integration.fault_proxy import Fault, PrometheusFaultProxy, TcpFaultProxy
 from tests.integration.rljobs import (
@@ -57,13 +56,6 @@ from tests.integration.s3_fixtures import S3Bucket
 pytestmark = pytest.mark.integration
 
 NAME = "grpo-minimal"
-
-
-def _quiet_for(seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    wait_for(
-        lambda: time.monotonic() >= deadline, seconds + 5, f"{seconds:.0f}s to pass", interval=1
-    )
 
 
 def _jobs(cluster: Cluster, namespace: str) -> list[str]:
@@ -116,7 +108,7 @@ def _outage(plane: ControlPlane, *, kill: bool, down_for: float) -> None:
         plane.stop_component(name, kill=kill)
     with pytest.raises(OSError):
         plane.api().get("/version")
-    _quiet_for(down_for)
+    quiet_for(down_for)
     for name in reversed(OUTAGE):
         plane.start_component(name)
 
@@ -150,7 +142,7 @@ def test_after_an_api_server_and_etcd_restart_watches_resume_and_nothing_is_done
 
     # Settled means quiet: past a resync, no write at all, and still one attempt 2.
     quiet_from = dt.datetime.now(dt.UTC)
-    _quiet_for(25)
+    quiet_for(25)
     writes = [
         w
         for w in writes_by_user(plane.dir.audit_log, operator.user, since=quiet_from)
@@ -482,7 +474,7 @@ def test_a_prometheus_fault_decides_no_restart_on_missing_data(
     insufficient = _evaluations(operator, "insufficient_data")
 
     # Past every detector's timeout and the drift window: missing data must stay missing data.
-    _quiet_for(WINDOW + 20)
+    quiet_for(WINDOW + 20)
     wait_for(
         lambda: _evaluations(operator, "insufficient_data") > insufficient,
         30,
