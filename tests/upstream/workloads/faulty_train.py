@@ -30,9 +30,12 @@ def inject(fault: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif fault == "segfault":
         ctypes.string_at(0)
-    elif fault == "exit93":  # NVRx's "do not requeue"; a live gloo group aborts at exit
-        dist.destroy_process_group()
-        sys.exit(93)
+    elif fault == "exit93":  # NVRx's "do not requeue", as docs/writing-an-rljob.md advises
+        # sys.exit after destroy_process_group races: the peer sees the closed connection,
+        # fails first, and torchrun SIGTERMs this rank mid-teardown, so 93 is never recorded.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(93)
     elif fault == "memoryerror":
         raise MemoryError("injected: cannot allocate the rollout buffer")
 
