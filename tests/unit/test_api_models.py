@@ -115,6 +115,7 @@ class TestUpdates:
 class TestDefaultsAndWireForm:
     def test_minimal_spec_gets_documented_defaults(self) -> None:
         spec = spec_of()
+        assert spec.roles.rollout is not None
         assert spec.roles.rollout.engine == "vllm"
         assert spec.roles.rollout.max_unavailable == 1
         assert spec.roles.trainer.gpu_resource_name == "nvidia.com/gpu"
@@ -137,6 +138,7 @@ class TestDefaultsAndWireForm:
         spec = RLJobSpec.model_validate(
             {"image": "x", "roles": {"rollout": {"max_unavailable": 1}, "trainer": {}}}
         )
+        assert spec.roles.rollout is not None
         assert spec.roles.rollout.max_unavailable == 1
 
     def test_numbers_are_not_coerced_from_strings(self) -> None:
@@ -163,7 +165,7 @@ class TestDefaultsAndWireForm:
             "requestsWaiting": "my_waiting",
         }
         spec = spec_of(roles={"rollout": {"engine": "custom", "metricNames": names}, "trainer": {}})
-        assert spec.roles.rollout.metric_names is not None
+        assert spec.roles.rollout is not None and spec.roles.rollout.metric_names is not None
 
     def test_resume_accepts_a_version(self) -> None:
         spec = spec_of(checkpoint={"uri": "s3://bkt/p", "resume": "v000000001200-a000003"})

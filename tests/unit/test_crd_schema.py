@@ -248,10 +248,11 @@ class TestDescriptions:
 
 
 class TestRequired:
-    def test_spec_requires_roles_and_roles_require_rollout_and_trainer(self) -> None:
+    def test_spec_requires_roles_and_roles_require_the_trainer_only(self) -> None:
         assert root()["required"] == ["spec"]
         assert at("spec")["required"] == ["roles"]
-        assert at("spec.roles")["required"] == ["rollout", "trainer"]
+        # rollout is left out when the engines run inside the trainer gang.
+        assert at("spec.roles")["required"] == ["trainer"]
 
     def test_optional_fields_are_not_required(self) -> None:
         assert "required" not in at("spec.roles.rollout")

@@ -51,7 +51,7 @@ def test_annotated_rljob_is_valid() -> None:
     rljobs = [m for m in manifests if isinstance(m, dict) and m.get("kind") == "RLJob"]
     assert len(rljobs) == 1
     job = parse_rljob(rljobs[0])
-    assert job.spec.roles.rollout.engine.value == "vllm"
+    assert job.spec.roles.rollout is not None and job.spec.roles.rollout.engine.value == "vllm"
     trainer = job.spec.roles.trainer
     assert trainer.command == ["python", "-m", "rljob.sdk.entrypoint", "--"]
     assert trainer.args is not None and trainer.args[0] == "torchrun"

@@ -516,6 +516,33 @@ async def test_direct_scrape_bounds_concurrency_and_times_out_per_pod() -> None:
     assert queries("direct", "page", "unavailable") - before == 1  # the hung pod
 
 
+async def test_a_pod_with_two_pages_gives_the_samples_of_every_page_that_answers() -> None:
+    """A trainer pod's SDK page and its colocated engines' page: merged, and a page that does
+    not answer (the SDK runs on the driver's pod only) costs only its own samples."""
+
+    async def sdk(request: web.Request) -> web.Response:
+        return web.Response(text='vllm:num_requests_running{engine="sdk"} 1\n')
+
+    async def engines(request: web.Request) -> web.Response:
+        return web.Response(text='vllm:num_requests_running{WorkerId="w1"} 4\n')
+
+    async with serve({"/sdk": sdk, "/engines": engines}) as url:
+        pages = {"both": ("/sdk", "/engines"), "engines-only": ("/down", "/engines")}
+
+        def resolve(namespace: str, pod: str) -> tuple[str, ...]:
+            return tuple(f"{url}{path}" for path in pages[pod])
+
+        source = DirectSource(resolve, clock=lambda: 1.0)
+        collected = await source.collect({RUNNING: {"ns": set(pages)}}, lookback=30, at=1.0)
+        await source.close()
+    data = collected[RUNNING]
+    assert isinstance(data, dict)
+    assert {pod: sorted(s.labels for s in series) for (_, pod), series in data.items()} == {
+        "both": [(("WorkerId", "w1"),), (("engine", "sdk"),)],
+        "engines-only": [(("WorkerId", "w1"),)],
+    }
+
+
 async def test_direct_scrape_of_no_reachable_pod_is_unavailable() -> None:
     source = DirectSource(lambda ns, pod: "127.0.0.1:9", timeout=1)
     collected = await source.collect({RUNNING: {"ns": {"a", "b"}}}, lookback=30, at=1.0)
@@ -550,29 +577,55 @@ def _addressed_job(**roles: Any) -> RLJob:
     )
 
 
+GANG_RAY = {"trainer": {"nodes": 2, "launcher": "ray", "command": ["d"], "engines": {}}}
+GANG_HTTP = {"trainer": {"nodes": 2, "engines": {"exporter": "engine", "port": 8100, "path": "/e"}}}
+
+
 @pytest.mark.parametrize(
-    ("roles", "pod", "url"),
+    ("roles", "role", "pod", "urls"),
     [
-        pytest.param({}, _Pod("a", "10.0.0.7", 8000), "http://10.0.0.7:8000/metrics", id="engine"),
+        pytest.param(
+            {},
+            "rollout",
+            _Pod("a", "10.0.0.7", 8000),
+            ("http://10.0.0.7:8000/metrics",),
+            id="engine",
+        ),
         pytest.param(
             {"verifier": {"replicas": 1, "metrics": {"port": 9100, "path": "/m"}}},
+            "verifier",
             _Pod("a", "10.0.0.7", 9100),
-            "http://10.0.0.7:9100/m",
+            ("http://10.0.0.7:9100/m",),
             id="role-metrics-path",
         ),
-        pytest.param({}, _Pod("a", "fd00::7", 8000), "http://[fd00::7]:8000/metrics", id="ipv6"),
-        pytest.param({}, _Pod("a", "", 8000), None, id="no-ip-yet"),
-        pytest.param({}, _Pod("a", "10.0.0.7", None), None, id="no-metrics-port"),
-        pytest.param({}, _Pod("a", "not-an-ip", 8000), None, id="garbage-ip"),
+        pytest.param(
+            {}, "rollout", _Pod("a", "fd00::7", 8000), ("http://[fd00::7]:8000/metrics",), id="ipv6"
+        ),
+        pytest.param({}, "rollout", _Pod("a", "", 8000), None, id="no-ip-yet"),
+        pytest.param({}, "rollout", _Pod("a", "10.0.0.7", None), None, id="no-metrics-port"),
+        pytest.param({}, "rollout", _Pod("a", "not-an-ip", 8000), None, id="garbage-ip"),
+        pytest.param(
+            GANG_RAY,
+            "trainer",
+            _Pod("a", "10.0.0.7", 9400),
+            ("http://10.0.0.7:9400/metrics", "http://10.0.0.7:8080/metrics"),
+            id="gang-engines-through-ray",
+        ),
+        pytest.param(
+            GANG_HTTP,
+            "trainer",
+            _Pod("a", "10.0.0.7", None),
+            ("http://10.0.0.7:8100/e",),
+            id="gang-engines-own-port-without-sdk-port",
+        ),
     ],
 )
 def test_pod_addresses_resolve_observed_pods(
-    roles: dict[str, Any], pod: _Pod, url: str | None
+    roles: dict[str, Any], role: str, pod: _Pod, urls: tuple[str, ...] | None
 ) -> None:
     addresses = PodAddresses()
-    role = "verifier" if "verifier" in roles else "rollout"
     addresses.update(_addressed_job(**roles), {role: [pod]})
-    assert addresses("ns", "a") == url
+    assert addresses("ns", "a") == urls
     assert addresses("other", "a") is None
 
 
@@ -581,7 +634,7 @@ def test_pod_addresses_forget_pods_and_jobs_that_are_gone() -> None:
     addresses.update(job, {"rollout": [_Pod("a", "10.0.0.1", 8000), _Pod("b", "10.0.0.2", 8000)]})
     addresses.update(job, {"rollout": [_Pod("b", "10.0.0.9", 8000)]})
     assert addresses("ns", "a") is None
-    assert addresses("ns", "b") == "http://10.0.0.9:8000/metrics"
+    assert addresses("ns", "b") == ("http://10.0.0.9:8000/metrics",)
     addresses.forget(("ns", "j"))
     assert len(addresses) == 0
 

@@ -34,6 +34,14 @@ class Launcher(StrEnum):
     COMMAND = "command"
 
 
+class EngineExporter(StrEnum):
+    """Where the metrics of engines inside the trainer gang are read: Ray's metrics agent on
+    each node (vLLM's RayPrometheusStatLogger), or the engines' own /metrics port."""
+
+    RAY = "ray"
+    ENGINE = "engine"
+
+
 class FailureReason(StrEnum):
     """Why a workload is considered failed; what failure-policy rules match on."""
 
@@ -131,6 +139,7 @@ class ConditionStatus(StrEnum):
 RoleNameField = Annotated[RoleName, Strict(False)]
 EngineField = Annotated[Engine, Strict(False)]
 LauncherField = Annotated[Launcher, Strict(False)]
+EngineExporterField = Annotated[EngineExporter, Strict(False)]
 FailureReasonField = Annotated[FailureReason, Strict(False)]
 FailureActionField = Annotated[FailureAction, Strict(False)]
 AddressingStyleField = Annotated[AddressingStyle, Strict(False)]

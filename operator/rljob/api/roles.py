@@ -9,7 +9,14 @@ from pydantic import Field
 
 from rljob.api.base import SpecModel
 from rljob.api.durations import Duration
-from rljob.api.enums import Engine, EngineField, Launcher, LauncherField
+from rljob.api.enums import (
+    Engine,
+    EngineExporter,
+    EngineExporterField,
+    EngineField,
+    Launcher,
+    LauncherField,
+)
 from rljob.api.kube_names import ImageRef, NodeSelector
 from rljob.api.kube_types import (
     EnvList,
@@ -205,11 +212,86 @@ class RolloutRole(ServingRole):
     cel_rules = (MAX_UNAVAILABLE_WITHIN_REPLICAS, CUSTOM_ENGINE_NEEDS_METRIC_NAMES)
 
 
+# Ray's metrics agent port on every node of the ray launcher (reconcile/launchers.py RAY_PORTS).
+RAY_METRICS_EXPORT_PORT = 8080
+
+ENGINE_EXPORTER_NEEDS_PORT = CrossFieldRule(
+    cel="self.exporter != 'engine' || has(self.port)",
+    message="exporter engine needs port: the port the engines serve /metrics on in each pod",
+    field="port",
+    holds=lambda engines: engines.exporter != EngineExporter.ENGINE or engines.port is not None,
+)
+# python/sglang/srt/metrics/collector.py exports through prometheus_client on its HTTP server;
+# only vLLM has a Ray stat logger (vllm/v1/metrics/ray_wrappers.py).
+RAY_EXPORTER_NEEDS_VLLM = CrossFieldRule(
+    cel="self.exporter != 'ray' || self.engine != 'sglang'",
+    message="SGLang does not export through Ray's metrics agent: use exporter engine and its port",
+    field="exporter",
+    holds=lambda engines: (
+        not (engines.exporter == EngineExporter.RAY and engines.engine == Engine.SGLANG)
+    ),
+)
+
+
+class GangEngines(SpecModel):
+    """Inference engines running inside the trainer gang (the Ray actors of verl, OpenRLHF,
+    NeMo-RL or slime): their metrics feed the engine detectors, attributed to the pod."""
+
+    engine: EngineField = Field(
+        default=Engine.VLLM, description="Inference engine: vllm, sglang or custom."
+    )
+    exporter: EngineExporterField = Field(
+        default=EngineExporter.RAY,
+        description="Where the engines' metrics are read: ray (Ray's metrics agent on the Ray "
+        "metrics export port, vLLM's RayPrometheusStatLogger; names as Ray exports them, "
+        "ray_vllm_...), or engine (the engines' own /metrics on port).",
+    )
+    port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Container port of the engines' metrics page; default for exporter ray: "
+        "the Ray metrics export port 8080.",
+    )
+    path: Annotated[str, Field(pattern=r"^/", max_length=256)] = Field(
+        default="/metrics", description="HTTP path of the metrics page."
+    )
+    metric_names: EngineMetricNames | None = Field(
+        default=None,
+        description="Metric names as scraped, overriding the engine's; required for engine custom.",
+    )
+
+    cel_rules: ClassVar[tuple[CrossFieldRule, ...]] = (
+        ENGINE_EXPORTER_NEEDS_PORT,
+        RAY_EXPORTER_NEEDS_VLLM,
+        CUSTOM_ENGINE_NEEDS_METRIC_NAMES,
+    )
+
+    @property
+    def metrics_port(self) -> int:
+        return self.port if self.port is not None else RAY_METRICS_EXPORT_PORT
+
+
 RAY_LAUNCHER_NEEDS_COMMAND = CrossFieldRule(
     cel="self.launcher != 'ray' || has(self.command)",
     message="launcher ray needs command: the driver index 0 runs once the Ray head is up",
     field="command",
     holds=lambda role: role.launcher != Launcher.RAY or role.command is not None,
+)
+
+
+RAY_EXPORTER_NEEDS_RAY_OR_PORT = CrossFieldRule(
+    cel="!has(self.engines) || self.engines.exporter != 'ray' || self.launcher == 'ray'"
+    " || has(self.engines.port)",
+    message="engines exporter ray reads Ray's metrics agent: use launcher ray, or set "
+    "engines.port to where your own Ray nodes export metrics",
+    field="engines.exporter",
+    holds=lambda role: (
+        role.engines is None
+        or role.engines.exporter != EngineExporter.RAY
+        or role.launcher == Launcher.RAY
+        or role.engines.port is not None
+    ),
 )
 
 
@@ -234,13 +316,26 @@ class TrainerRole(Role):
         "1.33+), or command (the command as is, with NNODES and NODE_RANK only).",
     )
 
-    cel_rules: ClassVar[tuple[CrossFieldRule, ...]] = (RAY_LAUNCHER_NEEDS_COMMAND,)
+    engines: GangEngines | None = Field(
+        default=None,
+        description="Rollout engines running inside the gang's pods (colocated); their "
+        "findings are Report unless a rule on role trainer says otherwise.",
+    )
+
+    cel_rules: ClassVar[tuple[CrossFieldRule, ...]] = (
+        RAY_LAUNCHER_NEEDS_COMMAND,
+        RAY_EXPORTER_NEEDS_RAY_OR_PORT,
+    )
 
 
 class Roles(SpecModel):
     """The job's workloads."""
 
-    rollout: RolloutRole = Field(description="Inference engines generating samples.")
+    rollout: RolloutRole | None = Field(
+        default=None,
+        description="Inference engines generating samples, as a Deployment; leave out when "
+        "the engines run inside the trainer gang (see trainer.engines).",
+    )
     trainer: TrainerRole = Field(description="The multi-node trainer; runs the RL driver.")
     reference: ServingRole | None = Field(
         default=None, description="Reference-model servers (optional)."

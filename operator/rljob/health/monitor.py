@@ -16,26 +16,18 @@ from typing import Generic, Protocol, TypeVar
 
 from rljob.api import RLJob
 from rljob.api.durations import parse_duration
+from rljob.api.enums import RoleName
 from rljob.api.spec import Health
+from rljob.api.status import EngineHealth
 from rljob.health import (
     DriftConfig,
-    EngineStallConfig,
-    EngineStallDetector,
-    KVDriftDetector,
     TrainerStallConfig,
     TrainerStallDetector,
     VerifierLatencyConfig,
     VerifierLatencyDetector,
 )
-from rljob.health.profiles import (
-    TRAINER,
-    VERIFIER,
-    EngineMetrics,
-    MissingMetricNamesError,
-    Signal,
-    TrainerReading,
-    engine_metrics,
-)
+from rljob.health.engine_group import GANG_ENGINES, ROLLOUT_ENGINES, EngineGroup
+from rljob.health.profiles import TRAINER, VERIFIER, Signal, TrainerReading
 from rljob.health.samples import MIN_SPACING_INTERVALS
 
 # Added to every instant query's range: a scrape taken just before a query can be ingested
@@ -48,7 +40,7 @@ BACKFILL_ATTEMPTS = 3
 # (at least; a job's interval if longer).
 MIN_STALENESS = 15.0
 
-ROLLOUT = "rollout"
+ROLLOUT = ROLLOUT_ENGINES
 TRAINER_ROLE = "trainer"
 VERIFIER_ROLE = "verifier"
 TRAINER_TARGET = "trainer"
@@ -111,6 +103,12 @@ class Targets:
     rollout: tuple[str, ...]
     trainer: tuple[str, ...]
     verifier: tuple[str, ...]
+    # Trainer pods whose colocated engines are watched (spec.roles.trainer.engines).
+    gang_engines: tuple[str, ...] = ()
+
+    def engines(self, group: str) -> tuple[str, ...]:
+        """The pods of an engine group (ROLLOUT_ENGINES or GANG_ENGINES)."""
+        return self.rollout if group == ROLLOUT_ENGINES else self.gang_engines
 
 
 class JobMonitor(Generic[S]):
@@ -125,15 +123,12 @@ class JobMonitor(Generic[S]):
         self.backfill_attempts = 0
         self.source: S | None = None
         self.source_error: str | None = None
-        self.rollout_pods: tuple[str, ...] = ()
         self.verifier_pods: tuple[str, ...] = ()
         self.trainer_pods: tuple[str, ...] = ()
         self.trainer_running = False
         self.attempt: int | None = None
         self.attempt_started_at = now
         self.trainer_readings: dict[str, TrainerReading] = {}
-        self.engine: EngineMetrics | None = None
-        self.engine_error = ""
         self.has_verifier = False
         self.health: Health | None = None
         self._configure(job.spec.health, job.spec.roles.verifier is not None)
@@ -144,7 +139,8 @@ class JobMonitor(Generic[S]):
         re-take drift baselines on throughput that may already be degraded."""
         saved = job.status.health.engines if job.status.health is not None else []
         if saved:
-            self.drift.restore(saved, now)
+            for group in self.engine_groups:
+                group.drift.restore(saved, now)
 
     def _configure(self, health: Health, has_verifier: bool) -> None:
         self.health = health
@@ -153,11 +149,10 @@ class JobMonitor(Generic[S]):
         self.drift_config = DriftConfig.from_health(health)
         self.verifier_config = VerifierLatencyConfig.from_health(health)
         self.trainer_config = TrainerStallConfig.from_health(health)
-        self.drift = KVDriftDetector(self.drift_config)
-        self.engine_stall = EngineStallDetector(EngineStallConfig.from_health(health))
+        self.rollout = EngineGroup(ROLLOUT_ENGINES, RoleName.ROLLOUT, health, self.drift_config)
+        self.gang = EngineGroup(GANG_ENGINES, RoleName.TRAINER, health, self.drift_config)
         self.trainer = TrainerStallDetector(self.trainer_config, TRAINER_TARGET)
         self.verifier = VerifierLatencyDetector(self.verifier_config) if has_verifier else None
-        self.seen_rollout: set[str] = set()
         self.seen_verifier: set[str] = set()
         # (role, pod) -> time of the newest sample fed to its detectors.
         self.fed: dict[tuple[str, str], float] = {}
@@ -176,7 +171,8 @@ class JobMonitor(Generic[S]):
         the verifier window, the trainer's stall timeout (for its last heartbeat)."""
         drift = self.drift_config.window + self.drift_config.warmup
         spans = {
-            ROLLOUT: drift,
+            ROLLOUT_ENGINES: drift,
+            GANG_ENGINES: drift,
             VERIFIER_ROLE: self.verifier_config.window,
             TRAINER_ROLE: self.trainer_config.timeout,
         }
@@ -203,24 +199,19 @@ class JobMonitor(Generic[S]):
             self._configure(job.spec.health, has_verifier)
             self.restore(job, now)
         self.source = source
-        try:
-            self.engine, self.engine_error = engine_metrics(job.spec.roles.rollout), ""
-        except MissingMetricNamesError as error:
-            self.engine, self.engine_error = None, str(error)
-        self.rollout_pods = tuple(sorted(p.name for p in pods.get(ROLLOUT, ()) if _active(p)))
+        rollout = [p.name for p in pods.get(ROLLOUT, ()) if _active(p)]
+        self.rollout.track(job.spec.roles.rollout, rollout)
         self.verifier_pods = (
             tuple(sorted(p.name for p in pods.get(VERIFIER_ROLE, ()) if _active(p)))
             if has_verifier
             else ()
         )
         self._update_trainer(job, list(pods.get(TRAINER_ROLE, ())), now)
-        self.drift.retain(self.rollout_pods)
-        self.engine_stall.retain(self.rollout_pods)
-        self.seen_rollout &= set(self.rollout_pods)
+        self.gang.track(job.spec.roles.trainer.engines, self.trainer_pods)
         if self.verifier is not None:
             self.verifier.retain(self.verifier_pods)
         self.seen_verifier &= set(self.verifier_pods)
-        current = {(ROLLOUT, pod) for pod in self.rollout_pods}
+        current = {(group.key, pod) for group in self.engine_groups for pod in group.pods}
         current |= {(VERIFIER_ROLE, pod) for pod in self.verifier_pods}
         self.fed = {key: t for key, t in self.fed.items() if key in current}
 
@@ -262,8 +253,7 @@ class JobMonitor(Generic[S]):
         detectors start over for it (new baseline after warm-up, drift cooldown, samples from
         before `at` ignored)."""
         if role == ROLLOUT and pod is not None:
-            self.drift.note_restart(pod, at)
-            self.engine_stall.note_restart(pod, at)
+            self.rollout.note_restart(pod, at)
             self.fed.pop((ROLLOUT, pod), None)
         elif role == VERIFIER_ROLE and pod is not None and self.verifier is not None:
             self.verifier.note_restart(pod, at)
@@ -272,17 +262,31 @@ class JobMonitor(Generic[S]):
             self.trainer.note_restart(at)
             self.trainer_readings = {}
 
+    @property
+    def engine_groups(self) -> tuple[EngineGroup, EngineGroup]:
+        return self.rollout, self.gang
+
+    @property
+    def rollout_pods(self) -> tuple[str, ...]:
+        return self.rollout.pods
+
+    def engine_summaries(self, now: float) -> list[EngineHealth]:
+        """Every engine group's drift summaries for status.health.engines[]."""
+        return [s for group in self.engine_groups for s in group.drift.summaries(now)]
+
     def targets(self) -> Targets:
-        return Targets(self.rollout_pods, self.trainer_pods, self.verifier_pods)
+        return Targets(self.rollout.pods, self.trainer_pods, self.verifier_pods, self.gang.pods)
 
     def has_targets(self) -> bool:
-        return bool(self.rollout_pods or self.trainer_pods or self.verifier_pods)
+        return bool(self.rollout.pods or self.trainer_pods or self.verifier_pods)
 
     def role_queries(self, targets: Targets) -> dict[str, dict[Signal, set[str]]]:
         """Per role, the signals it needs and, for each, the pod names."""
         wanted: dict[str, dict[Signal, set[str]]] = {}
-        if targets.rollout and self.engine is not None:
-            wanted[ROLLOUT] = {s: set(targets.rollout) for s in self.engine.signals().values()}
+        for group in self.engine_groups:
+            pods = targets.engines(group.key)
+            if pods and group.metrics is not None:
+                wanted[group.key] = {s: set(pods) for s in group.metrics.signals().values()}
         if targets.trainer:
             wanted[TRAINER_ROLE] = {s: set(targets.trainer) for s in TRAINER.signals().values()}
         if targets.verifier and self.verifier is not None:

@@ -21,6 +21,7 @@ from rljob.health import (
     VERIFIER_LATENCY,
     Evaluation,
 )
+from rljob.health.engine_group import GANG_ENGINES, EngineGroup
 from rljob.health.evaluation import (
     CHECKPOINT_STEP_EVIDENCE,
     POLICY_GENERATION_EVIDENCE,
@@ -100,9 +101,12 @@ def feed(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> dict[str
     signals failed (those roles get nothing fed)."""
     failed: dict[str, str] = {}
     feeds: list[tuple[str, Mapping[str, Signal], Callable[[], None]]] = []
-    engine = monitor.engine
-    if targets.rollout and engine is not None:
-        feeds.append((ROLLOUT, engine.signals(), lambda: _feed_rollout(monitor, targets, answers)))
+    for group in monitor.engine_groups:
+        pods = targets.engines(group.key)
+        if pods and group.metrics is not None:
+            feeds.append(
+                (group.key, group.metrics.signals(), _engine_feed(monitor, group, pods, answers))
+            )
     if targets.trainer:
         feeds.append(
             (TRAINER_ROLE, TRAINER.signals(), lambda: _feed_trainer(monitor, targets, answers))
@@ -120,26 +124,34 @@ def feed(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> dict[str
     return failed
 
 
-def _feed_rollout(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> None:
-    engine = monitor.engine
+def _engine_feed(
+    monitor: JobMonitor[S], group: EngineGroup, pods: Sequence[str], answers: Answers
+) -> Callable[[], None]:
+    return lambda: _feed_engines(monitor, group, pods, answers)
+
+
+def _feed_engines(
+    monitor: JobMonitor[S], group: EngineGroup, pods: Sequence[str], answers: Answers
+) -> None:
+    engine = group.metrics
     if engine is None:
         return
     signals = engine.signals()
-    for pod in targets.rollout:
+    for pod in pods:
         series = _pod_series(signals, answers, (monitor.key[0], pod))
         samples = engine_samples(
             engine,
             series,
             monitor.staleness,
-            after=monitor.fed.get((ROLLOUT, pod), -math.inf),
+            after=monitor.fed.get((group.key, pod), -math.inf),
             min_spacing=monitor.min_spacing,
         )
         for sample in samples:
-            monitor.drift.observe(pod, sample)
-            monitor.engine_stall.observe(pod, sample)
+            group.drift.observe(pod, sample)
+            group.stall.observe(pod, sample)
         if samples:
-            monitor.seen_rollout.add(pod)
-            monitor.fed[ROLLOUT, pod] = samples[-1].t
+            group.seen.add(pod)
+            monitor.fed[group.key, pod] = samples[-1].t
 
 
 def _feed_trainer(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> None:
@@ -182,13 +194,15 @@ def evaluate(
     """Feeds the round's answers and evaluates every detector of the round's targets; `error`
     (the whole source failed) makes every evaluation insufficient data and feeds nothing."""
     if error is not None:
-        failed = dict.fromkeys((ROLLOUT, TRAINER_ROLE, VERIFIER_ROLE), error)
+        failed = dict.fromkeys((ROLLOUT, GANG_ENGINES, TRAINER_ROLE, VERIFIER_ROLE), error)
     else:
         failed = feed(monitor, targets, answers)
     source = monitor.source.describe() if monitor.source is not None else "none"
     evaluations: list[Evaluation] = []
-    if targets.rollout:
-        evaluations += _rollout(monitor, targets.rollout, failed.get(ROLLOUT), source, now)
+    for group in monitor.engine_groups:
+        pods = targets.engines(group.key)
+        if pods:
+            evaluations += _engines(group, pods, failed.get(group.key), source, now)
     if targets.trainer or monitor.trainer_pods or monitor.attempt is not None:
         evaluations.append(_trainer(monitor, failed.get(TRAINER_ROLE), source, now))
     if targets.verifier and monitor.verifier is not None:
@@ -204,26 +218,24 @@ def _unavailable(detectors: Sequence[str], pods: Iterable[str], why: str) -> lis
     ]
 
 
-def _rollout(
-    monitor: JobMonitor[S],
+def _engines(
+    group: EngineGroup,
     pods: Sequence[str],
     problem: str | None,
     source: str,
     now: float,
 ) -> list[Evaluation]:
     detectors = (KV_DRIFT, ENGINE_STALL)
-    if monitor.engine is None:
-        return _unavailable(detectors, pods, monitor.engine_error)
+    if group.metrics is None:
+        return _unavailable(detectors, pods, group.error)
     if problem is not None:
         return _unavailable(detectors, pods, f"metrics source {source}: {problem}")
     current = set(pods)
     evaluations = [
-        e
-        for e in monitor.drift.evaluate(now) + monitor.engine_stall.evaluate(now)
-        if e.target in current
+        e for e in group.drift.evaluate(now) + group.stall.evaluate(now) if e.target in current
     ]
-    missing = [pod for pod in pods if pod not in monitor.seen_rollout]
-    metric = monitor.engine.generation_tokens_total
+    missing = [pod for pod in pods if pod not in group.seen]
+    metric = group.metrics.generation_tokens_total
     evaluations += [
         insufficient(detector, pod, f"{pod}: no {metric} samples from {source} yet")
         for pod in missing

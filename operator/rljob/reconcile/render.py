@@ -100,7 +100,7 @@ def render_children(job: RLJob, ctx: RenderContext) -> list[DesiredChild]:
     """Every child the job should have now, Services first, roles in a fixed order."""
     roles = job.spec.roles
     children = [
-        *_rollout_children(job, roles.rollout, ctx),
+        *(_rollout_children(job, roles.rollout, ctx) if roles.rollout is not None else []),
         *_trainer_children(job, roles.trainer, ctx),
     ]
     for role_name in (RoleName.REFERENCE, RoleName.VERIFIER):
@@ -259,7 +259,9 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
                 *_plain_env(ctx.resume_env),
             ],
             env_from_secrets=_credentials_secret(job),
-            ports=[*container_ports(RoleName.TRAINER, role), *launched.ports],
+            ports=_with_engine_port(
+                role, [*container_ports(RoleName.TRAINER, role), *launched.ports]
+            ),
             probes=launched.probes,
             entrypoint=entrypoint,
             pod_spec={
@@ -288,6 +290,15 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
     return _child(
         ctx, "Job", "batch/v1", name, RoleName.TRAINER, digest=digest, labels=labels, spec=spec
     )
+
+
+def _with_engine_port(role: TrainerRole, ports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The colocated engines' metrics port declared beside the others, unless one already is
+    (the ray launcher's metrics export port)."""
+    if role.engines is None or role.engines.metrics_port in {p["containerPort"] for p in ports}:
+        return ports
+    port = {"name": "engine-metrics", "containerPort": role.engines.metrics_port, "protocol": "TCP"}
+    return [*ports, port]
 
 
 def _trainer_labels(job_name: str, attempt: int) -> dict[str, str]:

@@ -144,7 +144,7 @@ class HealthScheduler:
         """The job's detector summaries to keep in status; None while it is not watched."""
         uid = self._uids.get(key)
         monitor = self._jobs.get(uid) if uid is not None else None
-        return None if monitor is None else monitor.drift.summaries(self._clock())
+        return None if monitor is None else monitor.engine_summaries(self._clock())
 
     def forget(self, key: JobKey) -> None:
         """The job is gone (deleted, or finished): drop its state (detectors, source error,

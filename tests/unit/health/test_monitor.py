@@ -186,10 +186,10 @@ def test_update_watches_running_pods_only_and_forgets_those_that_left() -> None:
     )
     assert monitor.rollout_pods == ("churn-rollout-0", "churn-rollout-1")
     monitor.fed[ROLLOUT, "churn-rollout-1"] = 4.0
-    monitor.seen_rollout.add("churn-rollout-1")
+    monitor.rollout.seen.add("churn-rollout-1")
     monitor.update(job, pods_by_role([Pod("churn-rollout-0", ROLLOUT)]), 5.0, PROM)
     assert list(monitor.rollout_pods) == ["churn-rollout-0"]
-    assert monitor.fed == {} and monitor.seen_rollout == set()
+    assert monitor.fed == {} and monitor.rollout.seen == set()
 
 
 def trainer_answers(pod: str, t: float, step: float) -> Answers:
@@ -207,7 +207,7 @@ def test_a_failed_signal_feeds_nothing_of_its_role_and_the_other_roles_go_on() -
     targets = monitor.targets()
     answers = trainer_answers(trainer.name, 10.0, 7.0)
     assert feed(monitor, targets, answers) == {ROLLOUT: "HTTP 500: down"}
-    assert monitor.seen_rollout == set()
+    assert monitor.rollout.seen == set()
     assert monitor.trainer_readings[trainer.name].step == 7.0
     evaluations = evaluate(monitor, targets, answers, None, 10.0)
     rollout = [e for e in evaluations if e.target == "mixed-rollout-0"]

@@ -397,3 +397,52 @@ def test_a_worker_exit_93_under_torchrun_fails_the_job() -> None:
     assert decision.plan.status.phase == JobPhase.FAILED
     (failed,) = [e for e in decision.events if e.reason == "FailJob"]
     assert "rank 2" in failed.message and "exited 93" in failed.message
+
+
+def colocated_world(*rules: dict[str, Any]) -> World:
+    """The demo with its engines inside a Ray-launched trainer gang: no rollout role."""
+    body = example_body()
+    del body["spec"]["roles"]["rollout"]
+    body["spec"]["roles"]["trainer"].update(
+        launcher="ray", command=["python3", "-m", "verl.trainer.main_ppo"], engines={}
+    )
+    body["spec"]["failurePolicy"]["rules"] = list(rules)
+    w = World(body)
+    w.settle()
+    w.ready()
+    w.settle()
+    return w
+
+
+GANG_DRIFT_RULE = {
+    "roles": ["trainer"],
+    "onReasons": ["KVCacheDrift"],
+    "action": "RestartTrainerGang",
+}
+
+
+@pytest.mark.parametrize(
+    ("rules", "gang_restart"),
+    [
+        pytest.param((), False, id="reported-by-default"),
+        pytest.param((GANG_DRIFT_RULE,), True, id="gang-restart-by-rule"),
+    ],
+)
+def test_a_drifting_engine_inside_the_gang_is_reported_or_restarts_the_gang_by_rule(
+    rules: tuple[dict[str, Any], ...], gang_restart: bool
+) -> None:
+    w = colocated_world(*rules)
+    assert not [c for c in w.children.values() if c.role == "rollout"], "no rollout children"
+    rank = f"{trainer_job_name(w.name, 1)}-1"
+    drift = finding("kv_drift", rank, FailureReason.KV_CACHE_DRIFT, "down 35% at its load", {})
+
+    decision = decide_now(w, findings=(drift,))
+
+    action = decision.plan.status.in_flight
+    if gang_restart:
+        assert action is not None and action.kind == ActionKind.RESTART_TRAINER_GANG
+        assert decision.plan.status.attempt == 2
+    else:
+        assert action is None and decision.plan.status.attempt == 1
+        (report,) = decision.reports
+        assert report[1].reason == "KVCacheDrift" and rank in report[0]

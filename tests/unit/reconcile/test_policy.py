@@ -78,6 +78,10 @@ DEFAULT_CASES = [
                  id="exit-93-beats-nccl"),
     pytest.param(failure(R.UNSCHEDULABLE, TRAINER), A.REPORT, False, id="unschedulable-report"),
     pytest.param(failure(R.TRAINER_STALLED, ROLLOUT), A.REPORT, False, id="no-rule-matched"),
+    pytest.param(failure(R.KV_CACHE_DRIFT, TRAINER, "t-0"), A.REPORT, False,
+                 id="gang-engine-drift-reported"),
+    pytest.param(failure(R.ENGINE_STALLED, TRAINER, "t-0"), A.REPORT, False,
+                 id="gang-engine-stall-reported"),
 ]  # fmt: skip
 
 
@@ -97,6 +101,7 @@ USER_RULES = [
     {"roles": ["trainer"], "onReasons": ["CrashLoop"], "action": "RestartPod"},
     {"roles": ["reference"], "onReasons": ["CrashLoop"], "action": "RestartRole"},
     {"roles": ["rollout"], "onReasons": ["Preempted"], "action": "RestartPod"},
+    {"roles": ["trainer"], "onReasons": ["KVCacheDrift"], "action": "RestartTrainerGang"},
 ]
 
 USER_CASES = [
@@ -114,6 +119,10 @@ USER_CASES = [
                  id="trainer-restart-pod-becomes-gang"),
     pytest.param(failure(R.CRASH_LOOP, REFERENCE), A.RESTART_ROLE, "failurePolicy.rules[4]",
                  id="restart-role"),
+    pytest.param(failure(R.KV_CACHE_DRIFT, TRAINER, "t-0"), A.RESTART_TRAINER_GANG,
+                 "failurePolicy.rules[6]", id="gang-engine-drift-restarts-the-gang-by-rule"),
+    pytest.param(failure(R.ENGINE_STALLED, TRAINER, "t-0"), A.REPORT,
+                 "built-in:engines-in-gang", id="gang-engine-stall-still-reported"),
 ]  # fmt: skip
 
 

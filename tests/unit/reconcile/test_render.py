@@ -60,6 +60,41 @@ def test_optional_roles_are_left_out() -> None:
     assert {child.role for child in children.values()} == {"rollout", "trainer"}
 
 
+def colocated(**engines: Any) -> RLJob:
+    """The demo's engines inside a Ray-launched trainer gang: no rollout role."""
+    body = with_role(example_body(), "trainer", launcher="ray", command=["driver"], engines=engines)
+    del body["spec"]["roles"]["rollout"]
+    return job_of(body)
+
+
+def test_a_job_without_rollout_has_no_rollout_children_nor_addresses() -> None:
+    children = render(colocated())
+    assert "rollout" not in {child.role for child in children.values()}
+    trainer = env_of(children[("Job", f"{JOB}-trainer-a1")])
+    assert not [name for name in trainer if name.startswith("RLJOB_ROLLOUT")]
+
+
+@pytest.mark.parametrize(
+    ("engines", "ports"),
+    [
+        pytest.param({}, {"ray-metrics": 8080}, id="through-ray-the-metrics-export-port"),
+        pytest.param(
+            {"exporter": "engine", "port": 8100},
+            {"ray-metrics": 8080, "engine-metrics": 8100},
+            id="own-port-declared",
+        ),
+        pytest.param({"port": 8080}, {"ray-metrics": 8080}, id="a-port-declared-once"),
+    ],
+)
+def test_gang_engines_metrics_port_is_declared_on_the_trainer(
+    engines: dict[str, Any], ports: dict[str, int]
+) -> None:
+    container = main_container(render(colocated(**engines))[("Job", f"{JOB}-trainer-a1")])
+    declared = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert {name: declared.get(name) for name in ports} == ports
+    assert len(declared) == len(set(declared.values()))
+
+
 def test_every_child_is_labelled_annotated_and_owned() -> None:
     for child in render().values():
         metadata = child.body["metadata"]

@@ -139,7 +139,7 @@ def test_a_new_monitor_restores_the_drift_state_a_previous_operator_saved_in_sta
 
     monitor: JobMonitor[SourceKey] = JobMonitor("uid", ("rl", "grpo-demo"), job, now)
 
-    restored = monitor.drift.summaries(now)
+    restored = monitor.engine_summaries(now)
     assert [(s.pod, s.baseline_tokens_per_second) for s in restored] == [(ENGINE, 1200.0)]
 
 

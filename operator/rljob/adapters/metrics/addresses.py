@@ -11,6 +11,7 @@ from rljob.adapters.metrics.base import PodKey
 from rljob.api.resource import RLJob
 
 DEFAULT_METRICS_PATH = "/metrics"
+TRAINER = "trainer"
 
 JobKey = tuple[str, str]
 
@@ -32,15 +33,22 @@ def metrics_path(job: RLJob, role: str) -> str:
     return str(getattr(endpoint, "path", None) or DEFAULT_METRICS_PATH)
 
 
+def gang_engines_page(job: RLJob) -> tuple[int, str] | None:
+    """(port, path) where the trainer's pods serve their colocated engines' metrics, if any."""
+    engines = job.spec.roles.trainer.engines
+    return (engines.metrics_port, engines.path) if engines is not None else None
+
+
 class PodAddresses:
-    """(namespace, pod) -> metrics URL of the pods of every monitored job; the resolver of the
-    direct source. Pods without an IP (not started yet) or a metrics port resolve to None."""
+    """(namespace, pod) -> metrics URLs of the pods of every monitored job (a trainer pod with
+    colocated engines has two pages); the resolver of the direct source. Pods without an IP
+    (not started yet) or a metrics port resolve to None."""
 
     def __init__(self) -> None:
-        self._urls: dict[PodKey, str] = {}
+        self._urls: dict[PodKey, tuple[str, ...]] = {}
         self._by_job: dict[JobKey, set[PodKey]] = {}
 
-    def __call__(self, namespace: str, pod: str) -> str | None:
+    def __call__(self, namespace: str, pod: str) -> tuple[str, ...] | None:
         return self._urls.get((namespace, pod))
 
     def __len__(self) -> int:
@@ -50,14 +58,18 @@ class PodAddresses:
         """The job's pods by role now; pods it no longer has are forgotten."""
         namespace = job.metadata.namespace or "default"
         key = (namespace, job.metadata.name)
-        urls: dict[PodKey, str] = {}
+        urls: dict[PodKey, tuple[str, ...]] = {}
+        engines = gang_engines_page(job)
         for role, members in pods.items():
             path = metrics_path(job, role)
             for pod in members:
-                port = getattr(pod, "metrics_port", None)
-                url = metrics_url(getattr(pod, "ip", ""), port, path) if port else None
-                if url is not None:
-                    urls[(namespace, pod.name)] = url
+                ip, port = getattr(pod, "ip", ""), getattr(pod, "metrics_port", None)
+                pages = [metrics_url(ip, port, path) if port else None]
+                if role == TRAINER and engines is not None:
+                    pages.append(metrics_url(ip, *engines))
+                found = tuple(url for url in pages if url is not None)
+                if found:
+                    urls[(namespace, pod.name)] = found
         self.forget(key)
         self._urls.update(urls)
         self._by_job[key] = set(urls)

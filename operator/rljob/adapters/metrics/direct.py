@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -49,7 +49,8 @@ DEFAULT_SCRAPE_TIMEOUT = 5.0
 DEFAULT_SCRAPE_CONCURRENCY = 64
 _PAGE_TYPES = ("text/plain", "application/openmetrics-text")
 
-AddressResolver = Callable[[str, str], "str | None"]
+# A pod's page URL, or several (a trainer pod's SDK page and its colocated engines' page).
+AddressResolver = Callable[[str, str], "str | Sequence[str] | None"]
 
 
 def prefilter(text: str, names: Collection[str]) -> list[str]:
@@ -105,8 +106,9 @@ class _Page:
 
 class DirectSource(HttpSource):
     """Scrapes each pod's metrics page; `resolver(namespace, pod)` gives its URL (or
-    host:port, for /metrics). Samples are timestamped with the scrape time; there is no
-    history to backfill from."""
+    host:port, for /metrics), or several whose samples are merged (a pod is an error only when
+    none answers). Samples are timestamped with the scrape time; there is no history to
+    backfill from."""
 
     kind: SourceKind = "direct"
 
@@ -183,17 +185,17 @@ class DirectSource(HttpSource):
         outcome = "error"
         started = time.monotonic()
         try:
-            url = self.resolver(*pod)
-            if url is None:
+            urls = _urls(self.resolver(*pod))
+            if not urls:
                 outcome = "unresolved"
                 return SourceUnavailable(f"no address for pod {pod[0]}/{pod[1]}")
-            if "://" not in url:
-                url = f"http://{url}/metrics"
-            text = await self._fetch(url)
+            pages, errors = await self._fetch_all(urls)
             t = self._clock()
-            page = _Page(t, page_samples(text, names, rejects))
+            if not pages:
+                raise errors[0]
+            samples = [s for text in pages for s in page_samples(text, names, rejects)]
             outcome = "ok"
-            return page
+            return _Page(t, samples)
         except SourceUnavailable as error:
             outcome = "unavailable"
             return error
@@ -204,6 +206,17 @@ class DirectSource(HttpSource):
                 rejects.flush()
             HEALTH_QUERIES.labels(source=self.kind, signal="page", outcome=outcome).inc()
             HEALTH_QUERY_SECONDS.labels(source=self.kind).observe(time.monotonic() - started)
+
+    async def _fetch_all(self, urls: list[str]) -> tuple[list[str], list[SourceError]]:
+        """A pod's pages one after the other (two at most), and the errors of those that failed."""
+        pages: list[str] = []
+        errors: list[SourceError] = []
+        for url in urls:
+            try:
+                pages.append(await self._fetch(url))
+            except SourceError as error:
+                errors.append(error)
+        return pages, errors
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -229,6 +242,12 @@ class DirectSource(HttpSource):
             raise SourceUnavailable(f"no answer within {self.timeout:g}s from {url}") from error
         except aiohttp.ClientError as error:
             raise SourceUnavailable(shorten(f"{url}: {type(error).__name__}: {error}")) from error
+
+
+def _urls(resolved: str | Sequence[str] | None) -> list[str]:
+    """The resolver's answer as full URLs (a bare host:port serves /metrics)."""
+    found = [resolved] if isinstance(resolved, str) else list(resolved or ())
+    return [url if "://" in url else f"http://{url}/metrics" for url in found]
 
 
 def _page_series(signal: Signal, page: _Page, rejects: Rejects) -> list[Series]:

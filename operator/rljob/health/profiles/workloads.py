@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rljob.api.enums import Engine
-from rljob.api.spec import RolloutRole
+from rljob.api.spec import GangEngines, RolloutRole
 from rljob.health.profiles.signals import (
     CHECKPOINT_STEP,
     GENERATION_RATE,
@@ -155,16 +156,56 @@ ENGINE_PROFILES: Mapping[str, EngineMetrics] = {
 }
 
 
+# vllm/v1/metrics/ray_wrappers.py @02579a5 (RayPrometheusStatLogger) turns every name into
+# [a-zA-Z0-9_] and keys series by Ray's WorkerId; Ray 2.60.0's metrics agent then prefixes ray_
+# (checked by tests/upstream/test_ray_engine_metrics.py against real Ray).
+RAY_METRIC_PREFIX = "ray_"
+RAY_WORKER_LABEL = "WorkerId"
+
+
+def ray_metric_name(name: str) -> str:
+    return RAY_METRIC_PREFIX + re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def ray_exported(profile: EngineMetrics) -> EngineMetrics:
+    """`profile` as Ray's metrics agent exports it: names sanitized and prefixed, engines of a
+    pod told apart by the actor's worker process."""
+
+    def renamed(name: str | None) -> str | None:
+        return ray_metric_name(name) if name else None
+
+    sleep = profile.sleep
+    return replace(
+        profile,
+        generation_tokens_total=ray_metric_name(profile.generation_tokens_total),
+        requests_running=ray_metric_name(profile.requests_running),
+        requests_waiting=ray_metric_name(profile.requests_waiting),
+        kv_cache_usage=renamed(profile.kv_cache_usage),
+        prefix_cache_hits_total=renamed(profile.prefix_cache_hits_total),
+        prefix_cache_queries_total=renamed(profile.prefix_cache_queries_total),
+        preemptions_total=renamed(profile.preemptions_total),
+        sleep=replace(sleep, metric=ray_metric_name(sleep.metric)) if sleep else None,
+        paused_requests=renamed(profile.paused_requests),
+        generation_tokens_at_finish=renamed(profile.generation_tokens_at_finish),
+        generation_rate=renamed(profile.generation_rate),
+        legacy=tuple((signal, ray_metric_name(name)) for signal, name in profile.legacy),
+        engine_label=RAY_WORKER_LABEL,
+        versions=f"{profile.versions}; through Ray's metrics agent (Ray 2.60.0)",
+    )
+
+
 class MissingMetricNamesError(ValueError):
     """A custom engine without the metric names every engine detector needs."""
 
 
-def engine_metrics(role: RolloutRole) -> EngineMetrics:
-    """The rollout role's metric names: its engine's, with `metricNames` overriding them
-    (custom engines have only those)."""
+def engine_metrics(role: RolloutRole | GangEngines, *, through_ray: bool = False) -> EngineMetrics:
+    """The engines' metric names: their engine's (as Ray's metrics agent exports them, with
+    `through_ray`), with `metricNames` overriding them (custom engines have only those)."""
     engine = str(getattr(role.engine, "value", role.engine))
     names = role.metric_names
     base = ENGINE_PROFILES.get(engine)
+    if base is not None and through_ray:
+        base = ray_exported(base)
     if names is None:
         if base is None:
             raise MissingMetricNamesError(_CUSTOM_NEEDS)

@@ -95,6 +95,16 @@ BUILT_IN_RULES: tuple[tuple[str, FailureRule], ...] = (
         "image-or-config",
         FailureRule(on_reasons=sorted(_IMAGE_OR_CONFIG), action=FailureAction.FAIL_JOB),
     ),
+    # An engine inside the gang (trainer.engines) cannot restart alone, and a gang restart
+    # costs the whole step: said, not acted on, unless a user rule on role trainer asks.
+    (
+        "engines-in-gang",
+        FailureRule(
+            roles=[RoleName.TRAINER],
+            on_reasons=[_R.KV_CACHE_DRIFT, _R.ENGINE_STALLED],
+            action=FailureAction.REPORT,
+        ),
+    ),
     (
         "report-only",
         FailureRule(on_reasons=[_R.VERIFIER_SLOW, _R.UNSCHEDULABLE], action=FailureAction.REPORT),

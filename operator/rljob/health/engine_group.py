@@ -1,0 +1,60 @@
+"""One peer group of rollout engines watched by a job's monitor: the rollout Deployment's pods,
+or the trainer gang's pods whose colocated engines (spec.roles.trainer.engines) export engine
+metrics. Each group has its own detectors, so a gang pod is never judged against a rollout
+engine, and its findings carry its pods' role."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from rljob.api.enums import EngineExporter, RoleName
+from rljob.api.roles import GangEngines, RolloutRole
+from rljob.api.spec import Health
+from rljob.health.drift import DriftConfig, KVDriftDetector
+from rljob.health.profiles import EngineMetrics, MissingMetricNamesError, engine_metrics
+from rljob.health.stall import EngineStallConfig, EngineStallDetector
+
+# Group keys: what the monitor's queries, feeds and failures are keyed by.
+ROLLOUT_ENGINES = "rollout"
+GANG_ENGINES = "trainer-engines"
+
+
+class EngineGroup:
+    """The engines of one group: their metric names (or why there are none), the pods watched
+    now, which of them have given samples, and the drift and stall detectors."""
+
+    def __init__(self, key: str, role: RoleName, health: Health, drift: DriftConfig) -> None:
+        self.key = key
+        self.role = role
+        self.drift = KVDriftDetector(drift, role)
+        self.stall = EngineStallDetector(EngineStallConfig.from_health(health))
+        self.metrics: EngineMetrics | None = None
+        self.error = ""
+        self.pods: tuple[str, ...] = ()
+        self.seen: set[str] = set()
+
+    def track(self, spec: RolloutRole | GangEngines | None, pods: Collection[str]) -> None:
+        """The group's spec now (None: the job has no such engines) and its active pods."""
+        self.metrics, self.error = _profile(spec)
+        self.pods = tuple(sorted(pods)) if spec is not None else ()
+        self.drift.retain(self.pods)
+        self.stall.retain(self.pods)
+        self.seen &= set(self.pods)
+
+    def note_restart(self, pod: str, at: float) -> None:
+        self.drift.note_restart(pod, at)
+        self.stall.note_restart(pod, at)
+
+
+def _profile(spec: RolloutRole | GangEngines | None) -> tuple[EngineMetrics | None, str]:
+    if spec is None:
+        return None, ""
+    try:
+        profile = engine_metrics(spec, through_ray=_through_ray(spec))
+    except MissingMetricNamesError as error:
+        return None, str(error)
+    return profile, ""
+
+
+def _through_ray(spec: RolloutRole | GangEngines) -> bool:
+    return isinstance(spec, GangEngines) and spec.exporter == EngineExporter.RAY
