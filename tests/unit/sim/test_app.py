@@ -247,7 +247,7 @@ async def test_control_api_errors(bed: Bed) -> None:
         await bed.call("inject", "drift", namespace=NS, pod="nope", drop=0.3)
     assert caught.value.status == 404
     with pytest.raises(SimError, match="is a trainer") as caught:
-        await bed.call("inject", "drift", namespace=NS, pod="t0", drop=0.3)
+        await bed.call("inject", "sleep", namespace=NS, pod="t0")
     with pytest.raises(SimError, match="kind must be one of"):
         await bed.call("inject", "melt", namespace=NS, pod="r1")
     sticky = await bed.call("inject", "sleep", namespace=NS, job="later", role="rollout")

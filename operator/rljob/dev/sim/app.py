@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
-
 from rljob.dev.sim import faults as faultlib
 from rljob.dev.sim.control import ControlApi, ProfileRule
 from rljob.dev.sim.exposition import CONTENT_TYPE
+from rljob.dev.sim.gang import GangEngines, attach_gang
 from rljob.dev.sim.httpserver import Listener, Request, Response, listen
 from rljob.dev.sim.models import (
     EngineModel,
@@ -41,6 +40,7 @@ from rljob.dev.sim.profiles import (
     VerifierProfile,
     override,
 )
+from rljob.dev.sim.sim_metrics import SimMetrics
 from rljob.dev.sim.targets import Target, file_sd, write_json_atomic
 
 if TYPE_CHECKING:
@@ -74,38 +74,21 @@ class Workload:
     scrapes: int = 0
     pending_write: Future[int] | None = None
     writes_checkpoints: bool = False
+    gang: GangEngines | None = None  # rollout engines inside a trainer pod
 
     @property
     def instance(self) -> str:
         return self.pod.instance
 
-    def target(self) -> Target:
+    def targets(self) -> list[Target]:
         pod = self.pod
-        return Target(
-            pod.namespace, pod.name, pod.role, pod.job, self.listener.port, self.listener.host
-        )
-
-
-class _Metrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        ProcessCollector(registry=r)
-        self.workloads = Gauge(
-            "rljob_sim_workloads", "Attached simulated workloads.", ["role"], registry=r
-        )
-        self.scrapes = Counter("rljob_sim_scrapes", "Metrics pages served.", ["role"], registry=r)
-        self.polls = Counter("rljob_sim_kube_polls", "Pod list calls.", ["outcome"], registry=r)
-        self.lifecycle = Counter(
-            "rljob_sim_workload_events",
-            "Workloads attached, detached and restarted.",
-            ["event"],
-            registry=r,
-        )
-        self.rules = Gauge("rljob_sim_fault_rules", "Fault rules in force.", registry=r)
-        self.checkpoints = Counter(
-            "rljob_sim_checkpoints", "Checkpoint writes.", ["outcome"], registry=r
-        )
+        listeners = [self.listener]
+        if self.gang is not None and self.gang.listener is not None:
+            listeners.append(self.gang.listener)
+        return [
+            Target(pod.namespace, pod.name, pod.role, pod.job, listener.port, listener.host)
+            for listener in listeners
+        ]
 
 
 class SimulatorApp:
@@ -128,7 +111,7 @@ class SimulatorApp:
         self.profile_rules: list[ProfileRule] = []
         self.workloads: dict[str, Workload] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
-        self.metrics = _Metrics()
+        self.metrics = SimMetrics()
         self.api = ControlApi(self)
         self.control: Listener | None = None
         self.polls_ok = 0
@@ -164,6 +147,8 @@ class SimulatorApp:
     async def close(self) -> None:
         for workload in list(self.workloads.values()):
             await workload.listener.close()
+            if workload.gang is not None:
+                await workload.gang.close()
         self.workloads.clear()
         if self.control is not None:
             await self.control.close()
@@ -288,16 +273,32 @@ class SimulatorApp:
             log.warning("cannot listen for %s on %s:%d: %s", pod.key, host, port, exc)
             return
         model, writes = self._model(pod, now)
-        self.workloads[pod.key] = Workload(pod, listener, model, now, writes_checkpoints=writes)
+        workload = Workload(pod, listener, model, now, writes_checkpoints=writes)
+        self.workloads[pod.key] = workload
+        workload.gang = await attach_gang(
+            pod,
+            self.effective_profile(pod),
+            self.config.profiles.rollout,
+            now,
+            lambda: self._gang_scraped(pod.key, pod.uid),
+        )
         self.metrics.lifecycle.labels("attached").inc()
         self.event("attached", pod, port=listener.port, role=pod.role, host=host)
         log.info("attached %s %s on %s:%d", pod.role, pod.key, host, listener.port)
+
+    def _gang_scraped(self, key: str, uid: str) -> bool:
+        workload = self.workloads.get(key)
+        if workload is None or workload.pod.uid != uid:
+            return False
+        return not self.advance(workload).unreachable
 
     def _restart(self, workload: Workload, pod: PodInfo) -> None:
         now = self.clock()
         if self.sink is not None:
             self.sink.forget(workload.instance)
         workload.model, workload.writes_checkpoints = self._model(pod, now)
+        if workload.gang is not None:
+            workload.gang.restart(pod, now)
         workload.pod, workload.started, workload.pending_write = pod, now, None
         self.metrics.lifecycle.labels("restarted").inc()
         self.event("restarted", pod, restarts=pod.restarts)
@@ -306,6 +307,8 @@ class SimulatorApp:
     async def _detach(self, key: str, why: str) -> None:
         workload = self.workloads.pop(key)
         await workload.listener.close()
+        if workload.gang is not None:
+            await workload.gang.close()
         if self.sink is not None:
             self.sink.forget(workload.instance)
         self.metrics.lifecycle.labels("detached").inc()
@@ -313,7 +316,7 @@ class SimulatorApp:
         log.info("detached %s (%s)", key, why)
 
     def publish(self) -> None:
-        targets = [w.target() for w in self.workloads.values()]
+        targets = [t for w in self.workloads.values() for t in w.targets()]
         write_json_atomic(self.config.targets_file, file_sd(targets))
 
     # ---------------------------------------------------------------- models
@@ -331,7 +334,10 @@ class SimulatorApp:
 
     def advance(self, workload: Workload, now: float | None = None) -> faultlib.Active:
         active = self.faults_of(workload)
-        workload.model.advance(self.clock() if now is None else now, active)
+        now = self.clock() if now is None else now
+        workload.model.advance(now, active)
+        if workload.gang is not None:
+            workload.gang.advance(now, active)
         return active
 
     def advance_all(self) -> None:

@@ -69,6 +69,7 @@ class ControlApi:
             "unreachable": active.unreachable,
             "profile": as_json(workload.model.profile),
             "state": workload.model.state(),
+            "engines": workload.gang.state() if workload.gang is not None else [],
         }
 
     def _matching(self, selector: faultlib.Selector) -> list[Workload]:
@@ -236,11 +237,11 @@ class ControlApi:
             workload.model.set_profile(profile)
 
     async def _targets(self, _: Request) -> Response:
-        return Response.json(file_sd(w.target() for w in self.app.workloads.values()))
+        return Response.json(file_sd(t for w in self.app.workloads.values() for t in w.targets()))
 
     async def _addresses(self, _: Request) -> Response:
         # Where each workload listens (its pod IP and metrics port): for people, not the operator.
-        targets = (w.target() for w in self.app.workloads.values())
+        targets = (w.targets()[0] for w in self.app.workloads.values())
         return Response.json({f"{t.namespace}/{t.pod}": t.address for t in targets})
 
     async def _events(self, _: Request) -> Response:

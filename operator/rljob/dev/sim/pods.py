@@ -39,6 +39,9 @@ class PodInfo:
     profile_error: str | None = None
     ip: str = ""  # status.podIP: the bed gives kwok a pod range inside 127.0.0.0/8
     metrics_port: int | None = None  # the container port named metrics, else http
+    # Colocated engines' page (trainer pods): a port of their own, else Ray's metrics agent.
+    engines_port: int | None = None
+    engines_through_ray: bool = False
 
     @property
     def key(self) -> str:
@@ -123,17 +126,22 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
         profile_error=error,
         ip=str(status.get("podIP") or ""),
         metrics_port=ports.get("metrics") or ports.get("http"),
+        engines_port=ports.get("engine-metrics") or ports.get("ray-metrics"),
+        engines_through_ray=not ports.get("engine-metrics") and bool(ports.get("ray-metrics")),
     )
+
+
+def is_loopback(ip: str) -> bool:
+    try:
+        return ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return False
 
 
 def listen_address(pod: PodInfo) -> tuple[str, int]:
     """Where the pod serves on a cluster: its pod IP and metrics port. Only a loopback pod IP
     can be served here; any other pod (or one without a metrics port) gets a free port on
     127.0.0.1, reachable through the Prometheus targets only."""
-    try:
-        loopback = ipaddress.ip_address(pod.ip).is_loopback
-    except ValueError:
-        loopback = False
-    if loopback and pod.metrics_port:
+    if is_loopback(pod.ip) and pod.metrics_port:
         return pod.ip, pod.metrics_port
     return LOOPBACK, 0

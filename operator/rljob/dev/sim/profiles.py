@@ -26,6 +26,7 @@ PROFILE_ANNOTATION = "sim.rljob.io/profile"
 PROFILE_ENV = "RLJOB_SIM_PROFILE"
 ROLES = ("rollout", "trainer", "reference", "verifier")
 EXPORTERS = ("vllm", "sglang")
+MAX_COLOCATED_ENGINES = 16
 
 
 class ProfileError(ValueError):
@@ -70,7 +71,8 @@ class TrainerProfile:
     """Steps of (wait for rollouts, train); every `checkpoint_every` steps a checkpoint phase.
     The SDK heartbeats at each phase change and, when `heartbeat_interval` > 0, every that many
     seconds in between (a training loop calling `heartbeat()` per micro-batch); a hung trainer
-    does neither."""
+    does neither. `colocated_engines` rollout engines (the rollout role's profile) run inside
+    the pod, as in verl or OpenRLHF, served on its engine metrics port."""
 
     wait_for_rollouts: float = 2.0
     step_seconds: float = 3.0
@@ -78,6 +80,7 @@ class TrainerProfile:
     checkpoint_seconds: float = 2.0
     heartbeat_interval: float = 1.0
     shard_bytes: int = 4096
+    colocated_engines: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +220,8 @@ def _check(profile: AnyProfile) -> None:
             raise ProfileError("checkpoint_every must be >= 1")
         if profile.shard_bytes > 1 << 20:
             raise ProfileError("shard_bytes must be at most 1 MiB")
+        if not 0 <= profile.colocated_engines <= MAX_COLOCATED_ENGINES:
+            raise ProfileError(f"colocated_engines must be 0 to {MAX_COLOCATED_ENGINES}")
     elif isinstance(profile, VerifierProfile):
         if profile.median_latency <= 0 or profile.sigma <= 0 or profile.error_rate > 1:
             raise ProfileError("median_latency and sigma must be > 0, error_rate at most 1")

@@ -14,7 +14,8 @@ from rljob.dev.sim.profiles import ROLES
 ROLE_KINDS: dict[str, frozenset[str]] = {
     "rollout": frozenset({"drift", "stall", "sleep", "pause", "load", "unreachable"}),
     "reference": frozenset({"drift", "stall", "unreachable"}),
-    "trainer": frozenset({"hang", "stall", "unreachable"}),
+    # drift: the trainer pod's colocated engines (TrainerProfile.colocated_engines).
+    "trainer": frozenset({"hang", "stall", "drift", "unreachable"}),
     "verifier": frozenset({"latency", "errors", "unreachable"}),
 }
 KINDS = frozenset().union(*ROLE_KINDS.values())
