@@ -16,15 +16,12 @@ from rljob.api import EngineExporter, Launcher, RLJob, parse_rljob
 from rljob.checkpoints.layout import CheckpointLocation, VersionId, resume_env
 from rljob.reconcile import DesiredChild
 from rljob.reconcile.launchers import RAY_SCRIPT_NAME, ray_start_script
-from rljob.sdk.entrypoint import _native_flags
+from rljob.sdk.entrypoint import SHARED_FLAG, _native_flags
 from rljob.sdk.layouts import LAYOUTS
 from tests.unit.reconcile.test_render import env_of, main_container, pod_spec, render
 from tests.unit.reconcile.world import NAMESPACE, REPO, example_body
 
 DOC = REPO / "docs" / "frameworks.md"
-# What every example puts before the entrypoint: it runs on index 0 only and uploads the whole
-# shared directory as the gang's one node (docs/frameworks.md, "One directory, one uploader").
-ONE_UPLOADER = ["env", "NNODES=1"]
 ENTRYPOINT = ["python", "-m", "rljob.sdk.entrypoint"]
 
 
@@ -114,8 +111,8 @@ def trainer_job(job: RLJob, **ctx: Any) -> DesiredChild:
 def driver(job: RLJob) -> tuple[dict[str, str], list[str]]:
     """The entrypoint's checkpoint flags and the framework's command, as the SDK parses them."""
     args = main_container(trainer_job(job))["args"]
-    head = len(ONE_UPLOADER) + len(ENTRYPOINT)
-    assert args[:head] == ONE_UPLOADER + ENTRYPOINT
+    head = len(ENTRYPOINT)
+    assert args[:head] == ENTRYPOINT
     parsed = _native_flags(args[head:])
     assert parsed is not None, f"the entrypoint refuses {args[head:]}"
     return parsed
@@ -154,6 +151,7 @@ def test_the_job_starts_ray_and_runs_the_entrypoint_as_driver(framework: Framewo
     assert flags == {
         "--checkpoint-layout": framework.layout,
         "--checkpoint-dir": framework.checkpoint_dir,
+        SHARED_FLAG: "",
     }
     assert framework.layout in LAYOUTS
     assert tuple(launched[: len(framework.launch)]) == framework.launch
@@ -191,7 +189,7 @@ def test_the_driver_gets_the_store_and_the_version_to_restore(framework: Framewo
     resume = resume_env(location, VersionId(step=20, attempt=1))
     env = env_of(trainer_job(job, attempt=2, resume_env=resume))
     assert env.items() >= {**resume, "RLJOB_CHECKPOINT_URI": job.spec.checkpoint.uri}.items()
-    # The pod's NNODES stays the gang's: only the entrypoint's own environment says 1.
+    # The gang's size, recorded in each version: a resume on another node count is refused.
     assert env["NNODES"] == str(job.spec.roles.trainer.nodes)
 
 

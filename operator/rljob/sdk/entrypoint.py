@@ -10,7 +10,9 @@ resume version (RLJOB_RESUME_URI) is restored into DIR in the framework's layout
 trainer starts, a mirror uploads each newly completed save beside it (rljob.sdk.mirror), and
 one last pass runs when the trainer exits (RLJOB_MIRROR_FINAL_TIMEOUT seconds at most). A
 restore that cannot be used (WorldSizeMismatch: the node count changed) writes its reason to
-the termination log and exits NATIVE_RESTORE_FAILED without starting the trainer.
+the termination log and exits NATIVE_RESTORE_FAILED without starting the trainer. With
+`--checkpoint-shared` DIR is one volume every node sees (a Ray-launched framework, whose ranks
+land on different nodes each attempt, needs one): node 0 restores and mirrors all of it alone.
 
 Light on purpose: the trainer image's Python has torch, not the operator's dependencies, so this
 imports only the standard library, rljob.signatures and rljob.sdk.evidence at import time; the
@@ -41,10 +43,12 @@ DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 # The flags that turn on native checkpoints, and the exit status of a restore that failed.
 NATIVE_FLAGS = ("--checkpoint-layout", "--checkpoint-dir")
+# A checkpoint directory every node sees: node 0 mirrors and restores it alone.
+SHARED_FLAG = "--checkpoint-shared"
 NATIVE_RESTORE_FAILED = 3
 USAGE = (
     "usage: python -m rljob.sdk.entrypoint "
-    "[--checkpoint-layout LAYOUT --checkpoint-dir DIR] -- COMMAND [ARGS...]\n"
+    "[--checkpoint-layout LAYOUT --checkpoint-dir DIR [--checkpoint-shared]] -- COMMAND [ARGS...]\n"
 )
 # A read never holds more than this; the rest of a longer line follows in the next reads.
 _CHUNK = 64 * 1024
@@ -111,6 +115,9 @@ def _native_flags(args: list[str]) -> tuple[dict[str, str], list[str]] | None:
     flags: dict[str, str] = {}
     while args and args[0] != "--":
         name, sep, value = args[0].partition("=")
+        if name == SHARED_FLAG and not sep:
+            flags[name], args = "", args[1:]
+            continue
         if name not in NATIVE_FLAGS:
             return None
         if not sep:
@@ -120,18 +127,25 @@ def _native_flags(args: list[str]) -> tuple[dict[str, str], list[str]] | None:
         else:
             args = args[1:]
         flags[name] = value
-    if set(flags) != set(NATIVE_FLAGS) or not args:
+    if not set(NATIVE_FLAGS) <= set(flags) or not args:
         return None
     return flags, args[1:]
 
 
-def run_native(layout: str, directory: Path, command: Sequence[str], termination_log: Path) -> int:
+def run_native(
+    layout: str,
+    directory: Path,
+    command: Sequence[str],
+    termination_log: Path,
+    *,
+    shared: bool = False,
+) -> int:
     """Restores the resume version, runs the trainer with the mirror beside it, then one last
     mirror pass."""
     from rljob.sdk import mirror  # the mirror and its dependencies load only here
 
     try:
-        beside = mirror.launch(layout, directory)
+        beside = mirror.launch(layout, directory, shared=shared)
     except Exception as exc:
         message = f"{getattr(exc, 'reason', type(exc).__name__)}: {exc}"
         sys.stderr.write(f"rljob-entrypoint: {message}\n")
@@ -158,7 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         flags, command = parsed
         return run_native(
-            flags["--checkpoint-layout"], Path(flags["--checkpoint-dir"]), command, log
+            flags["--checkpoint-layout"],
+            Path(flags["--checkpoint-dir"]),
+            command,
+            log,
+            shared=SHARED_FLAG in flags,
         )
     if args[:1] == ["--"]:
         args = args[1:]

@@ -169,12 +169,12 @@ class Mirror:
     def _mirror_driver(self, step: int) -> VersionId:
         pending = self._pending(step)
         nodes = self.node.nodes
-        if nodes > 1:
+        if self.node.coordinated:
             ready = {"step": step, "nodes": nodes, "layout": self.layout.name}
             self._put(pending, READY_NAME, json.dumps(ready).encode())
         files = self.layout.files(self.root, step)
         entries = self._upload(pending, files)
-        if nodes > 1:
+        if self.node.coordinated:
             self._put(pending, part_name(0), encode_part(0, entries))
             for rank, shards in self.wait_for_parts(pending.version).items():
                 if rank != 0:
@@ -265,17 +265,22 @@ def final_pass_timeout(env: Mapping[str, str] | None = None) -> float:
     return float(env.get(ENV_FINAL_TIMEOUT) or 300.0)
 
 
-def launch(layout_name: str, root: Path, env: Mapping[str, str] | None = None) -> Mirror | None:
+def launch(
+    layout_name: str, root: Path, env: Mapping[str, str] | None = None, *, shared: bool = False
+) -> Mirror | None:
     """What the entrypoint does before starting the trainer: restores the resume version into
     root in the layout's form (WorldSizeMismatch when the node count changed and the layout does
     not reshard), then starts a mirror beside it. None when no checkpoint URI is configured
-    (nothing to mirror into)."""
+    (nothing to mirror into), or on nodes other than 0 of a `shared` directory (node 0 does
+    both for all)."""
     env = os.environ if env is None else env
     layout = get_layout(layout_name)
-    node = NodeIdentity.from_env(env)
-    resume = materialise_from_env(layout, root, env)
+    node = NodeIdentity.from_env(env, shared=shared)
+    resume = materialise_from_env(layout, root, env, shared=shared)
     if not env.get(ENV_CHECKPOINT_URI):
         log.warning("%s is not set: %s saves are not mirrored", ENV_CHECKPOINT_URI, layout.name)
+        return None
+    if shared and not node.driver:
         return None
     mirror = Mirror(
         layout,

@@ -42,10 +42,13 @@ ENV_NODE_RANK = "NODE_RANK"
 
 @dataclass(frozen=True)
 class NodeIdentity:
-    """This node's index in the trainer gang and the gang's size; node 0 is the driver's."""
+    """This node's index in the trainer gang and the gang's size; node 0 is the driver's.
+    `shared`: the checkpoint directory is one volume every node sees (a Ray-launched framework
+    whose ranks move between nodes needs one), so node 0 mirrors and restores all of it alone."""
 
     rank: int = 0
     nodes: int = 1
+    shared: bool = False
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or not 0 <= self.rank < self.nodes:
@@ -55,10 +58,17 @@ class NodeIdentity:
     def driver(self) -> bool:
         return self.rank == 0
 
+    @property
+    def coordinated(self) -> bool:
+        """Whether each node uploads and restores its own files (through parts in the store)."""
+        return self.nodes > 1 and not self.shared
+
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> NodeIdentity:
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, shared: bool = False
+    ) -> NodeIdentity:
         env = os.environ if env is None else env
-        return cls(int(env.get(ENV_NODE_RANK) or 0), int(env.get(ENV_NODES) or 1))
+        return cls(int(env.get(ENV_NODE_RANK) or 0), int(env.get(ENV_NODES) or 1), shared)
 
 
 def part_name(rank: int) -> str:
@@ -124,7 +134,7 @@ def materialise(
     saved = saved_nodes(manifest.metadata)
     check_world(layout, resume.version, saved, node.nodes)
     keys = [s.key for s in manifest.shards]
-    if saved is not None and saved == node.nodes and saved > 1:
+    if saved is not None and saved == node.nodes and node.coordinated:
         data = store.get_bytes(resume.location.shard_key(resume.version, part_name(node.rank)))
         keys = [e.key for e in decode_part(data)] if data is not None else keys
     signs = set(layout.sign_keys(keys))
@@ -155,14 +165,15 @@ def materialise(
 
 
 def materialise_from_env(
-    layout: Layout, root: Path, env: Mapping[str, str] | None = None
+    layout: Layout, root: Path, env: Mapping[str, str] | None = None, *, shared: bool = False
 ) -> ResumePoint | None:
-    """Restores RLJOB_RESUME_URI's version into root; None on a fresh start."""
+    """Restores RLJOB_RESUME_URI's version into root; None on a fresh start (or, with a shared
+    directory, on every node but 0: node 0 restores it all)."""
     env = os.environ if env is None else env
-    resume = resolve_resume(env)
+    node = NodeIdentity.from_env(env, shared=shared)
+    resume = resolve_resume(env) if node.driver or not shared else None
     if resume is None:
         return None
-    node = NodeIdentity.from_env(env)
     materialise(layout, root, resume, node, endpoint=StoreEndpoint.from_env(env))
     return resume
 

@@ -169,3 +169,29 @@ def test_a_node_that_never_arrives_times_out_naming_it(tmp_path: Path) -> None:
         driver.run_once()
     assert caught.value.missing == [1, 2]
     assert store.manifest(8) is None
+
+
+@pytest.mark.parametrize("save", SAVES, ids=SAVE_IDS)
+def test_a_shared_directory_is_mirrored_whole_by_node_zero_alone(
+    save: Save, tmp_path: Path
+) -> None:
+    """One volume every node writes into (a Ray-launched framework): node 0 uploads every
+    node's files and commits at once, with no ready marker or parts to wait for; the version
+    still records the gang's two nodes, so a resume on another count is refused."""
+    store = MemoryStore()
+    writer = CheckpointWriter(
+        LOCATION, ATTEMPT, store=cast(CheckpointStore, store), check_newer_attempt=False
+    )
+    node = NodeIdentity(0, 2, shared=True)
+    driver = Mirror(get_layout(save.layout), tmp_path, writer, node=node, interval=0.05)
+    save.write_files(tmp_path, 5, node=1, nodes=2)
+    save.save(tmp_path, 5, node=0, nodes=2)
+
+    assert driver.run_once() == 5
+
+    manifest = store.manifest(5)
+    assert manifest is not None
+    files = {k: len(v) for k, v in tree(tmp_path).items() if "/" in k}
+    assert {s.key: s.size for s in manifest.shards} == files
+    assert manifest.metadata[METADATA_KEY]["nodes"] == 2
+    assert not [key for key in store.objects if "/parts/" in key or key.endswith(READY_NAME)]

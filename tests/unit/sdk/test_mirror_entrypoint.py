@@ -21,8 +21,16 @@ from rljob.sdk import entrypoint, mirror
         ["--checkpoint-layout", "verl", "--checkpoint-dir", "/d", "--"],
         ["--checkpoint-layout=verl", "--checkpoint-bogus=1", "--", "true"],
         ["--checkpoint-dir"],
+        ["--checkpoint-layout=verl", "--checkpoint-dir=/d", "--checkpoint-shared=yes", "--", "t"],
     ],
-    ids=["no-dir", "no-separator", "no-command", "unknown-flag", "flag-without-value"],
+    ids=[
+        "no-dir",
+        "no-separator",
+        "no-command",
+        "unknown-flag",
+        "flag-without-value",
+        "shared-takes-no-value",
+    ],
 )
 def test_malformed_checkpoint_flags_are_a_usage_error(
     argv: list[str], capsys: pytest.CaptureFixture[str]
@@ -53,7 +61,7 @@ def test_without_a_store_the_trainer_runs_unmirrored(
 def test_a_refused_restore_never_starts_the_trainer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(layout: str, root: Path) -> mirror.Mirror | None:
+    def refuse(layout: str, root: Path, **_: object) -> mirror.Mirror | None:
         from rljob.sdk.layouts import WorldSizeMismatch
 
         raise WorldSizeMismatch(layout, 2, 3, "v000000000010-a000001")
@@ -66,3 +74,40 @@ def test_a_refused_restore_never_starts_the_trainer(
     assert code == entrypoint.NATIVE_RESTORE_FAILED
     assert not marker.exists()
     assert log.read_text().startswith("WorldSizeMismatch: v000000000010-a000001 was saved by 2")
+
+
+@pytest.mark.parametrize(
+    ("flags", "shared"),
+    [
+        pytest.param([], False, id="each-node-its-own-directory"),
+        pytest.param(["--checkpoint-shared"], True, id="one-shared-directory"),
+    ],
+)
+def test_the_shared_flag_reaches_the_mirror(
+    flags: list[str], shared: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[bool] = []
+
+    def launch(layout: str, root: Path, *, shared: bool = False) -> mirror.Mirror | None:
+        seen.append(shared)
+        return None
+
+    monkeypatch.setattr(mirror, "launch", launch)
+    monkeypatch.setenv(entrypoint.TERMINATION_LOG_ENV, str(tmp_path / "termination-log"))
+    argv = ["--checkpoint-layout=verl", *flags, f"--checkpoint-dir={tmp_path}", "--"]
+    assert entrypoint.main([*argv, sys.executable, "-c", "raise SystemExit(0)"]) == 0
+    assert seen == [shared]
+
+
+def test_on_a_shared_directory_only_node_zero_restores(tmp_path: Path) -> None:
+    """Node 1 returns before reading the store at all (no endpoint is configured here)."""
+    from rljob.sdk.layouts import get_layout
+    from rljob.sdk.native import materialise_from_env
+
+    env = {
+        "NNODES": "2",
+        "NODE_RANK": "1",
+        "RLJOB_RESUME_URI": "s3://b/p/rl/j/v000000000005-a000001",
+    }
+    assert materialise_from_env(get_layout("verl"), tmp_path, env, shared=True) is None
+    assert list(tmp_path.iterdir()) == []
