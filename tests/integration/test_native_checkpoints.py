@@ -108,6 +108,35 @@ def test_two_nodes_each_restore_their_own_files(
         assert restored == original
 
 
+@pytest.mark.parametrize(
+    "save",
+    [s for s in SAVES if s.layout in ("verl", "nemo-rl", "megatron")],
+    ids=lambda s: s.layout,
+)
+def test_a_shared_directory_round_trips_through_node_zero_alone(
+    save: Save, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    """Both nodes write into one volume (--checkpoint-shared): node 0 mirrors it whole, restores
+    it whole; node 1 restores nothing; a resume on three nodes is refused."""
+    shared, target = tmp_path / "shared", tmp_path / "restored"
+    save.write_files(shared, 6, node=1, nodes=2)
+    save.save(shared, 6, node=0, nodes=2)
+    location = s3_bucket.location()
+    writer = CheckpointWriter.from_env(env_for(s3_bucket, location))
+    node = NodeIdentity(0, 2, shared=True)
+    assert Mirror(get_layout(save.layout), shared, writer, node=node).run_once() == 6
+    env = {**env_for(s3_bucket, location, 0, 2), **resume_env(location, VersionId(6, ATTEMPT))}
+    layout = get_layout(save.layout)
+    assert materialise_from_env(layout, target, env, shared=True) is not None
+    assert tree(target) == saved_tree(save, shared, 6)
+    other = {**env, "NODE_RANK": "1"}
+    assert materialise_from_env(layout, tmp_path / "node1", other, shared=True) is None
+    assert not (tmp_path / "node1").exists()
+    with pytest.raises(WorldSizeMismatch, match="saved by 2 trainer node"):
+        three = {**env, "NNODES": "3"}
+        materialise_from_env(layout, tmp_path / "three", three, shared=True)
+
+
 def test_a_different_node_count_is_refused_before_any_download(
     s3_bucket: S3Bucket, tmp_path: Path
 ) -> None:
