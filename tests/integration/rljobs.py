@@ -141,3 +141,34 @@ def kubectl(cluster: Cluster, *args: str) -> str:
         timeout=30,
     )
     return out.stdout
+
+
+def events(cluster: Cluster, namespace: str, reason: str) -> list[dict[str, Any]]:
+    """The namespace's Events with `reason`."""
+    path = f"/api/v1/namespaces/{namespace}/events?fieldSelector=reason%3D{reason}"
+    found: list[dict[str, Any]] = cluster.api.get(path)["items"]
+    return found
+
+
+# The drift window and warm-up every second-scale health scenario runs with.
+DRIFT_WINDOW, DRIFT_WARMUP = 20.0, 10.0
+
+
+def second_scale_health(source: dict[str, Any], **detectors: Any) -> dict[str, Any]:
+    """spec.health for the bed's scenarios: evaluated every second, a 20 s drift window after
+    10 s of warm-up, a 10-minute cooldown; `detectors` add or override detector settings."""
+    return {
+        "source": source,
+        "interval": "1s",
+        "kvDrift": {
+            "threshold": 0.2,
+            "window": f"{DRIFT_WINDOW:.0f}s",
+            "warmup": f"{DRIFT_WARMUP:.0f}s",
+            "cooldown": "10m",
+        },
+        **detectors,
+    }
+
+
+# A restarted gang or pod comes back within seconds on the bed.
+FAST_BACKOFF = {"backoff": {"initial": "1s", "max": "2s"}}

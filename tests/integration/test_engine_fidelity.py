@@ -19,12 +19,22 @@ from rljob.dev.scrape import metric_values
 from rljob.dev.sim.launcher import Simulator
 from tests.helpers import quiet_for, wait_for
 from tests.integration.conftest import Cluster, Operator
-from tests.integration.rljobs import apply_rljob, example, get_rljob, pod_uids, wait_condition
+from tests.integration.rljobs import (
+    DRIFT_WARMUP,
+    DRIFT_WINDOW,
+    FAST_BACKOFF,
+    apply_rljob,
+    example,
+    get_rljob,
+    pod_uids,
+    second_scale_health,
+    wait_condition,
+)
 
 pytestmark = pytest.mark.integration
 
 NAME = "grpo-minimal"
-WINDOW, WARMUP = 20.0, 10.0
+WINDOW, WARMUP = DRIFT_WINDOW, DRIFT_WARMUP
 STALL_TIMEOUT = 15.0
 
 
@@ -37,18 +47,11 @@ def _job(prometheus_url: str, engine: str, sim_profile: dict[str, Any]) -> dict[
     }
     return example(
         roles={"rollout": rollout, "trainer": {"nodes": 1, "gpus": 8}},
-        health={
-            "source": {"prometheus": {"url": prometheus_url}},
-            "interval": "1s",
-            "kvDrift": {
-                "threshold": 0.2,
-                "window": f"{WINDOW:.0f}s",
-                "warmup": f"{WARMUP:.0f}s",
-                "cooldown": "10m",
-            },
-            "engineStall": {"timeout": f"{STALL_TIMEOUT:.0f}s"},
-        },
-        failurePolicy={"backoff": {"initial": "1s", "max": "2s"}},
+        health=second_scale_health(
+            {"prometheus": {"url": prometheus_url}},
+            engineStall={"timeout": f"{STALL_TIMEOUT:.0f}s"},
+        ),
+        failurePolicy=FAST_BACKOFF,
     )
 
 

@@ -16,23 +16,26 @@ from rljob.dev.sim import Simulator
 from tests.helpers import quiet_for, wait_for
 from tests.integration.conftest import Cluster, Operator
 from tests.integration.rljobs import (
+    DRIFT_WARMUP,
+    DRIFT_WINDOW,
+    FAST_BACKOFF,
     JOBS,
     apply_rljob,
     children,
     condition,
+    events,
     example,
     fail_rank0,
     get_rljob,
-    kubectl,
     pod_uids,
+    second_scale_health,
     wait_condition,
 )
 
 pytestmark = pytest.mark.integration
 
 NAME = "grpo-minimal"
-WINDOW = 20.0
-WARMUP = 10.0
+WINDOW, WARMUP = DRIFT_WINDOW, DRIFT_WARMUP
 DROP = 0.30
 NAIVE_AVERAGE_SECONDS = 60.0  # RLJobRolloutThroughputDrift's 1h average at second scale
 
@@ -40,19 +43,12 @@ NAIVE_AVERAGE_SECONDS = 60.0  # RLJobRolloutThroughputDrift's 1h average at seco
 def _health_job(prometheus_url: str, engines: int = 4) -> dict[str, Any]:
     return example(
         roles={"rollout": {"replicas": engines, "gpus": 1}, "trainer": {"nodes": 1, "gpus": 8}},
-        health={
-            "source": {"prometheus": {"url": prometheus_url}},
-            "interval": "1s",
-            "kvDrift": {
-                "threshold": 0.2,
-                "window": f"{WINDOW:.0f}s",
-                "warmup": f"{WARMUP:.0f}s",
-                "cooldown": "10m",
-            },
-            "engineStall": {"timeout": "15s"},
-            "trainerStall": {"timeout": "10s", "startupGrace": "5s"},
-        },
-        failurePolicy={"backoff": {"initial": "1s", "max": "2s"}},
+        health=second_scale_health(
+            {"prometheus": {"url": prometheus_url}},
+            engineStall={"timeout": "15s"},
+            trainerStall={"timeout": "10s", "startupGrace": "5s"},
+        ),
+        failurePolicy=FAST_BACKOFF,
     )
 
 
@@ -68,14 +64,6 @@ def _drift_value(operator: Operator, namespace: str) -> float | None:
     matchers = ('detector="kv_drift"', f'namespace="{namespace}"')
     found = metric_values(operator.metrics_url, "rljob_detector_value", *matchers)
     return found[0] if found else None
-
-
-def _events(cluster: Cluster, namespace: str, reason: str) -> str:
-    selector = f"reason={reason}"
-    columns = "custom-columns=MSG:.message"
-    return kubectl(
-        cluster, "get", "events", "-n", namespace, "--field-selector", selector, "-o", columns
-    )
 
 
 def _running(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +102,7 @@ def test_one_drifting_engine_is_restarted_alone(
         3 * WINDOW + 30,
         f"{victim} to be restarted",
     )
-    message = _events(cluster, namespace, "PodRestarted")
+    message = "\n".join(e["message"] for e in events(cluster, namespace, "PodRestarted"))
     numbers = re.search(r"(\d+) tok/s vs baseline (\d+)", message)
     assert numbers is not None, message
     measured, measured_baseline = float(numbers[1]), float(numbers[2])
@@ -238,7 +226,7 @@ def test_the_naive_drift_alert_fires_on_a_drift_the_operator_only_reports(
     wait_for(firing, 120, f"RLJobRolloutThroughputDrift firing for {victim}")
     assert victim in pod_uids(cluster, namespace, NAME, "rollout")  # reported, not restarted
     # Found every health round since, said once: a standing finding repeats every 10 minutes.
-    reports = _events(cluster, namespace, "KVCacheDrift").splitlines()[1:]
+    reports = [e["message"] for e in events(cluster, namespace, "KVCacheDrift")]
     assert len(reports) == 1, reports
     assert victim in reports[0] and "report" in reports[0]
 

@@ -15,6 +15,7 @@ from tests.integration.rljobs import (
     JOBS,
     apply_rljob,
     children,
+    events,
     fail_rank0,
     get_rljob,
     kubectl,
@@ -27,7 +28,7 @@ from tests.integration.test_operator_checkpoints import (
     _trainer_env,
     _writer,
 )
-from tests.integration.test_remediation import NAME, _assert_one_attempt_at_a_time, _events, _spec
+from tests.integration.test_remediation import NAME, _assert_one_attempt_at_a_time, _spec
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +58,7 @@ def test_a_trainer_job_deleted_by_hand_starts_the_next_attempt_from_the_newest_c
         (2, None),
     ]
     assert status["restarts"]["total"] == 0, "the user's deletion is not a policy restart"
-    assert len(_events(cluster, namespace, "TrainerJobDeleted")) == 1
+    assert len(events(cluster, namespace, "TrainerJobDeleted")) == 1
 
 
 def test_a_manual_restart_during_a_gang_restart_starts_one_attempt_after_it(

@@ -29,10 +29,10 @@ from tests.integration.rljobs import (
     apply_rljob,
     children,
     condition,
+    events,
     example,
     fail_rank0,
     get_rljob,
-    kubectl,
     wait_condition,
     wait_phase,
 )
@@ -56,21 +56,6 @@ def _crash_ids(crash_at: str | None) -> str:
     return "uninterrupted" if crash_at is None else f"sigkill-at-{crash_at}"
 
 
-def _events(cluster: Cluster, namespace: str, reason: str) -> list[str]:
-    out = kubectl(
-        cluster,
-        "get",
-        "events",
-        "-n",
-        namespace,
-        "--field-selector",
-        f"reason={reason}",
-        "-o",
-        "name",
-    )
-    return out.split()
-
-
 def test_nccl_watchdog_abort_gang_restarts_from_the_newest_checkpoint(
     cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
 ) -> None:
@@ -92,7 +77,7 @@ def test_nccl_watchdog_abort_gang_restarts_from_the_newest_checkpoint(
     )
     assert "Watchdog caught collective operation timeout" in restarts["recent"][-1]["message"]
     assert "inFlight" not in job["status"]
-    assert len(_events(cluster, namespace, "GangRestarted")) == 1
+    assert len(events(cluster, namespace, "GangRestarted")) == 1
     assert [j["metadata"]["name"] for j in children(cluster, namespace, JOBS, NAME)] == [
         f"{NAME}-trainer-a2"
     ]
@@ -112,7 +97,7 @@ def test_a_restart_storm_exhausts_the_budget_and_fails_the_job(
     assert job["status"]["restarts"]["counted"] == 2
     failed = condition(job, "Failed")
     assert failed["reason"] == "FailurePolicy" and "NCCLTimeout" in failed["message"]
-    assert len(_events(cluster, namespace, "GangRestarted")) == 2
+    assert len(events(cluster, namespace, "GangRestarted")) == 2
 
 
 def test_gang_restarts_resuming_from_the_same_step_end_the_job(
@@ -130,7 +115,7 @@ def test_gang_restarts_resuming_from_the_same_step_end_the_job(
     assert failed["reason"] == "FailurePolicy"
     assert "no progress: the last 2 gang restarts all resumed from scratch" in failed["message"]
     assert job["status"]["restarts"]["counted"] == 2
-    assert len(_events(cluster, namespace, "GangRestarted")) == 2
+    assert len(events(cluster, namespace, "GangRestarted")) == 2
 
 
 def test_old_pods_stuck_terminating_on_a_ready_node_are_reported_not_force_deleted(
@@ -150,11 +135,11 @@ def test_old_pods_stuck_terminating_on_a_ready_node_are_reported_not_force_delet
             wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
             fail_rank0(cluster, namespace, NAME)
             wait_for(
-                lambda: _events(cluster, namespace, "TrainerTeardownStuck"),
+                lambda: events(cluster, namespace, "TrainerTeardownStuck"),
                 60,
                 "a TrainerTeardownStuck Event",
             )
-            assert _events(cluster, namespace, "PodForceDeleted") == []
+            assert events(cluster, namespace, "PodForceDeleted") == []
             jobs = [j["metadata"]["name"] for j in children(cluster, namespace, JOBS, NAME)]
             assert f"{NAME}-trainer-a2" not in jobs
             _force_delete_pods(cluster, namespace)  # the old pods finally go
@@ -196,7 +181,7 @@ def test_a_role_restart_rule_rolls_every_engine_once_and_leaves_the_trainer(
     assert job["status"]["restarts"]["total"] == 1
     recent = job["status"]["restarts"]["recent"][-1]
     assert (recent["reason"], recent["action"]) == ("OOMKilled", "RestartRole")
-    assert len(_events(cluster, namespace, "RoleRestarted")) == 1
+    assert len(events(cluster, namespace, "RoleRestarted")) == 1
     deployment = cluster.api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{NAME}-rollout")
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert annotations["rljob.io/restarted-at"] == "role-rollout-1"
@@ -229,7 +214,7 @@ def test_sigkill_at_a_crash_point_resumes_the_gang_restart_exactly_once(
     _assert_one_attempt_at_a_time(history, attempts={"1", "2"})
     assert job["status"]["attempt"] == 2
     assert job["status"]["restarts"]["total"] == 1
-    assert len(_events(cluster, namespace, "GangRestarted")) == 1
+    assert len(events(cluster, namespace, "GangRestarted")) == 1
     assert [j["metadata"]["name"] for j in children(cluster, namespace, JOBS, NAME)] == [
         f"{NAME}-trainer-a2"
     ]
@@ -265,7 +250,7 @@ def test_a_rollout_pod_oom_killed_repeatedly_is_restarted_alone_once(
     restarts = job["status"]["restarts"]
     assert (restarts["total"], restarts["byReason"]) == (1, {"OOMKilled": 1})
     assert restarts["recent"][-1]["pod"] == victim[0]
-    assert len(_events(cluster, namespace, "PodRestarted")) == 1
+    assert len(events(cluster, namespace, "PodRestarted")) == 1
     (same_trainer,) = children(cluster, namespace, JOBS, NAME, "trainer")
     assert same_trainer["metadata"]["uid"] == trainer["metadata"]["uid"]
 
@@ -279,11 +264,10 @@ def test_an_oom_kill_the_policy_only_reports_is_said_and_nothing_restarts(
     (victim,) = children(cluster, namespace, PODS, NAME, "rollout")
     _oom_twice(cluster, operator, namespace, victim["metadata"]["name"], crash_at=None)
 
-    wait_for(lambda: _events(cluster, namespace, "OOMKilled"), 60, "the OOMKilled report")
-    (report,) = _events(cluster, namespace, "OOMKilled")
-    message = cluster.api.get(f"/api/v1/namespaces/{namespace}/{report.replace('event', 'events')}")
-    assert message["involvedObject"]["kind"] == "RLJob"
-    assert message["message"].endswith("; report"), message["message"]
+    wait_for(lambda: events(cluster, namespace, "OOMKilled"), 60, "the OOMKilled report")
+    (report,) = events(cluster, namespace, "OOMKilled")
+    assert report["involvedObject"]["kind"] == "RLJob"
+    assert report["message"].endswith("; report"), report["message"]
     (same,) = children(cluster, namespace, PODS, NAME, "rollout")
     assert same["metadata"]["uid"] == victim["metadata"]["uid"]
     assert get_rljob(cluster, namespace, NAME)["status"]["restarts"]["total"] == 0

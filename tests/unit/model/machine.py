@@ -100,6 +100,11 @@ NO_PROGRESS = re.compile(
 EDITED_VARIABLE = "MODEL_EDIT"
 SUSPECT_NODE_TTL = "10m"
 EDITS = ("rollout-replicas-1", "rollout-replicas-3", "rollout-env", "verifier-env")
+GANG_ENGINE_RULE = {
+    "roles": ["trainer"],
+    "onReasons": ["KVCacheDrift"],
+    "action": "RestartTrainerGang",
+}
 
 
 def job_body() -> JSON:
@@ -111,6 +116,9 @@ def job_body() -> JSON:
     body["spec"]["failurePolicy"]["maxRestarts"] = 4
     # Short enough that runs see suspect nodes expire.
     body["spec"]["failurePolicy"]["suspectNodeTTL"] = SUSPECT_NODE_TTL
+    # Engines inside the trainer gang too; a drifting one restarts the gang by this rule.
+    roles["trainer"]["engines"] = {"exporter": "engine", "port": 8100}
+    body["spec"]["failurePolicy"]["rules"].append(GANG_ENGINE_RULE)
     return body
 
 
@@ -291,12 +299,15 @@ class ActionEngine(RuleBasedStateMachine):
         self.cluster.crash_container(pods[index % len(pods)], reason, exit_code, message)
 
     @precondition(lambda self: bool(self._pods("rollout", "trainer")))
-    @rule(index=st.integers(0, 3))
+    @rule(index=st.integers(0, 4))
     def health_round_finds(self, index: int) -> None:
-        """A finding of the detectors: a drifting engine (index < 2) or a stalled trainer."""
-        engines = self._pods("rollout")
+        """A finding of the detectors: a drifting engine (index < 2), a drifting engine inside
+        a trainer pod (index 4: the gang restarts by GANG_ENGINE_RULE) or a stalled trainer."""
+        engines, ranks = self._pods("rollout"), self._pods("trainer")
         if index < 2 and engines:
             target, detector, reason = engines[index % len(engines)], KV_DRIFT, KV_CACHE_DRIFT
+        elif index == 4 and ranks:
+            target, detector, reason = ranks[0], KV_DRIFT, KV_CACHE_DRIFT
         else:
             target, detector, reason = "trainer", TRAINER_STALL, TRAINER_STALLED
         evaluation = finding(detector, target, reason, f"{reason.value} of {target}", {})

@@ -446,3 +446,4 @@ def test_a_drifting_engine_inside_the_gang_is_reported_or_restarts_the_gang_by_r
         assert action is None and decision.plan.status.attempt == 1
         (report,) = decision.reports
         assert report[1].reason == "KVCacheDrift" and rank in report[0]
+        assert report[1].message.endswith("a rule on role trainer may restart it)")

@@ -44,6 +44,15 @@ def test_through_ray_keeps_vllms_metrics_renamed_with_the_worker() -> None:
     }
 
 
+def test_an_engine_that_stopped_stepping_shows_only_its_counters_through_ray() -> None:
+    names = {
+        s.name
+        for f in text_string_to_metric_families(through_ray(VLLM_PAGE, "w1", gauges=False))
+        for s in f.samples
+    }
+    assert names == {"ray_vllm_generation_tokens_total"}
+
+
 def gang_pod(
     name: str, uid: str, ip: str, port_name: str, port: int, engines: int
 ) -> dict[str, Any]:

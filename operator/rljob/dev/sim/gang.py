@@ -17,6 +17,7 @@ from rljob.dev.sim.exposition import CONTENT_TYPE
 from rljob.dev.sim.faults import Active
 from rljob.dev.sim.httpserver import Listener, Request, Response, listen
 from rljob.dev.sim.models import EngineModel
+from rljob.dev.sim.models.engine import Mode
 from rljob.dev.sim.pods import PodInfo, is_loopback
 from rljob.dev.sim.profiles import AnyProfile, EngineProfile
 
@@ -30,9 +31,16 @@ def ray_metric_name(name: str) -> str:
     return "ray_" + re.sub(r"[^a-zA-Z0-9_]", "_", name)
 
 
-def through_ray(page: str, worker: str) -> str:
+def through_ray(page: str, worker: str, *, gauges: bool = True) -> str:
     """One engine's vLLM page as Ray's metrics agent exports it: only vLLM's metrics, renamed,
-    with the actor's WorkerId."""
+    with the actor's WorkerId. Without `gauges`: Ray 2.60.0 drops a gauge two report intervals
+    after it was last set, and vLLM sets them only when a step returns outputs, so an engine
+    that stopped stepping shows its counters only (tests/upstream/test_ray_engine_metrics.py)."""
+    gauge_names = {
+        match["name"]
+        for line in page.splitlines()
+        if (match := _COMMENT.match(line)) and match["kind"] == "TYPE" and "gauge" in match["rest"]
+    }
     lines = []
     for line in page.splitlines():
         comment = _COMMENT.match(line)
@@ -44,9 +52,15 @@ def through_ray(page: str, worker: str) -> str:
         sample = _SAMPLE.match(line)
         if sample is None or not sample["name"].startswith("vllm:"):
             continue
+        if not gauges and sample["name"] in gauge_names:
+            continue
         labels = ",".join(filter(None, (sample["labels"], f'WorkerId="{worker}"')))
         lines.append(f"{ray_metric_name(sample['name'])}{{{labels}}}{sample['rest']}")
     return "\n".join(lines) + "\n"
+
+
+# Modes in which an engine runs no step that returns outputs (vLLM then sets no gauge).
+NOT_STEPPING = frozenset({Mode.STALLED, Mode.IDLE, Mode.ASLEEP, Mode.PAUSED})
 
 
 def _engine_sample(line: str) -> bool:
@@ -91,7 +105,9 @@ class GangEngines:
     def render(self) -> str:
         """One page: the first engine's with its HELP and TYPE lines, the others' samples."""
         pages = [
-            through_ray(model.render(), f"{self.pod.uid}-{index}")
+            through_ray(
+                model.render(), f"{self.pod.uid}-{index}", gauges=model.mode not in NOT_STEPPING
+            )
             if self.through_ray
             else model.render()
             for index, model in enumerate(self.models)

@@ -188,6 +188,8 @@ def _phrase(plan: _Plan) -> str:
             return "gang-restart the trainer from its latest checkpoint"
         case FailureAction.FAIL_JOB:
             return "fail the job"
+        case FailureAction.REPORT if plan.rule == "built-in:engines-in-gang":
+            return "report (an engine in the trainer gang; a rule on role trainer may restart it)"
         case FailureAction.REPORT:
             return "report"
         case _:
