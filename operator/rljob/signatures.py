@@ -31,6 +31,7 @@ CONTAINER_FAILED = "ContainerFailed"
 RAY_ACTOR_DIED = "RayActorDied"
 RAY_NODE_DIED = "RayNodeDied"
 RAY_OUT_OF_MEMORY = "RayOutOfMemory"
+CONFIG_ERROR = "ConfigError"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,10 @@ def _sig(name: str, pattern: str, reason: str, *, primary: bool) -> Signature:
 # Most specific first: the first signature a line matches decides what the line means (a
 # RuntimeError whose text is a CUDA fault is that fault, not a generic exception).
 SIGNATURES: tuple[Signature, ...] = (
+    # The entrypoint refused to restore a version saved by another node count in a layout that
+    # does not reshard (rljob.sdk.layouts.WorldSizeMismatch; it exits before the trainer starts):
+    # a restart would be refused the same way, so it is the spec's to change.
+    _sig("world-size-mismatch", r"\bWorldSizeMismatch: ", CONFIG_ERROR, primary=True),
     # CUDA runtime (libcudart): cudaErrorECCUncorrectable; NVIDIA's Xid kernel messages
     # ("NVRM: Xid (PCI:...): 79, ...", docs.nvidia.com/deploy/xid-errors) when a tool echoes them.
     _sig("ecc", r"uncorrectable ECC error", GPU_HARDWARE_ERROR, primary=True),

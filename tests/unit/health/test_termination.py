@@ -151,6 +151,12 @@ CONTAINER_CASES = [
     pytest.param(
         ContainerTermination(0, "Completed"), "Always", R.CRASH_LOOP, id="server-exited-zero"
     ),
+    pytest.param(
+        ContainerTermination(3, "Error", "WorldSizeMismatch: v000000000020-a000001 was saved by 2"),
+        "Never",
+        R.CONFIG_ERROR,
+        id="resume-refused-for-another-node-count",
+    ),
     pytest.param(ContainerTermination(0, "Completed"), "Never", None, id="job-pod-succeeded"),
     pytest.param(
         ContainerTermination(0, "Completed"), "OnFailure", None, id="on-failure-succeeded"

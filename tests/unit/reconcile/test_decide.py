@@ -447,3 +447,24 @@ def test_a_drifting_engine_inside_the_gang_is_reported_or_restarts_the_gang_by_r
         (report,) = decision.reports
         assert report[1].reason == "KVCacheDrift" and rank in report[0]
         assert report[1].message.endswith("a rule on role trainer may restart it)")
+
+
+def test_a_resume_refused_for_another_node_count_fails_the_job_saying_why() -> None:
+    """The entrypoint refuses a version saved by 2 nodes on 3 (exit 3, WorldSizeMismatch): a
+    gang restart would be refused the same way (before, it restarted until noProgressRestarts),
+    so the job fails at once with the entrypoint's reason and remedy."""
+    w = running_world()
+    refusal = (
+        "WorldSizeMismatch: v000000000020-a000001 was saved by 2 trainer node(s) in the verl "
+        "layout, whose shards are tied to the world size; this attempt has 3: resume with 2 "
+        "node(s) or start from scratch"
+    )
+    w.fail_rank(1, 0, exit_code=3, reason="Error", message=refusal)
+    w.finish_job(1, failed=True)
+
+    decision = decide_now(w)
+
+    status = decision.plan.status
+    assert (status.phase, status.attempt, status.in_flight) == (JobPhase.FAILED, 1, None)
+    (failed,) = [c for c in status.conditions if c.type == "Failed"]
+    assert "WorldSizeMismatch" in failed.message and "resume with 2 node(s)" in failed.message
