@@ -51,6 +51,14 @@ class EngineSample:
     # The stats-log gauges of an engine that writes them only when it logs (SGLang); equal
     # values in consecutive samples mean it logged nothing in between. None: not such an engine.
     gauges: tuple[float | None, ...] | None = None
+    # The operating point (DESIGN section 6): cumulative counts of finished requests and of their
+    # prompt and generated tokens (vLLM's request length histograms' _count and _sums; SGLang's
+    # finish-time counters), and the per-token decode latency histogram's _sum and _count.
+    finished_requests_total: float | None = None
+    finished_prompt_tokens_total: float | None = None
+    finished_generation_tokens_total: float | None = None
+    token_latency_seconds_total: float | None = None
+    token_latency_count_total: float | None = None
 
     @property
     def serving(self) -> bool:
@@ -123,6 +131,11 @@ def sanitize_sample(sample: EngineSample) -> EngineSample | None:
         tokens_at_finish=sample.tokens_at_finish is True,
         generation_rate=_optional(sample.generation_rate),
         gauges=sample.gauges,
+        finished_requests_total=_optional(sample.finished_requests_total),
+        finished_prompt_tokens_total=_optional(sample.finished_prompt_tokens_total),
+        finished_generation_tokens_total=_optional(sample.finished_generation_tokens_total),
+        token_latency_seconds_total=_optional(sample.token_latency_seconds_total),
+        token_latency_count_total=_optional(sample.token_latency_count_total),
     )
 
 
