@@ -68,6 +68,15 @@ def test_vllm_names_are_the_designs() -> None:
         "vllm:gpu_cache_usage_perc",
         "vllm:gpu_prefix_cache_hits_total",
         "vllm:gpu_prefix_cache_queries_total",
+        # The operating point: request length histograms observed at finish, decode latency.
+        "vllm:request_generation_tokens_count",
+        "vllm:request_prompt_tokens_sum",
+        "vllm:request_generation_tokens_sum",
+        "vllm:inter_token_latency_seconds_sum",
+        "vllm:inter_token_latency_seconds_count",
+        # Before 0.11 (PR #24110), read where inter_token_latency_seconds is missing.
+        "vllm:time_per_output_token_seconds_sum",
+        "vllm:time_per_output_token_seconds_count",
     }
     sleep = VLLM.signals()[SLEEP_STATE]
     assert sleep.matchers == (("sleep_state", "awake"),)

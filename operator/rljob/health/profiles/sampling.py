@@ -4,10 +4,13 @@ histogram snapshots for the verifier latency detector."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from rljob.health.profiles.lookup import SeriesLookup
 from rljob.health.profiles.signals import (
+    FINISHED_GENERATION_TOKENS,
+    FINISHED_PROMPT_TOKENS,
+    FINISHED_REQUESTS,
     GENERATION_RATE,
     GENERATION_TOKENS,
     GENERATION_TOKENS_AT_FINISH,
@@ -23,6 +26,10 @@ from rljob.health.profiles.signals import (
     REQUESTS_WAITING,
     SLEEP_STATE,
     TIME_EPSILON,
+    TOKEN_LATENCY_COUNT,
+    TOKEN_LATENCY_COUNT_LEGACY,
+    TOKEN_LATENCY_SUM,
+    TOKEN_LATENCY_SUM_LEGACY,
     VERIFIER_BUCKETS,
     VERIFIER_ERRORS,
     Series,
@@ -64,11 +71,13 @@ def engine_samples(
     thinned to `min_spacing`), from its series by signal name. A timestamp without the token
     counter, running or waiting values gives no sample; optional metrics missing at a
     timestamp are None. Where the pod lacks a metric under its current name, the older name
-    (vLLM before 0.9) or the fallback counter (SGLang before realtime_tokens) is read."""
-    label = profile.engine_label
+    (vLLM before 0.9, or before 0.11 for the decode latency) or the fallback counter (SGLang
+    before realtime_tokens) is read. A signal the profile shares with another (SGLang's
+    finish-time counters) is read from that one's series."""
+    label, shared = profile.engine_label, profile.shared_series()
 
     def lookup(name: str, older: str | None = None) -> SeriesLookup:
-        found = SeriesLookup(series.get(name, ()), label, staleness)
+        found = SeriesLookup(series.get(shared.get(name, name), ()), label, staleness)
         if found or older is None:
             return found
         return SeriesLookup(series.get(older, ()), label, staleness)
@@ -88,6 +97,12 @@ def engine_samples(
         prefix = (lookup(PREFIX_CACHE_HITS_LEGACY), lookup(PREFIX_CACHE_QUERIES_LEGACY))
     kv, rate = lookup(KV_CACHE_USAGE, KV_CACHE_USAGE_LEGACY), lookup(GENERATION_RATE)
     preemptions, sleep, paused = lookup(PREEMPTIONS), lookup(SLEEP_STATE), lookup(PAUSED_REQUESTS)
+    finished = (
+        lookup(FINISHED_REQUESTS),
+        lookup(FINISHED_PROMPT_TOKENS),
+        lookup(FINISHED_GENERATION_TOKENS),
+    )
+    latency = _latency_lookups(lookup)
     samples = []
     times = sample_times(series.get(token_signal, ()), after=after, min_spacing=min_spacing)
     for t in times:
@@ -112,9 +127,25 @@ def engine_samples(
                 gauges=(required[1], required[2], kv_usage, decode_rate)
                 if profile.gauges_freeze
                 else None,
+                finished_requests_total=finished[0].reduce(t, sum),
+                finished_prompt_tokens_total=finished[1].reduce(t, sum),
+                finished_generation_tokens_total=finished[2].reduce(t, sum),
+                token_latency_seconds_total=latency[0].reduce(t, sum),
+                token_latency_count_total=latency[1].reduce(t, sum),
             )
         )
     return samples
+
+
+def _latency_lookups(
+    lookup: Callable[[str], SeriesLookup],
+) -> tuple[SeriesLookup, SeriesLookup]:
+    """The decode latency histogram's _sum and _count, both under the current name or both
+    under the older one (vLLM before 0.11), never one of each."""
+    current = (lookup(TOKEN_LATENCY_SUM), lookup(TOKEN_LATENCY_COUNT))
+    if current[0] or current[1]:
+        return current
+    return lookup(TOKEN_LATENCY_SUM_LEGACY), lookup(TOKEN_LATENCY_COUNT_LEGACY)
 
 
 def _sleeping(gauge: SleepGauge | None, values: list[float]) -> bool | None:

@@ -59,6 +59,16 @@ GENERATION_RATE = "generation_rate"
 KV_CACHE_USAGE_LEGACY = "kv_cache_usage_legacy"
 PREFIX_CACHE_HITS_LEGACY = "prefix_cache_hits_legacy"
 PREFIX_CACHE_QUERIES_LEGACY = "prefix_cache_queries_legacy"
+# The operating point, from series observed as requests finish (their count and the prompt and
+# generated tokens they held) and the per-token decode latency histogram's _sum and _count.
+FINISHED_REQUESTS = "finished_requests"
+FINISHED_PROMPT_TOKENS = "finished_prompt_tokens"
+FINISHED_GENERATION_TOKENS = "finished_generation_tokens"
+TOKEN_LATENCY_SUM = "token_latency_sum"
+TOKEN_LATENCY_COUNT = "token_latency_count"
+# vLLM before 0.11 (time_per_output_token_seconds), read where the above two are missing.
+TOKEN_LATENCY_SUM_LEGACY = "token_latency_sum_legacy"
+TOKEN_LATENCY_COUNT_LEGACY = "token_latency_count_legacy"
 TRAINER_HEARTBEAT = "trainer_heartbeat"
 TRAINER_STEP = "trainer_step"
 TRAINER_PHASE = "trainer_phase"

@@ -12,6 +12,9 @@ from rljob.api.enums import Engine
 from rljob.api.spec import GangEngines, RolloutRole
 from rljob.health.profiles.signals import (
     CHECKPOINT_STEP,
+    FINISHED_GENERATION_TOKENS,
+    FINISHED_PROMPT_TOKENS,
+    FINISHED_REQUESTS,
     GENERATION_RATE,
     GENERATION_TOKENS,
     GENERATION_TOKENS_AT_FINISH,
@@ -27,6 +30,10 @@ from rljob.health.profiles.signals import (
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     SLEEP_STATE,
+    TOKEN_LATENCY_COUNT,
+    TOKEN_LATENCY_COUNT_LEGACY,
+    TOKEN_LATENCY_SUM,
+    TOKEN_LATENCY_SUM_LEGACY,
     TRAINER_HEARTBEAT,
     TRAINER_PHASE,
     TRAINER_STEP,
@@ -69,6 +76,14 @@ class EngineMetrics:
     # gauge of the recent decode rate that stands in for it (SGLang before realtime_tokens).
     generation_tokens_at_finish: str | None = None
     generation_rate: str | None = None
+    # The operating point (EngineSample's fields of the same names): counters of finished
+    # requests and of their prompt and generated tokens, and the decode latency histogram's
+    # _sum (seconds) and _count (tokens).
+    finished_requests_total: str | None = None
+    finished_prompt_tokens_total: str | None = None
+    finished_generation_tokens_total: str | None = None
+    token_latency_seconds_total: str | None = None
+    token_latency_count_total: str | None = None
     # Older names read where the current ones are missing: signal name -> metric.
     legacy: tuple[tuple[str, str], ...] = ()
     # Gauges are written only when the scheduler logs stats, so unchanged gauges mean it logged
@@ -90,6 +105,10 @@ class EngineMetrics:
             GENERATION_RATE: self.generation_rate,
             **dict(self.legacy),
         }
+        shared = self.shared_series()
+        names.update(
+            (name, metric) for name, metric in self._operating_point() if name not in shared
+        )
         signals = {name: Signal(name, metric) for name, metric in names.items() if metric}
         signals[GENERATION_TOKENS] = Signal(
             GENERATION_TOKENS, self.generation_tokens_total, self.generation_matchers
@@ -99,11 +118,41 @@ class EngineMetrics:
             signals[SLEEP_STATE] = Signal(SLEEP_STATE, self.sleep.metric, matchers)
         return signals
 
+    def shared_series(self) -> dict[str, str]:
+        """Operating-point signal -> the signal already queried for the same metric (SGLang's
+        finish-time counters are also its prefix-cache queries and completion counter), so
+        one query serves both."""
+        queried = {
+            self.prefix_cache_queries_total: PREFIX_CACHE_QUERIES,
+            self.generation_tokens_at_finish: GENERATION_TOKENS_AT_FINISH,
+        }
+        return {
+            name: queried[metric]
+            for name, metric in self._operating_point()
+            if metric is not None and metric in queried
+        }
+
+    def _operating_point(self) -> tuple[tuple[str, str | None], ...]:
+        return (
+            (FINISHED_REQUESTS, self.finished_requests_total),
+            (FINISHED_PROMPT_TOKENS, self.finished_prompt_tokens_total),
+            (FINISHED_GENERATION_TOKENS, self.finished_generation_tokens_total),
+            (TOKEN_LATENCY_SUM, self.token_latency_seconds_total),
+            (TOKEN_LATENCY_COUNT, self.token_latency_count_total),
+        )
+
 
 # vllm/v1/metrics/loggers.py: @a6f0308c (early 2025, V1 before 0.9) has only the gpu_ names;
 # @005a810b (0.10) has both, the gpu_ ones "Deprecated in 0.9"; hidden in 0.11 (PR #24245),
 # removed by PR #29330. vllm:engine_sleep_state came with PR #24176 behind VLLM_SERVER_DEV_MODE
 # and outside it with PR #27867 (2025-10-31): optional, an engine without it reads as awake.
+# The operating point: loggers.py @a6f0308c and @005a810b observe the request_prompt_tokens and
+# request_generation_tokens histograms once per finished request (record(), finished_requests),
+# so their _sum and _count are finished-request sums and count; the decode latency histogram is
+# observed per request and engine step (time since its last token; with speculative decoding a
+# step may carry several tokens). It was time_per_output_token_seconds (@a6f0308c, @005a810b);
+# PR #24110 (opened 2025-09-02) added inter_token_latency_seconds, the old name "Deprecated in
+# 0.11" and observed alike, hidden in 0.12 and removed by PR #32661 (opened 2026-01-20).
 VLLM = EngineMetrics(
     engine=Engine.VLLM.value,
     generation_tokens_total="vllm:generation_tokens_total",
@@ -115,10 +164,17 @@ VLLM = EngineMetrics(
     preemptions_total="vllm:num_preemptions_total",
     sleep=SleepGauge("vllm:engine_sleep_state", ("sleep_state", "awake"), sleeping_when_zero=True),
     engine_label="engine",
+    finished_requests_total="vllm:request_generation_tokens_count",
+    finished_prompt_tokens_total="vllm:request_prompt_tokens_sum",
+    finished_generation_tokens_total="vllm:request_generation_tokens_sum",
+    token_latency_seconds_total="vllm:inter_token_latency_seconds_sum",
+    token_latency_count_total="vllm:inter_token_latency_seconds_count",
     legacy=(
         (KV_CACHE_USAGE_LEGACY, "vllm:gpu_cache_usage_perc"),
         (PREFIX_CACHE_HITS_LEGACY, "vllm:gpu_prefix_cache_hits_total"),
         (PREFIX_CACHE_QUERIES_LEGACY, "vllm:gpu_prefix_cache_queries_total"),
+        (TOKEN_LATENCY_SUM_LEGACY, "vllm:time_per_output_token_seconds_sum"),
+        (TOKEN_LATENCY_COUNT_LEGACY, "vllm:time_per_output_token_seconds_count"),
     ),
     versions=(
         "vLLM V1 engine, 0.8 to 0.11 and later (gpu_ names before 0.9, sleep gauge from 0.11.1)"
@@ -130,6 +186,11 @@ VLLM = EngineMetrics(
 # grows only in observe_one_finished_request. scheduler_metrics_mixin.py @01bb3c80 writes every
 # gauge only in log_prefill_stats/log_decode_stats and zeroes num_paused_reqs after each log, so
 # paused is read from unchanged gauges. num_retracted_requests_total is the preemption counter.
+# The operating point: TokenizerMetricsCollector.observe_one_finished_request (collector.py
+# @00ae9c15, observability/metrics_collector.py @44cedc2b) adds a finished request's prompt and
+# generated tokens to prompt_tokens_total and generation_tokens_total and 1 to num_requests_total;
+# observe_inter_token_latency adds each output's interval to inter_token_latency_seconds' _sum and
+# its new tokens to the buckets, whose total prometheus_client exposes as _count.
 SGLANG = EngineMetrics(
     engine=Engine.SGLANG.value,
     generation_tokens_total="sglang:realtime_tokens_total",
@@ -142,6 +203,11 @@ SGLANG = EngineMetrics(
     prefix_cache_hits_total="sglang:cached_tokens_total",
     prefix_cache_queries_total="sglang:prompt_tokens_total",
     preemptions_total="sglang:num_retracted_requests_total",
+    finished_requests_total="sglang:num_requests_total",
+    finished_prompt_tokens_total="sglang:prompt_tokens_total",
+    finished_generation_tokens_total="sglang:generation_tokens_total",
+    token_latency_seconds_total="sglang:inter_token_latency_seconds_sum",
+    token_latency_count_total="sglang:inter_token_latency_seconds_count",
     engine_label="dp_rank",
     gauges_freeze=True,
     versions=(
@@ -158,7 +224,9 @@ ENGINE_PROFILES: Mapping[str, EngineMetrics] = {
 
 # vllm/v1/metrics/ray_wrappers.py @02579a5 (RayPrometheusStatLogger) turns every name into
 # [a-zA-Z0-9_] and keys series by Ray's WorkerId; Ray 2.60.0's metrics agent then prefixes ray_
-# (checked by tests/upstream/test_ray_engine_metrics.py against real Ray).
+# (checked by tests/upstream/test_ray_engine_metrics.py against real Ray). A histogram keeps its
+# _sum and _count after the sanitized name (docs.ray.io, "Adding Application-Level Metrics"), so
+# renaming the exposed name gives the same series; not measured against real Ray.
 RAY_METRIC_PREFIX = "ray_"
 RAY_WORKER_LABEL = "WorkerId"
 
@@ -188,6 +256,11 @@ def ray_exported(profile: EngineMetrics) -> EngineMetrics:
         paused_requests=renamed(profile.paused_requests),
         generation_tokens_at_finish=renamed(profile.generation_tokens_at_finish),
         generation_rate=renamed(profile.generation_rate),
+        finished_requests_total=renamed(profile.finished_requests_total),
+        finished_prompt_tokens_total=renamed(profile.finished_prompt_tokens_total),
+        finished_generation_tokens_total=renamed(profile.finished_generation_tokens_total),
+        token_latency_seconds_total=renamed(profile.token_latency_seconds_total),
+        token_latency_count_total=renamed(profile.token_latency_count_total),
         legacy=tuple((signal, ray_metric_name(name)) for signal, name in profile.legacy),
         engine_label=RAY_WORKER_LABEL,
         versions=f"{profile.versions}; through Ray's metrics agent (Ray 2.60.0)",
@@ -249,6 +322,12 @@ def _inherited(base: EngineMetrics | None, tokens_override: str | None) -> dict[
         "gauges_freeze": base.gauges_freeze,
         "generation_rate": base.generation_rate,
         "versions": base.versions,
+        # metricNames has no keys for the operating point: it stays the engine's.
+        "finished_requests_total": base.finished_requests_total,
+        "finished_prompt_tokens_total": base.finished_prompt_tokens_total,
+        "finished_generation_tokens_total": base.finished_generation_tokens_total,
+        "token_latency_seconds_total": base.token_latency_seconds_total,
+        "token_latency_count_total": base.token_latency_count_total,
     }
     if not tokens_override:
         kept["generation_matchers"] = base.generation_matchers
