@@ -729,6 +729,12 @@ async def test_simulated_engine_pages_become_engine_samples(exporter: str) -> No
     assert sample.running == model.running
     assert sample.saturated
     assert sample.prefix_hits_total is not None and sample.prefix_queries_total is not None
+    # The operating point: a histogram's _sum and _count are plain series to the scrape.
+    assert sample.finished_requests_total == model.finished > 0
+    assert sample.finished_prompt_tokens_total == model.finished_prompt
+    assert sample.finished_generation_tokens_total == model.finished_generation
+    assert sample.token_latency_count_total == math.floor(model.operating.latency.count)
+    assert sample.token_latency_seconds_total == pytest.approx(model.operating.latency.total)
     if exporter == "vllm":
         assert sample.waiting == model.waiting
         assert sample.kv_usage == pytest.approx(model.kv_usage)

@@ -16,12 +16,19 @@ the engine did; this module decides what a scrape of that version sees.
   counters grow only when requests finish. "no-realtime": @01bb3c80 (no realtime counter);
   "realtime-prefill-decode": the older mode labels; "realtime": @00ae9c15 (modes
   prefill_compute, prefill_cache, decode; moe_ep_rank label).
+
+The operating point: vLLM observes its request length histograms when a request finishes and its
+decode latency histogram (time_per_output_token_seconds; inter_token_latency_seconds from 0.11,
+both exported in 0.11) every engine step; SGLang's tokenizer adds a finished request to
+num_requests_total, prompt_tokens_total and generation_tokens_total, and each output's interval
+to inter_token_latency_seconds, its new tokens to the buckets (docs/engine-fidelity.md).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from bisect import bisect_left
+from dataclasses import dataclass, field
 
 from rljob.dev.sim.exposition import Page, labels_text
 
@@ -35,6 +42,58 @@ _REALTIME_MODES = {
     "realtime-prefill-decode": ("prefill", "decode"),
     "realtime": ("prefill_compute", "prefill_cache", "decode"),
 }
+
+
+# vllm/v1/metrics/loggers.py @005a810b: the decode latency buckets, and build_1_2_5_buckets up
+# to max_model_len (32768 here) for request lengths; SGLang's collector.py @00ae9c15 defaults.
+VLLM_LATENCY_BOUNDS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0,
+)  # fmt: skip
+LENGTH_BOUNDS = tuple(float(m * 10**e) for e in range(5) for m in (1, 2, 5) if m * 10**e <= 32768)
+SGLANG_LATENCY_BOUNDS = (
+    0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1,
+    0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0,
+)  # fmt: skip
+LATENCY_BOUNDS = tuple(sorted(set(VLLM_LATENCY_BOUNDS) | set(SGLANG_LATENCY_BOUNDS)))
+
+
+@dataclass(slots=True)
+class Histogram:
+    """Observations as prometheus_client keeps them: a count per bucket (`bounds`, then +Inf)
+    and the sum. Rendered at any subset of its bounds, so one histogram serves both engines."""
+
+    bounds: tuple[float, ...]
+    counts: list[float] = field(init=False)
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.counts = [0.0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float, times: float = 1.0) -> None:
+        """`times` observations of `value` (SGLang adds an output's tokens at its mean)."""
+        self.counts[bisect_left(self.bounds, value)] += times
+        self.total += value * times
+
+    @property
+    def count(self) -> float:
+        return sum(self.counts)
+
+    def cumulative(self, bounds: tuple[float, ...]) -> list[tuple[float, float]]:
+        """(bound, whole observations at or below it) for each of `bounds` (a subset of its
+        own), then +Inf."""
+        found = [(b, math.floor(sum(self.counts[: self.bounds.index(b) + 1]))) for b in bounds]
+        return [*found, (math.inf, math.floor(self.count))]
+
+
+@dataclass(slots=True)
+class Operating:
+    """The engine's operating-point series: request lengths observed at finish, decode latency
+    per generated token."""
+
+    prompt: Histogram = field(default_factory=lambda: Histogram(LENGTH_BOUNDS))
+    generation: Histogram = field(default_factory=lambda: Histogram(LENGTH_BOUNDS))
+    latency: Histogram = field(default_factory=lambda: Histogram(LATENCY_BOUNDS))
 
 
 def version_of(exporter: str, version: str) -> str:
@@ -53,6 +112,11 @@ class Totals:
     preemptions: float = 0.0
     requests_stop: float = 0.0
     requests_length: float = 0.0
+    # Requests finished and the prompt, generated and cached prompt tokens they held.
+    finished: float = 0.0
+    finished_prompt: float = 0.0
+    finished_generation: float = 0.0
+    finished_cached: float = 0.0
 
 
 @dataclass(slots=True)
@@ -65,7 +129,13 @@ class Gauges:
 
 
 def vllm_page(
-    version: str, labels: tuple[tuple[str, str], ...], totals: Totals, gauges: Gauges, start: float
+    version: str,
+    labels: tuple[tuple[str, str], ...],
+    totals: Totals,
+    gauges: Gauges,
+    start: float,
+    *,
+    operating: Operating,
 ) -> Page:
     page, rendered = Page(), labels_text(labels)
     page.gauge(
@@ -121,8 +191,8 @@ def vllm_page(
         ("vllm:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens"),
         ("vllm:generation_tokens", "Number of generation tokens processed.", "tokens"),
     )
-    for name, help_text, field in counters:
-        value = math.floor(getattr(totals, field))
+    for name, help_text, attribute in counters:
+        value = math.floor(getattr(totals, attribute))
         page.counter(name, help_text, [(rendered, value)], start)
     page.counter(
         "vllm:request_success",
@@ -136,7 +206,38 @@ def vllm_page(
         ],
         None,
     )
+    _vllm_operating(page, version, rendered, operating, start)
     return page
+
+
+def _vllm_operating(
+    page: Page, version: str, rendered: str, operating: Operating, start: float
+) -> None:
+    latency_help = "Histogram of time per output token in seconds."
+    if version == "0.11.1":  # PR #24110: deprecated from 0.11, still exported there
+        latency_help += "DEPRECATED: Use vllm:inter_token_latency_seconds instead."
+    series = [
+        ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", operating.prompt),
+        (
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed.",
+            operating.generation,
+        ),
+        ("vllm:time_per_output_token_seconds", latency_help, operating.latency),
+    ]
+    if version == "0.11.1":
+        latency = ("Histogram of inter-token latency in seconds.", operating.latency)
+        series.append(("vllm:inter_token_latency_seconds", *latency))
+    for name, help_text, histogram in series:
+        bounds = VLLM_LATENCY_BOUNDS if histogram is operating.latency else LENGTH_BOUNDS
+        page.histogram(
+            name,
+            help_text,
+            labels=rendered,
+            buckets=histogram.cumulative(bounds),
+            total=histogram.total,
+            created=start,
+        )
 
 
 @dataclass(slots=True)
@@ -160,7 +261,9 @@ def sglang_labels(model_name: str, version: str) -> tuple[tuple[str, str], ...]:
     return (*base, ("pp_rank", "0"), *extra)
 
 
-def sglang_page(version: str, labels: tuple[tuple[str, str], ...], log: SGLangLog) -> Page:
+def sglang_page(
+    version: str, labels: tuple[tuple[str, str], ...], log: SGLangLog, latency: Histogram
+) -> Page:
     page, rendered, gauges = Page(), labels_text(labels), log.gauges
     values = (
         ("sglang:num_running_reqs", "The number of running requests.", gauges.running),
@@ -174,13 +277,27 @@ def sglang_page(version: str, labels: tuple[tuple[str, str], ...], log: SGLangLo
         page.gauge(name, help_text, [(rendered, value)])
     finished = log.finished or Totals()
     counters = (
-        ("sglang:prompt_tokens", "Number of prefill tokens processed.", finished.prompt_tokens),
-        ("sglang:generation_tokens", "Number of generation tokens processed.", finished.tokens),
-        ("sglang:cached_tokens", "Number of cached prompt tokens.", finished.hits),
+        ("sglang:prompt_tokens", "Number of prefill tokens processed.", finished.finished_prompt),
+        (
+            "sglang:generation_tokens",
+            "Number of generation tokens processed.",
+            finished.finished_generation,
+        ),
+        ("sglang:cached_tokens", "Number of cached prompt tokens.", finished.finished_cached),
+        ("sglang:num_requests", "Number of requests processed.", finished.finished),
         ("sglang:num_retracted_requests", "Total number of retracted requests.", log.retracted),
     )
     for name, help_text, value in counters:
         page.counter(name, help_text, [(rendered, math.floor(value))], None)
+    # The tokenizer observes outputs as they arrive, not at a stats log.
+    page.histogram(
+        "sglang:inter_token_latency_seconds",
+        "Histogram of inter-token latency in seconds.",
+        labels=rendered,
+        buckets=latency.cumulative(SGLANG_LATENCY_BOUNDS),
+        total=latency.total,
+        created=None,
+    )
     modes = _REALTIME_MODES.get(version)
     if modes is not None:
         by_mode = {

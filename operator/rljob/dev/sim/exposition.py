@@ -82,15 +82,18 @@ class Page:
         labels: str,
         buckets: Sequence[tuple[float, float]],
         total: float,
-        created: float,
+        created: float | None,
     ) -> None:
-        """buckets: (upper bound, cumulative count), ending with +Inf."""
+        """buckets: (upper bound, cumulative count), ending with +Inf. `created` None: no
+        `_created` series, as with counters."""
         self._header(name, "histogram", help_text)
         for bound, count in buckets:
             bucket_labels = _merge(labels, f'le="{format_bound(bound)}"')
             self._lines.append(f"{name}_bucket{bucket_labels} {format_value(count)}")
         self._lines.append(f"{name}_count{labels} {format_value(buckets[-1][1])}")
         self._lines.append(f"{name}_sum{labels} {format_value(total)}")
+        if created is None:
+            return
         self._header(f"{name}_created", "gauge", help_text)
         self._lines.append(f"{name}_created{labels} {format_value(created)}")
 

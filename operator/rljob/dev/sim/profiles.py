@@ -37,11 +37,13 @@ class ProfileError(ValueError):
 class EngineProfile:
     """A vLLM rollout engine. Saturated (requests running and waiting) it generates `throughput`
     tokens/s with multiplicative per-second noise; unsaturated (queue empty) a `unsaturated_load`
-    share of it. Prefix-cache queries are `prompt_ratio` x generated tokens, hits a
-    `prefix_hit_rate` share of them. With `cache_symptoms` a drifting engine's hit rate falls and
-    its preemptions rise, as a fragmenting KV cache does. `exporter` picks vLLM's metric names
-    (default) or SGLang's, `version` the engine version whose page is served (rljob.dev.sim.
-    engines.VERSIONS; empty: the newest). SGLang logs stats every `stats_interval` seconds and
+    share of it. Its requests hold `prompt_length` prompt and `generation_length` generated
+    tokens on average: they finish at throughput / generation_length a second, and prefill (and
+    prefix-cache queries) runs at prompt_length per finished request, hits a `prefix_hit_rate`
+    share of it. With `cache_symptoms` a drifting engine's hit rate falls and its preemptions
+    rise, as a fragmenting KV cache does. `exporter` picks vLLM's metric names (default) or
+    SGLang's, `version` the engine version whose page is served (rljob.dev.sim.engines.VERSIONS;
+    empty: the newest). SGLang logs stats every `stats_interval` seconds and
     its completion counters advance every `finish_every` seconds (0: at every log; a long
     chain-of-thought tail finishes nothing for minutes)."""
 
@@ -52,10 +54,10 @@ class EngineProfile:
     kv_usage: float = 0.93
     unsaturated_load: float = 0.4
     prefix_hit_rate: float = 0.7
-    prompt_ratio: float = 2.0
     preemptions_per_minute: float = 0.1
     cache_symptoms: bool = True
-    tokens_per_request: float = 512.0
+    prompt_length: float = 1024.0
+    generation_length: float = 2048.0
     model_name: str = "sim-model"
     engine: str = "0"
     exporter: str = "vllm"  # or "sglang": SGLang's metric names and labels
@@ -197,8 +199,8 @@ def _check_engine(profile: EngineProfile) -> None:
     for name in ("kv_usage", "unsaturated_load", "prefix_hit_rate"):
         if getattr(profile, name) > 1:
             raise ProfileError(f"{name} must be between 0 and 1")
-    if profile.tokens_per_request <= 0:
-        raise ProfileError("tokens_per_request must be > 0")
+    if profile.generation_length < 1:
+        raise ProfileError("generation_length must be at least 1")
     if profile.exporter not in EXPORTERS:
         raise ProfileError(f"exporter must be one of {', '.join(EXPORTERS)}")
     from rljob.dev.sim.engines import VERSIONS

@@ -11,6 +11,7 @@ from typing import Any
 
 from rljob.dev.sim.engines import (
     Gauges,
+    Operating,
     SGLangLog,
     Totals,
     sglang_labels,
@@ -68,6 +69,10 @@ class EngineModel:
         self._rng = random.Random(f"{seed}:engine")
         self.tokens = self.prompt_tokens = self.hits = self.queries = self.preemptions = 0.0
         self.requests_stop = self.requests_length = 0.0
+        # Whole requests finished and their tokens; `_finishing` is the one under way.
+        self.finished = self.finished_prompt = self.finished_generation = 0.0
+        self.finished_cached = self._finishing = 0.0
+        self.operating = Operating()
         self.mode = Mode.SATURATED
         self.sleep_level = 0
         self.health = 1.0
@@ -142,21 +147,52 @@ class EngineModel:
             rate = self.expected_rate(t, faults) * noisy(self._rng, profile.noise)
             tokens = rate * step
             self.tokens += tokens
-            prompt = tokens * profile.prompt_ratio
+            prompt = tokens * profile.prompt_length / profile.generation_length
             self.prompt_tokens += prompt
             self.queries += prompt
             health = faults.health(t)
-            self.hits += prompt * self.hit_rate(health)
-            if self.mode_at(t, faults) == Mode.SATURATED:
+            hit_rate = self.hit_rate(health)
+            self.hits += prompt * hit_rate
+            mode = self.mode_at(t, faults)
+            if mode == Mode.SATURATED:
                 self.preemptions += self.preemption_rate(health) * step / 60
-            finished = tokens / profile.tokens_per_request
-            self.requests_stop += 0.9 * finished
-            self.requests_length += 0.1 * finished
+            self._finish(tokens / profile.generation_length, hit_rate)
+            if tokens > 0:
+                # Each of `batch` sequences gets a token every batch / rate seconds.
+                self.operating.latency.observe(self._batch(mode, t, faults) / rate, tokens)
             self.last_rate = rate
             if profile.exporter == "sglang":
                 self._stats_log(t + step, faults)
         self.t = now
         self._gauges(now, faults)
+
+    def _finish(self, requests: float, hit_rate: float) -> None:
+        """Requests finish whole, each with the profile's mean lengths, as upstream observes
+        them: once, at the end."""
+        self._finishing += requests
+        whole = math.floor(self._finishing)
+        if whole < 1:
+            return
+        self._finishing -= whole
+        profile = self.profile
+        self.finished += whole
+        self.finished_prompt += whole * profile.prompt_length
+        self.finished_generation += whole * profile.generation_length
+        self.finished_cached += whole * profile.prompt_length * hit_rate
+        self.requests_stop += 0.9 * whole
+        self.requests_length += 0.1 * whole
+        self.operating.prompt.observe(profile.prompt_length, whole)
+        self.operating.generation.observe(profile.generation_length, whole)
+
+    def _batch(self, mode: Mode, t: float, faults: Active) -> float:
+        """Sequences decoding together: the running gauge's value in `mode` (a draining engine
+        keeps its last draw)."""
+        full = float(self.profile.max_running)
+        if mode == Mode.UNSATURATED:
+            return float(max(1, round(full * self.load_share(t, faults))))
+        if mode == Mode.DRAINING and self.mode == Mode.DRAINING and self.running > 0:
+            return self.running
+        return full
 
     def _gauges(self, t: float, faults: Active) -> None:
         profile, rng = self.profile, self._rng
@@ -211,10 +247,12 @@ class EngineModel:
         version = version_of(profile.exporter, profile.version)
         if profile.exporter == "sglang":
             log = self._log or SGLangLog(Gauges())
-            page = sglang_page(version, sglang_labels(profile.model_name, version), log)
+            labels = sglang_labels(profile.model_name, version)
+            page = sglang_page(version, labels, log, self.operating.latency)
         else:
             labels = (("model_name", profile.model_name), ("engine", profile.engine))
-            page = vllm_page(version, labels, self._totals(), self._now_gauges(), self.start)
+            totals, gauges = self._totals(), self._now_gauges()
+            page = vllm_page(version, labels, totals, gauges, self.start, operating=self.operating)
         page.gauge(
             PROCESS_START, "Start time of the process since unix epoch in seconds.", self.start
         )
@@ -229,6 +267,10 @@ class EngineModel:
             preemptions=self.preemptions,
             requests_stop=self.requests_stop,
             requests_length=self.requests_length,
+            finished=self.finished,
+            finished_prompt=self.finished_prompt,
+            finished_generation=self.finished_generation,
+            finished_cached=self.finished_cached,
         )
 
     def _now_gauges(self) -> Gauges:
