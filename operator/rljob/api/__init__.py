@@ -45,6 +45,7 @@ from rljob.api.spec import (
     TrainerRole,
 )
 from rljob.api.status import (
+    ActionPod,
     ActionTarget,
     AttemptRecord,
     CheckpointRef,
@@ -72,6 +73,7 @@ __all__ = [
     "RESERVED_ENV_NAMES",
     "VERSION",
     "ActionKind",
+    "ActionPod",
     "ActionTarget",
     "AddressingStyle",
     "AttemptRecord",

@@ -46,6 +46,11 @@ class FailureReason(StrEnum):
     """Why a workload is considered failed; what failure-policy rules match on."""
 
     KV_CACHE_DRIFT = "KVCacheDrift"
+    # Judged at the engine's own operating point: one engine slower than its own expectation at
+    # the load it is offered, with a fragmentation indicator agreeing; or every judged engine of
+    # a role down together at the same offered load (the target is then one of the role's pods).
+    KV_CACHE_FRAGMENTATION = "KVCacheFragmentation"
+    FLEET_KV_CACHE_FRAGMENTATION = "FleetKVCacheFragmentation"
     ENGINE_STALLED = "EngineStalled"
     NCCL_TIMEOUT = "NCCLTimeout"
     NCCL_NETWORK_ERROR = "NCCLNetworkError"
@@ -77,6 +82,8 @@ class FailureAction(StrEnum):
 
     RESTART_POD = "RestartPod"
     RESTART_ROLE = "RestartRole"
+    # Every pod of a serving role deleted by the operator, oldest first, within maxUnavailable.
+    RESTART_ROLE_IN_TURN = "RestartRoleInTurn"
     RESTART_TRAINER_GANG = "RestartTrainerGang"
     FAIL_JOB = "FailJob"
     REPORT = "Report"
@@ -107,6 +114,7 @@ class ActionKind(StrEnum):
 
     RESTART_POD = "RestartPod"
     RESTART_ROLE = "RestartRole"
+    RESTART_ROLE_IN_TURN = "RestartRoleInTurn"
     RESTART_TRAINER_GANG = "RestartTrainerGang"
     FAIL_JOB = "FailJob"
     SUSPEND = "Suspend"

@@ -9,7 +9,14 @@ from pydantic import Field
 
 from rljob.api.base import SpecModel, nested
 from rljob.api.durations import Duration, duration_nanoseconds, durations_in_order
-from rljob.api.enums import FailureActionField, FailureReason, FailureReasonField, RoleNameField
+from rljob.api.enums import (
+    FailureAction,
+    FailureActionField,
+    FailureReason,
+    FailureReasonField,
+    RoleName,
+    RoleNameField,
+)
 from rljob.api.rules import CelCheck, CrossFieldRule, KubeList
 
 MAX_RESTARTS_LIMIT = 100
@@ -75,7 +82,9 @@ class FailureRule(SpecModel):
         ]
         | None
     ) = Field(default=None, description="Container exit codes that match.")
-    action: FailureActionField = Field(description="What to do when the rule matches.")
+    action: FailureActionField = Field(
+        description="What to do when the rule matches (RestartRoleInTurn: serving roles only)."
+    )
     counts_towards_max: bool = Field(
         default=True, description="Whether a restart by this rule uses up maxRestarts."
     )
@@ -86,6 +95,19 @@ class FailureRule(SpecModel):
             message="a rule matches onReasons or onExitCodes, not both",
             field="onExitCodes",
             holds=lambda rule: rule.on_reasons is None or rule.on_exit_codes is None,
+        ),
+        # The trainer's ranks restart together; a rule without roles applies it to serving roles.
+        CrossFieldRule(
+            cel=f"self.action != '{FailureAction.RESTART_ROLE_IN_TURN.value}' || "
+            "!has(self.roles) || !('trainer' in self.roles)",
+            message="RestartRoleInTurn restarts a serving role (rollout, reference, verifier) "
+            "one pod at a time; the trainer restarts as a gang (RestartTrainerGang)",
+            field="roles",
+            holds=lambda rule: (
+                rule.action != FailureAction.RESTART_ROLE_IN_TURN
+                or rule.roles is None
+                or RoleName.TRAINER not in rule.roles
+            ),
         ),
     )
 

@@ -17,6 +17,7 @@ from rljob.api.enums import (
     JobPhase,
     RoleName,
 )
+from rljob.api.roles import MAX_REPLICAS
 from rljob.api.rules import CelCheck, KubeList
 from rljob.api.spec import CHECKPOINT_VERSION_PATTERN, URI_MAX_LENGTH
 
@@ -191,6 +192,18 @@ class ActionTarget(StatusModel):
     uid: Uid | None = Field(default=None, description="Its uid, used as a delete precondition.")
 
 
+class ActionPod(StatusModel):
+    """One pod of an in-turn role restart, in its turn."""
+
+    name: Name = Field(description="Pod name.")
+    uid: Uid = Field(description="Its uid, used as the delete precondition.")
+    deleted_at: datetime | None = Field(
+        default=None,
+        description="When its turn came: journaled before its delete. Empty: not yet (a pod "
+        "gone on its own before its turn is skipped).",
+    )
+
+
 class InFlightAction(StatusModel):
     """An action journaled before its first side effect, so a restarted operator resumes it
     instead of repeating it."""
@@ -209,6 +222,11 @@ class InFlightAction(StatusModel):
         default=JOURNAL_FORMAT,
         description="Format of this entry (absent: 1, the first). An operator resumes the "
         "formats it knows and leaves an entry of a newer one alone, saying so.",
+    )
+    pods: Annotated[list[ActionPod], Field(max_length=MAX_REPLICAS)] | None = Field(
+        default=None,
+        description="RestartRoleInTurn only: the role's pods when it was journaled, oldest "
+        "first, the order they are restarted in.",
     )
 
 
