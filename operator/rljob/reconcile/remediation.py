@@ -24,7 +24,14 @@ from rljob.health.termination import Classification
 from rljob.reconcile.lifecycle import TrainerHold, close_attempt, resumed_by_gang_restarts
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
-from rljob.reconcile.policy import Decision, Failure, PolicyContext, choose_action, record_restart
+from rljob.reconcile.policy import (
+    Decision,
+    Failure,
+    PolicyContext,
+    choose_action,
+    cooldowns_from_health,
+    record_restart,
+)
 from rljob.reconcile.root_cause import classify_rank, root_cause
 from rljob.reconcile.suspects import marked_suspects, suspect_ttl
 
@@ -187,4 +194,8 @@ def stuck_pods(job: RLJob, observed: Observed, now: datetime) -> list[ObservedPo
 def policy_context(job: RLJob) -> PolicyContext:
     steps = resumed_by_gang_restarts(job.status.attempts)
     latest = job.status.checkpoint.latest if job.status.checkpoint else None
-    return PolicyContext(resumed_from_steps=steps, next_resume_step=latest.step if latest else None)
+    return PolicyContext(
+        resumed_from_steps=steps,
+        next_resume_step=latest.step if latest else None,
+        cooldowns=cooldowns_from_health(job.spec.health),
+    )

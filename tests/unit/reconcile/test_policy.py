@@ -31,6 +31,7 @@ TRAINER, ROLLOUT, VERIFIER, REFERENCE = (
 )
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 DEFAULT = FailurePolicy()
+FLEET_IN_TURN = {"onReasons": ["FleetKVCacheFragmentation"], "action": "RestartRoleInTurn"}
 
 
 def policy(**fields: Any) -> FailurePolicy:
@@ -82,6 +83,16 @@ DEFAULT_CASES = [
                  id="gang-engine-drift-reported"),
     pytest.param(failure(R.ENGINE_STALLED, TRAINER, "t-0"), A.REPORT, False,
                  id="gang-engine-stall-reported"),
+    pytest.param(failure(R.KV_CACHE_FRAGMENTATION), A.REPORT, False,
+                 id="engine-fragmentation-reported"),
+    pytest.param(failure(R.FLEET_KV_CACHE_FRAGMENTATION), A.REPORT, False,
+                 id="fleet-fragmentation-reported"),
+    pytest.param(failure(R.KV_CACHE_FRAGMENTATION, REFERENCE), A.REPORT, False,
+                 id="reference-fragmentation-reported"),
+    pytest.param(failure(R.KV_CACHE_FRAGMENTATION, TRAINER, "t-0"), A.REPORT, False,
+                 id="gang-engine-fragmentation-reported"),
+    pytest.param(failure(R.FLEET_KV_CACHE_FRAGMENTATION, TRAINER, "t-0"), A.REPORT, False,
+                 id="gang-fleet-fragmentation-reported"),
 ]  # fmt: skip
 
 
@@ -94,6 +105,22 @@ def test_built_in_defaults(failed: Failure, action: FailureAction, counts: bool)
     assert decision.rule.startswith("built-in:")
 
 
+@pytest.mark.parametrize(
+    ("role", "rule", "says"),
+    [
+        pytest.param(ROLLOUT, "built-in:new-kv-findings", "a new detector reports by default",
+                     id="serving-role"),
+        pytest.param(TRAINER, "built-in:engines-in-gang", "a rule on role trainer may restart it",
+                     id="engines-in-the-gang"),
+    ],
+)  # fmt: skip
+def test_new_kv_findings_say_which_rule_reported_them(role: RoleName, rule: str, says: str) -> None:
+    decision = choose_action(failure(R.FLEET_KV_CACHE_FRAGMENTATION, role), DEFAULT, None, NOW)
+
+    assert (decision.action, decision.rule) == (A.REPORT, rule)
+    assert says in decision.message
+
+
 USER_RULES = [
     {"roles": ["rollout"], "onReasons": ["OOMKilled"], "action": "Ignore"},
     {"roles": ["verifier"], "onReasons": ["VerifierSlow"], "action": "RestartPod"},
@@ -102,6 +129,8 @@ USER_RULES = [
     {"roles": ["reference"], "onReasons": ["CrashLoop"], "action": "RestartRole"},
     {"roles": ["rollout"], "onReasons": ["Preempted"], "action": "RestartPod"},
     {"roles": ["trainer"], "onReasons": ["KVCacheDrift"], "action": "RestartTrainerGang"},
+    {"onReasons": ["FleetKVCacheFragmentation"], "action": "RestartRoleInTurn"},
+    {"roles": ["rollout"], "onReasons": ["KVCacheFragmentation"], "action": "RestartPod"},
 ]
 
 USER_CASES = [
@@ -123,6 +152,16 @@ USER_CASES = [
                  "failurePolicy.rules[6]", id="gang-engine-drift-restarts-the-gang-by-rule"),
     pytest.param(failure(R.ENGINE_STALLED, TRAINER, "t-0"), A.REPORT,
                  "built-in:engines-in-gang", id="gang-engine-stall-still-reported"),
+    pytest.param(failure(R.FLEET_KV_CACHE_FRAGMENTATION), A.RESTART_ROLE_IN_TURN,
+                 "failurePolicy.rules[7]", id="fleet-fragmentation-in-turn-by-rule"),
+    pytest.param(failure(R.FLEET_KV_CACHE_FRAGMENTATION, VERIFIER), A.RESTART_ROLE_IN_TURN,
+                 "failurePolicy.rules[7]", id="in-turn-rule-without-roles-any-serving-role"),
+    pytest.param(failure(R.FLEET_KV_CACHE_FRAGMENTATION, TRAINER, "t-0"), A.REPORT,
+                 "built-in:engines-in-gang", id="in-turn-rule-never-matches-the-trainer"),
+    pytest.param(failure(R.KV_CACHE_FRAGMENTATION), A.RESTART_POD, "failurePolicy.rules[8]",
+                 id="engine-fragmentation-restarts-the-pod-by-rule"),
+    pytest.param(failure(R.KV_CACHE_FRAGMENTATION, REFERENCE), A.REPORT,
+                 "built-in:new-kv-findings", id="other-roles-still-reported"),
 ]  # fmt: skip
 
 
@@ -283,6 +322,22 @@ def test_a_role_restarted_three_times_in_the_window_escalates_to_the_job() -> No
     assert "role rollout already restarted 3 times in 24h" in decision.message
 
 
+def test_in_turn_restarts_neither_escalate_nor_count_as_role_restarts() -> None:
+    history = RestartsStatus(
+        recent=records(*[(ROLLOUT, None, A.RESTART_ROLE_IN_TURN, age) for age in (300, 200, 100)])
+    )
+    in_turn = policy(rules=[FLEET_IN_TURN])
+
+    fleet = choose_action(failure(R.FLEET_KV_CACHE_FRAGMENTATION), in_turn, history, NOW)
+    roll = policy(rules=[{"roles": ["rollout"], "onReasons": ["OOMKilled"],
+                          "action": "RestartRole"}])  # fmt: skip
+    role = choose_action(failure(R.OOM_KILLED), roll, history, NOW)
+
+    assert fleet.action == A.RESTART_ROLE_IN_TURN
+    assert fleet.counts, "one budget entry per in-turn restart"
+    assert role.action == A.RESTART_ROLE, "in-turn restarts do not escalate a roll to FailJob"
+
+
 def test_trainer_gang_restarts_do_not_escalate() -> None:
     history = RestartsStatus(
         recent=records(*[(TRAINER, None, A.RESTART_TRAINER_GANG, age) for age in (90, 60, 30)])
@@ -319,7 +374,8 @@ def test_no_progress_restarts_fail_the_job(
         assert decision.escalated_from == A.RESTART_TRAINER_GANG
 
 
-COOLDOWNS = {R.KV_CACHE_DRIFT: 3600.0}
+COOLDOWNS = {R.KV_CACHE_DRIFT: 3600.0, R.FLEET_KV_CACHE_FRAGMENTATION: 3600.0}
+IN_TURN = policy(rules=[FLEET_IN_TURN])
 
 COOLDOWN_CASES = [
     pytest.param(
@@ -357,6 +413,27 @@ COOLDOWN_CASES = [
         A.RESTART_POD,
         id="failures-without-cooldown",
     ),
+    pytest.param(
+        RestartsStatus(recent=records((ROLLOUT, None, A.RESTART_ROLE_IN_TURN, 30))),
+        PolicyContext(cooldowns=COOLDOWNS),
+        R.FLEET_KV_CACHE_FRAGMENTATION,
+        A.IGNORE,
+        id="role-restarted-in-turn-30m-ago",
+    ),
+    pytest.param(
+        RestartsStatus(recent=records((ROLLOUT, None, A.RESTART_ROLE_IN_TURN, 61))),
+        PolicyContext(cooldowns=COOLDOWNS),
+        R.FLEET_KV_CACHE_FRAGMENTATION,
+        A.RESTART_ROLE_IN_TURN,
+        id="in-turn-cooldown-over",
+    ),
+    pytest.param(
+        RestartsStatus(recent=records((VERIFIER, None, A.RESTART_ROLE_IN_TURN, 30))),
+        PolicyContext(cooldowns=COOLDOWNS),
+        R.FLEET_KV_CACHE_FRAGMENTATION,
+        A.RESTART_ROLE_IN_TURN,
+        id="other-role-restarted-in-turn",
+    ),
 ]
 
 
@@ -364,7 +441,8 @@ COOLDOWN_CASES = [
 def test_cooldowns_ignore_repeated_metric_findings(
     history: RestartsStatus, context: PolicyContext, reason: FailureReason, action: FailureAction
 ) -> None:
-    decision = choose_action(failure(reason), DEFAULT, history, NOW, context)
+    rules = IN_TURN if reason == R.FLEET_KV_CACHE_FRAGMENTATION else DEFAULT
+    decision = choose_action(failure(reason), rules, history, NOW, context)
 
     assert decision.action == action
     if action == A.IGNORE:
@@ -375,6 +453,8 @@ def test_cooldowns_ignore_repeated_metric_findings(
 def test_cooldowns_come_from_the_health_spec() -> None:
     assert cooldowns_from_health(Health()) == {
         R.KV_CACHE_DRIFT: 3600.0,
+        R.KV_CACHE_FRAGMENTATION: 3600.0,
+        R.FLEET_KV_CACHE_FRAGMENTATION: 3600.0,
         R.ENGINE_STALLED: 300.0,
         R.TRAINER_STALLED: 1800.0,
         R.VERIFIER_SLOW: 600.0,

@@ -184,12 +184,16 @@ def _phrase(plan: _Plan) -> str:
             return f"restart pod {failure.target}" if failure.target else "restart pod"
         case FailureAction.RESTART_ROLE:
             return f"restart role {failure.role}"
+        case FailureAction.RESTART_ROLE_IN_TURN:
+            return f"restart role {failure.role} in turn, oldest pod first"
         case FailureAction.RESTART_TRAINER_GANG:
             return "gang-restart the trainer from its latest checkpoint"
         case FailureAction.FAIL_JOB:
             return "fail the job"
         case FailureAction.REPORT if plan.rule == "built-in:engines-in-gang":
             return "report (an engine in the trainer gang; a rule on role trainer may restart it)"
+        case FailureAction.REPORT if plan.rule == "built-in:new-kv-findings":
+            return "report (a new detector reports by default; a rule may restart on it)"
         case FailureAction.REPORT:
             return "report"
         case _:

@@ -2,14 +2,16 @@
 
 Order of decisions, each able to end the story:
 1. The first matching rule, user rules before the built-in ones; a RestartPod or RestartRole for
-   the trainer becomes RestartTrainerGang (its ranks cannot restart alone).
-2. Cooldown: a metric finding on a target restarted less than its cooldown ago is ignored; the
-   restart has not had time to show its effect yet.
+   the trainer becomes RestartTrainerGang (its ranks cannot restart alone); a RestartRoleInTurn
+   rule never matches the trainer.
+2. Cooldown: a metric finding on a target (a pod for RestartPod, else its role) restarted less
+   than its cooldown ago is ignored; the restart has not had time to show its effect yet.
 3. Escalation pod -> role -> job: pods of a role already restarted ESCALATE_POD_AFTER times for
    the same reason within the window (whichever pods: a Deployment renames replacements) get
    their role restarted instead; a role already restarted ESCALATE_ROLE_AFTER times
    within the window fails the job. Trainer gang restarts do not escalate: `noProgressRestarts`
-   and the budget bound them.
+   and the budget bound them; nor do in-turn restarts, a repair meant to recur (fragmentation
+   builds up again), bounded by their cooldown and the budget.
 4. No progress: `noProgressRestarts` gang restarts in a row that resumed from the same step fail
    the job instead of a further one from that step.
 5. Budget: `maxRestarts` counted restarts within `window` (from `status.restarts.countedAt`);
@@ -34,7 +36,12 @@ ESCALATE_ROLE_AFTER = 3
 EXIT_DO_NOT_REQUEUE = 93
 
 RESTART_ACTIONS = frozenset(
-    {FailureAction.RESTART_POD, FailureAction.RESTART_ROLE, FailureAction.RESTART_TRAINER_GANG}
+    {
+        FailureAction.RESTART_POD,
+        FailureAction.RESTART_ROLE,
+        FailureAction.RESTART_ROLE_IN_TURN,
+        FailureAction.RESTART_TRAINER_GANG,
+    }
 )
 _R = FailureReason
 # The classifier's CUDA, GPU and NCCL network reasons restart like any rank failure; a GPU
@@ -67,6 +74,7 @@ _POD_FAILURES = [
     *_ACCELERATOR_FAILURES,
 ]
 _IMAGE_OR_CONFIG = frozenset({_R.IMAGE_PULL_FAILED, _R.CONFIG_ERROR})
+_KV_FINDINGS = [_R.KV_CACHE_DRIFT, _R.KV_CACHE_FRAGMENTATION, _R.FLEET_KV_CACHE_FRAGMENTATION]
 
 BUILT_IN_RULES: tuple[tuple[str, FailureRule], ...] = (
     (
@@ -101,7 +109,16 @@ BUILT_IN_RULES: tuple[tuple[str, FailureRule], ...] = (
         "engines-in-gang",
         FailureRule(
             roles=[RoleName.TRAINER],
-            on_reasons=[_R.KV_CACHE_DRIFT, _R.ENGINE_STALLED],
+            on_reasons=[*_KV_FINDINGS, _R.ENGINE_STALLED],
+            action=FailureAction.REPORT,
+        ),
+    ),
+    # New detectors report until docs/writing-an-rljob.md's calibration section says why they
+    # are trusted; a user rule (tried first) makes them act.
+    (
+        "new-kv-findings",
+        FailureRule(
+            on_reasons=[_R.KV_CACHE_FRAGMENTATION, _R.FLEET_KV_CACHE_FRAGMENTATION],
             action=FailureAction.REPORT,
         ),
     ),
@@ -168,6 +185,8 @@ def cooldowns_from_health(health: Health) -> dict[FailureReason, float]:
     """Per-reason cooldowns for metric findings, from the detectors' own time scales."""
     return {
         FailureReason.KV_CACHE_DRIFT: parse_duration(health.kv_drift.cooldown),
+        FailureReason.KV_CACHE_FRAGMENTATION: parse_duration(health.kv_drift.cooldown),
+        FailureReason.FLEET_KV_CACHE_FRAGMENTATION: parse_duration(health.kv_drift.cooldown),
         FailureReason.ENGINE_STALLED: parse_duration(health.engine_stall.timeout),
         FailureReason.TRAINER_STALLED: parse_duration(health.trainer_stall.startup_grace),
         FailureReason.VERIFIER_SLOW: parse_duration(health.verifier_latency.window),
@@ -176,6 +195,9 @@ def cooldowns_from_health(health: Health) -> dict[FailureReason, float]:
 
 def rule_matches(rule: FailureRule, failure: Failure) -> bool:
     if rule.roles is not None and failure.role not in rule.roles:
+        return False
+    # A rule without roles restarts serving roles in turn; the trainer's ranks restart together.
+    if rule.action == FailureAction.RESTART_ROLE_IN_TURN and failure.role == RoleName.TRAINER:
         return False
     if rule.on_reasons is not None and failure.reason not in rule.on_reasons:
         return False
