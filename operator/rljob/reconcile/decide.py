@@ -1,11 +1,12 @@
 """One pass's whole decision, pure: `decide(job, observed, inputs)` -> a Decision.
 
-Reads top-down with early returns, like a Kubernetes controller's reconcile: settle the journal,
-take a manual restart, remediate a failed trainer attempt, crash-looping serving pods and health
-findings through the failure policy, end the job on a FailJob, then the children and the next
-attempt's start. Everything it decides is in the Decision: the status to journal (one
-resourceVersion-guarded write) and the steps to execute after that write, in order. Nothing here
-has a side effect, so a pass whose write fails (409) decided nothing that happened.
+Reads top-down with early returns, like a Kubernetes controller's reconcile: settle the journal
+(or carry an in-turn role restart one pod further), take a manual restart, remediate a failed
+trainer attempt, crash-looping serving pods and health findings through the failure policy,
+end the job on a FailJob, then the children and the next attempt's start. Everything it
+decides is in the Decision: the status to journal (one resourceVersion-guarded write) and the
+steps to execute after that write, in order. Nothing here has a side effect, so a pass whose
+write fails (409) decided nothing that happened.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rljob.reconcile.conditions import ConditionState, with_condition
 from rljob.reconcile.engine_health import with_engine_health
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.findings import crash_remedy, finding_remedy
+from rljob.reconcile.in_turn import InTurnPass, advance_in_turn
 from rljob.reconcile.journal import settle_journal, unknown_format
 from rljob.reconcile.lifecycle import FAIL_JOB_END, TrainerHold, close_attempt
 from rljob.reconcile.observed import Observed, ObservedPod
@@ -91,12 +93,14 @@ def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
     job = _continued(job, inputs)
     job = _with_status(job, _refreshed(job, inputs))
     job = _with_status(job, settle_journal(job.status, observed, job.metadata.name))
+    turn = advance_in_turn(job, observed, now)
+    job = _with_status(job, turn.status)
     extras = ReconcileExtras(policy_env=engine_policy_env(job))
     events: list[EventSpec] = []
     if inputs.continued_attempt is not None and job.status.attempts == []:
         events.append(_continued_event(job))
     if _finished(job) or job.spec.suspend:
-        return _decided(job, observed, inputs, extras, events, watch=False)
+        return _decided(job, observed, inputs, extras, events, turn=turn, watch=False)
     job = _with_status(job, _signals(job, inputs))
     remedy = _remedy(job, observed, inputs)
     if remedy.fail is not None:
@@ -104,7 +108,7 @@ def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
         events.append(EventSpec("Warning", "FailJob", remedy.fail))
         return _decided(failed, observed, inputs, extras, events, remedy=remedy, watch=False)
     extras = replace(extras, trainer_hold=remedy.hold)
-    return _decided(remedy.job, observed, inputs, extras, events, remedy=remedy)
+    return _decided(remedy.job, observed, inputs, extras, events, remedy=remedy, turn=turn)
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,7 @@ def _decided(
     events: list[EventSpec],
     *,
     remedy: _Remedy | None = None,
+    turn: InTurnPass | None = None,
     watch: bool = True,
 ) -> Decision:
     plan = reconcile(job, observed, inputs.now, extras)
@@ -195,8 +200,12 @@ def _decided(
         attempt_plan=started.store_plan,
         node_states=inputs.node_states,
         now=inputs.now,
+        settled=turn.settled if turn is not None else None,
     )
     reports = (*(remedy.reports if remedy is not None else ()), *disruption_reports(observed))
+    restarted = remedy.restarted if remedy is not None else None
+    if restarted is None and turn is not None and turn.turn is not None:
+        restarted = (_in_turn_role(job), turn.turn)
     return Decision(
         job=job,
         observed=observed,
@@ -205,9 +214,14 @@ def _decided(
         events=(*events, *started.events, *plan.events),
         reports=reports,
         consumed=remedy.consumed if remedy is not None else "",
-        restarted=remedy.restarted if remedy is not None else None,
+        restarted=restarted,
         watch=watch,
     )
+
+
+def _in_turn_role(job: RLJob) -> str:
+    action = job.status.in_flight
+    return action.target.role.value if action is not None and action.target else ""
 
 
 def _finished(job: RLJob) -> bool:

@@ -1,5 +1,6 @@
 """Detector findings and serving pods crashing in place, through the failure policy: a journaled
-engine restart, role roll or trainer gang restart; a FailJob; or a report."""
+engine restart, role roll, in-turn role restart or trainer gang restart; a FailJob; or a
+report."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import datetime
 from rljob.api import FailureAction, FailureReason, RLJob, RLJobStatus, RoleName
 from rljob.health.evaluation import Evaluation
 from rljob.reconcile.events import EventSpec
+from rljob.reconcile.in_turn import journal_in_turn_restart
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.policy import Decision, Failure, choose_action
 from rljob.reconcile.remediation import current_trainer_job, journal_gang_restart, policy_context
@@ -81,6 +83,8 @@ def _serving(
     key: str,
     now: datetime,
 ) -> FindingRemedy:
+    if decision.action == FailureAction.RESTART_ROLE_IN_TURN:
+        return _in_turn(job, observed, decision, RoleName(pod.role), now=now, key=key)
     if decision.action == FailureAction.RESTART_POD and not room_to_restart(job, observed, pod):
         spec = getattr(job.spec.roles, pod.role)
         waiting = (
@@ -93,6 +97,26 @@ def _serving(
         return FindingRemedy(reports=_report(key, decision))
     whole_role = decision.action == FailureAction.RESTART_ROLE
     return FindingRemedy(status=status, restarted=(pod.role, None if whole_role else pod.name))
+
+
+def _in_turn(
+    job: RLJob,
+    observed: Observed,
+    decision: Decision,
+    role: RoleName,
+    *,
+    now: datetime,
+    key: str,
+) -> FindingRemedy:
+    """The role restarted in turn, journaled with its first pod's turn when there is room (the
+    passes after take the others); reported while the backoff runs."""
+    turn = None
+    if decision.delay_seconds <= 0:
+        turn = journal_in_turn_restart(job, decision, role, observed, now)
+    if turn is None:
+        return FindingRemedy(reports=_report(key, decision))
+    restarted = (role.value, turn.turn) if turn.turn is not None else None
+    return FindingRemedy(status=turn.status, restarted=restarted)
 
 
 def _decide(job: RLJob, failure: Failure, now: datetime) -> Decision:

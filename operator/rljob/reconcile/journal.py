@@ -7,6 +7,7 @@ from __future__ import annotations
 from rljob.api import ActionKind, InFlightAction, RLJobStatus
 from rljob.api.status import JOURNAL_FORMAT
 from rljob.reconcile.events import EventSpec
+from rljob.reconcile.in_turn import RESTARTING_IN_TURN, started_message
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 
@@ -33,7 +34,8 @@ def pod_to_delete(status: RLJobStatus, observed: Observed) -> ObservedPod | None
 
 def settle_journal(status: RLJobStatus, observed: Observed, job_name: str) -> RLJobStatus:
     """Clears the journal once the action is done: a gang restart when the new attempt's Job
-    exists, a pod restart when the pod is gone, a role roll when its Deployment was rolled."""
+    exists, a pod restart when the pod is gone, a role roll when its Deployment was rolled (an
+    in-turn restart settles in reconcile/in_turn.py)."""
     action = status.in_flight
     if action is None or unknown_format(status):
         return status
@@ -81,6 +83,7 @@ JOURNALED_EVENT_REASONS = {
     ActionKind.RESTART_TRAINER_GANG: GANG_RESTARTED,
     ActionKind.RESTART_POD: "PodRestarted",
     ActionKind.RESTART_ROLE: "RoleRestarted",
+    ActionKind.RESTART_ROLE_IN_TURN: RESTARTING_IN_TURN,
 }
 
 
@@ -107,4 +110,6 @@ def journaled_event(status: RLJobStatus) -> tuple[str, EventSpec] | None:
     text = last.message if last else str(action.reason)
     gang = action.kind == ActionKind.RESTART_TRAINER_GANG
     message = f"attempt {status.attempt}: {text}" if gang else text
+    if action.kind == ActionKind.RESTART_ROLE_IN_TURN:
+        message = started_message(action, text)
     return action.id, EventSpec("Warning", JOURNALED_EVENT_REASONS[action.kind], message)

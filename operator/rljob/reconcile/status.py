@@ -225,6 +225,8 @@ def _restarting_state(job: RLJob) -> ConditionState:
     target = action.target.name if action.target and action.target.name else ""
     reason = action.reason.value if action.reason else action.kind.value
     message = f"{action.kind.value} {target} ({action.id}) since {action.started_at:%H:%M:%SZ}"
+    if action.pods:  # an in-turn restart: how far it got ("Deleted 2/8")
+        message += f": {action.step}"
     return ConditionState.of(kind, True, reason, message.replace("  ", " "))
 
 

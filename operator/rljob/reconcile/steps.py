@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rljob.api import ActionKind, RLJob
+from rljob.api import ActionKind, InFlightAction, RLJob
 from rljob.checkpoints.attempt_plan import AttemptPlan
 from rljob.checkpoints.models import AttemptMarker
 from rljob.checkpoints.retention import RetentionPlan
 from rljob.reconcile.attempt_start import creates_attempt
 from rljob.reconcile.events import EventSpec
+from rljob.reconcile.in_turn import ROLE_READY_STEP, in_turn_to_delete, restarted_event
 from rljob.reconcile.journal import journaled_event, pod_to_delete, role_to_roll
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.plan import Plan
@@ -26,6 +27,7 @@ _CRASH_PREFIXES = {
     ActionKind.RESTART_TRAINER_GANG: "gang-restart",
     ActionKind.RESTART_POD: "pod-restart",
     ActionKind.RESTART_ROLE: "role-restart",
+    ActionKind.RESTART_ROLE_IN_TURN: "in-turn",
 }
 
 
@@ -103,10 +105,12 @@ def execution_steps(
     attempt_plan: AttemptPlan | None,
     node_states: Mapping[str, str],
     now: datetime,
+    settled: InFlightAction | None = None,
 ) -> tuple[Step, ...]:
     """The plan's side effects in the order that keeps every crash resumable: the journaled
-    action's Event, deletes, the pod restart or role roll, stuck pods, the attempt marker, the
-    applies, retention, and the RLJob's own deletion."""
+    action's Event, deletes, the pod restart, in-turn deletes or role roll, stuck pods, the
+    attempt marker, the applies, retention, and the RLJob's own deletion. `settled`: an in-turn
+    restart this pass cleared, whose closing Event is posted again (named: once)."""
     status = plan.status
     action = status.in_flight
     prefix = _CRASH_PREFIXES.get(action.kind, "") if action is not None else ""
@@ -122,9 +126,15 @@ def execution_steps(
     if victim is not None:
         steps += [DeleteObject("Pod", victim.name, victim.uid)]
         steps.append(CrashPoint("pod-restart:pod-deleted"))
+    for turn in in_turn_to_delete(status, observed):
+        steps += [DeleteObject("Pod", turn.name, turn.uid), CrashPoint("in-turn:pod-deleted")]
     rolling = role_to_roll(status)
     if rolling is not None:
         steps += [RollDeployment(*rolling), CrashPoint("role-restart:rolled")]
+    ended = action if action is not None and action.step == ROLE_READY_STEP else settled
+    if ended is not None and ended.kind == ActionKind.RESTART_ROLE_IN_TURN:
+        name, event = restarted_event(job.metadata.name, ended)
+        steps.append(PostEvent(event, name, once=True))
     steps += _teardown_steps(job, observed, node_states, now)
     creates = creates_attempt(plan)
     if creates and attempt_plan is not None:

@@ -1,0 +1,290 @@
+"""RestartRoleInTurn through decide(): journaled and counted once with the role's pods oldest
+first, one delete per turn within maxUnavailable, resumed after a crash without a second turn,
+pods gone on their own skipped, settled with one Event once the role is ready, and the other
+actions (manual restarts, trainer failures, suspend) waiting for it or ending it."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from rljob.api import ActionKind, FailureReason, JobPhase
+from rljob.api.status import JOURNAL_FORMAT
+from rljob.health.evaluation import finding
+from rljob.reconcile.decide import Decision
+from rljob.reconcile.in_turn import RESTARTED_IN_TURN, RESTARTING_IN_TURN, ROLE_READY_STEP
+from rljob.reconcile.steps import DeleteObject, PostEvent
+from tests.unit.reconcile.test_decide import (
+    decide_now,
+    fail_trainer,
+    journal,
+    request_restart,
+    running_world,
+)
+from tests.unit.reconcile.world import T0, World, pod
+
+IN_TURN_RULE = {"onReasons": ["FleetKVCacheFragmentation"], "action": "RestartRoleInTurn"}
+ROLLOUT = "grpo-demo-rollout"
+ENGINES = 4  # examples/rljob-demo.yaml: rollout replicas 4, maxUnavailable 1
+# Created out of name order, so that oldest first is not alphabetical.
+AGES = {"d": 0, "b": 1, "a": 2, "c": 3}  # minutes after T0
+OLDEST_FIRST = [f"{ROLLOUT}-{n}" for n in sorted(AGES, key=AGES.__getitem__)]
+
+
+def fleet_world(*rules: dict[str, Any], max_unavailable: int = 1) -> World:
+    w = running_world()
+    w.body["spec"]["failurePolicy"]["rules"] = list(rules)
+    w.body["spec"]["roles"]["rollout"]["maxUnavailable"] = max_unavailable
+    for suffix, minutes in AGES.items():
+        name = f"{ROLLOUT}-{suffix}"
+        w.pods[name] = pod(name, "rollout", created_at=T0 + dt.timedelta(minutes=minutes))
+    return w
+
+
+def fleet_finding(target: str = f"{ROLLOUT}-a") -> Any:
+    message = "every rollout engine (4) is slower than its model expects at the load it is offered"
+    return finding("kv_drift", target, FailureReason.FLEET_KV_CACHE_FRAGMENTATION, message, {})
+
+
+def deleted(decision: Decision) -> list[str]:
+    return [s.name for s in decision.steps if isinstance(s, DeleteObject) and s.kind == "Pod"]
+
+
+def events(decision: Decision, reason: str) -> list[PostEvent]:
+    return [s for s in decision.steps if isinstance(s, PostEvent) and s.event.reason == reason]
+
+
+def carry_out(w: World, decision: Decision) -> None:
+    """The journal written, then the decided deletes: the pods are terminating."""
+    journal(w, decision)
+    for name in deleted(decision):
+        w.pods[name] = dataclasses.replace(w.pods[name], deleting=True, ready=False)
+    w.advance(1)
+
+
+def replaced(w: World, name: str, *, ready: bool = True) -> str:
+    """The terminating pod is gone and its Deployment's replacement runs (ready or not)."""
+    w.pods.pop(name)
+    new = f"{name}-new"
+    w.pods[new] = pod(new, "rollout", ready=ready, created_at=w.now)
+    return new
+
+
+def started(w: World) -> Decision:
+    decision = decide_now(w, findings=(fleet_finding(),))
+    carry_out(w, decision)
+    return decision
+
+
+def test_the_fleet_finding_is_reported_by_default() -> None:
+    w = fleet_world()
+
+    decision = decide_now(w, findings=(fleet_finding(),))
+
+    assert decision.plan.status.in_flight is None and not deleted(decision)
+    (report,) = decision.reports
+    assert report[1].reason == "FleetKVCacheFragmentation"
+    assert "a new detector reports by default" in report[1].message
+
+
+def test_journaled_and_counted_once_with_the_pods_oldest_first() -> None:
+    w = fleet_world(IN_TURN_RULE)
+
+    decision = decide_now(w, findings=(fleet_finding(),))
+
+    status = decision.plan.status
+    action = status.in_flight
+    assert action is not None and action.kind == ActionKind.RESTART_ROLE_IN_TURN
+    assert [p.name for p in action.pods or []] == OLDEST_FIRST
+    assert [p.name for p in action.pods or [] if p.deleted_at] == OLDEST_FIRST[:1]
+    ledger = status.restarts
+    assert ledger is not None and (ledger.total, ledger.counted) == (1, 1), "one budget entry"
+    assert ledger.recent[-1].action == "RestartRoleInTurn"
+    assert deleted(decision) == OLDEST_FIRST[:1], "the first turn goes in the same write"
+    assert decision.restarted == ("rollout", OLDEST_FIRST[0])
+    (announced,) = events(decision, RESTARTING_IN_TURN)
+    assert announced.event.message.endswith(f"in turn, oldest first: {', '.join(OLDEST_FIRST)}")
+    (restarting,) = [c for c in status.conditions if c.type == "Restarting"]
+    assert restarting.reason == "FleetKVCacheFragmentation"
+    assert restarting.message.endswith(": Deleted 1/4")
+
+
+def test_every_pod_in_turn_within_max_unavailable_then_one_event() -> None:
+    w = fleet_world(IN_TURN_RULE)
+    turns = [deleted(started(w))]
+    for _ in range(ENGINES * 3):
+        decision = decide_now(w)
+        # Each turn's pod goes and comes back ready before the next turn is taken.
+        assert len([p for p in w.pods.values() if p.deleting or not p.ready]) <= 1
+        carry_out(w, decision)
+        if deleted(decision):
+            turns.append(deleted(decision))
+        for name in [n for n, p in w.pods.items() if p.deleting]:
+            replaced(w, name)
+        if w.job.status.in_flight is None:
+            break
+        assert w.job.status.restarts is not None and w.job.status.restarts.total == 1
+
+    assert turns == [[name] for name in OLDEST_FIRST]
+    assert w.job.status.in_flight is None
+    posted = events(decision, RESTARTED_IN_TURN)
+    assert posted and posted[0].event.message.endswith(", ".join(OLDEST_FIRST))
+
+
+def test_no_second_turn_while_the_first_pod_is_down() -> None:
+    w = fleet_world(IN_TURN_RULE)
+    started(w)
+
+    terminating = decide_now(w)
+    carry_out(w, terminating)
+    replacement = replaced(w, OLDEST_FIRST[0], ready=False)
+    starting = decide_now(w)
+
+    assert not deleted(terminating) and not deleted(starting)
+    w.pods[replacement] = dataclasses.replace(w.pods[replacement], ready=True)
+    assert deleted(decide_now(w)) == OLDEST_FIRST[1:2]
+
+
+def test_a_crash_between_the_journal_and_the_delete_resumes_that_delete_only() -> None:
+    w = fleet_world(IN_TURN_RULE)
+    journal(w, decide_now(w, findings=(fleet_finding(),)))  # the process died before deleting
+
+    resumed = decide_now(w)
+
+    assert deleted(resumed) == OLDEST_FIRST[:1], "the same pod, not the next one"
+    assert resumed.plan.status == w.job.status, "no new turn, no second count"
+    assert resumed.restarted is None
+
+
+@pytest.mark.parametrize(
+    ("change", "next_turn"),
+    [
+        pytest.param({"ready": False}, f"{ROLLOUT}-a", id="a-pod-serving-nothing-needs-no-room"),
+        pytest.param({"deleting": True}, None, id="a-pod-going-on-its-own-is-skipped"),
+    ],
+)
+def test_pods_not_serving_while_the_first_turn_runs(
+    change: dict[str, Any], next_turn: str | None
+) -> None:
+    w = fleet_world(IN_TURN_RULE)
+    started(w)
+    w.pods[f"{ROLLOUT}-a"] = dataclasses.replace(w.pods[f"{ROLLOUT}-a"], **change)
+
+    decision = decide_now(w)
+
+    assert deleted(decision) == ([next_turn] if next_turn else [])
+
+
+def test_pods_gone_on_their_own_are_skipped_and_named() -> None:
+    w = fleet_world(IN_TURN_RULE)
+    started(w)
+    for name in OLDEST_FIRST[:3]:  # the first by our turn, two more by someone else
+        w.pods.pop(name)
+        w.pods[f"{name}-new"] = pod(f"{name}-new", "rollout", created_at=w.now)
+
+    decision = decide_now(w)
+    assert deleted(decision) == OLDEST_FIRST[3:]
+    carry_out(w, decision)
+    replaced(w, OLDEST_FIRST[3])
+    ready = decide_now(w)
+
+    assert ready.plan.status.in_flight is not None
+    assert ready.plan.status.in_flight.step == ROLE_READY_STEP
+    (done,) = events(ready, RESTARTED_IN_TURN)
+    assert done.event.message.endswith(
+        f": {OLDEST_FIRST[0]}, {OLDEST_FIRST[3]}; not restarted (gone before their turn): "
+        f"{', '.join(OLDEST_FIRST[1:3])}"
+    )
+    journal(w, ready)
+    settled = decide_now(w)
+    assert settled.plan.status.in_flight is None
+    assert [e.name for e in events(settled, RESTARTED_IN_TURN)] == [done.name], "said again"
+
+
+def test_two_at_once_with_max_unavailable_two() -> None:
+    w = fleet_world(IN_TURN_RULE, max_unavailable=2)
+    started(w)
+
+    second = decide_now(w)
+    carry_out(w, second)
+    third = decide_now(w)
+
+    assert deleted(second) == OLDEST_FIRST[1:2]
+    assert not deleted(third), "two of four down: maxUnavailable 2"
+
+
+def test_a_finding_right_after_it_settles_is_cooled_down() -> None:
+    w = fleet_world(IN_TURN_RULE)
+    w.body["status"]["restarts"] = {
+        "total": 1,
+        "counted": 1,
+        "recent": [{"time": w.now.isoformat(), "role": "rollout", "reason":
+                    "FleetKVCacheFragmentation", "action": "RestartRoleInTurn"}],
+    }  # fmt: skip
+    w.advance(30)  # within the demo's kvDrift.cooldown of 1m
+
+    decision = decide_now(w, findings=(fleet_finding(),))
+
+    assert decision.plan.status.in_flight is None
+    assert "cooldown" in decision.reports[0][1].message
+
+
+def test_a_manual_restart_waits_for_it() -> None:
+    w = fleet_world(IN_TURN_RULE)
+    started(w)
+    request_restart(w, "rollout/n1")
+
+    decision = decide_now(w)
+
+    action = decision.plan.status.in_flight
+    assert action is not None and action.kind == ActionKind.RESTART_ROLE_IN_TURN
+    assert decision.plan.status.last_restart_request is None
+
+
+def test_a_failed_trainer_waits_for_it_without_failing_the_job() -> None:
+    w = fleet_world(IN_TURN_RULE)
+    started(w)
+    fail_trainer(w)
+
+    decision = decide_now(w)
+
+    assert decision.plan.status.phase != JobPhase.FAILED
+    assert decision.plan.status.attempt == 1
+    action = decision.plan.status.in_flight
+    assert action is not None and action.kind == ActionKind.RESTART_ROLE_IN_TURN
+
+
+def test_suspended_midway_it_takes_no_more_turns_and_settles_once_the_pods_are_gone() -> None:
+    w = fleet_world(IN_TURN_RULE)
+    started(w)
+    w.edit(suspend=True)
+
+    suspended = decide_now(w)
+    assert not deleted(suspended)
+    for name in list(w.pods):
+        if name.startswith(ROLLOUT):
+            w.pods.pop(name)
+    gone = decide_now(w)
+
+    assert gone.plan.status.in_flight is not None
+    assert gone.plan.status.in_flight.step == ROLE_READY_STEP
+    (done,) = events(gone, RESTARTED_IN_TURN)
+    assert "not restarted (gone before their turn)" in done.event.message
+
+
+def test_an_entry_of_a_newer_format_is_left_alone() -> None:
+    """A downgraded operator neither deletes for nor settles an in-turn entry it cannot read."""
+    w = fleet_world(IN_TURN_RULE)
+    journal(w, decide_now(w, findings=(fleet_finding(),)))
+    w.body["status"]["inFlight"]["format"] = JOURNAL_FORMAT + 1
+    for name in OLDEST_FIRST:
+        w.pods.pop(name)  # even with every listed pod gone
+
+    decision = decide_now(w)
+
+    assert not deleted(decision) and not events(decision, RESTARTED_IN_TURN)
+    assert decision.plan.status.in_flight == w.job.status.in_flight
+    assert [event.reason for _, event in decision.reports] == ["JournalFormatUnknown"]
