@@ -10,7 +10,9 @@ from collections.abc import Collection
 from rljob.api.enums import EngineExporter, RoleName
 from rljob.api.roles import GangEngines, RolloutRole
 from rljob.api.spec import Health
+from rljob.api.status import EngineHealth
 from rljob.health.drift import DriftConfig, KVDriftDetector
+from rljob.health.drift.point_detector import FragmentationDetector
 from rljob.health.profiles import EngineMetrics, MissingMetricNamesError, engine_metrics
 from rljob.health.stall import EngineStallConfig, EngineStallDetector
 
@@ -27,6 +29,7 @@ class EngineGroup:
         self.key = key
         self.role = role
         self.drift = KVDriftDetector(drift, role)
+        self.fragmentation = FragmentationDetector(drift, role)
         self.stall = EngineStallDetector(EngineStallConfig.from_health(health))
         self.metrics: EngineMetrics | None = None
         self.error = ""
@@ -38,11 +41,20 @@ class EngineGroup:
         self.metrics, self.error = _profile(spec)
         self.pods = tuple(sorted(pods)) if spec is not None else ()
         self.drift.retain(self.pods)
+        self.fragmentation.retain(self.pods)
         self.stall.retain(self.pods)
         self.seen &= set(self.pods)
 
+    def summaries(self, now: float) -> list[EngineHealth]:
+        return self.drift.summaries(now) + self.fragmentation.summaries(now)
+
+    def restore(self, saved: list[EngineHealth], now: float) -> None:
+        self.drift.restore(saved, now)
+        self.fragmentation.restore(saved, now)
+
     def note_restart(self, pod: str, at: float) -> None:
         self.drift.note_restart(pod, at)
+        self.fragmentation.note_restart(pod, at)
         self.stall.note_restart(pod, at)
 
 

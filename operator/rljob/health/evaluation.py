@@ -15,6 +15,8 @@ FINDING: Outcome = "finding"
 
 # Detector names, the `detector` label of rljob_detector_evaluations_total: the spec field names.
 KV_DRIFT = "kv_drift"
+# KV drift judged at each engine's operating point (configured by spec.health.kvDrift too).
+KV_FRAGMENTATION = "kv_fragmentation"
 ENGINE_STALL = "engine_stall"
 TRAINER_STALL = "trainer_stall"
 VERIFIER_LATENCY = "verifier_latency"

@@ -140,7 +140,7 @@ class JobMonitor(Generic[S]):
         saved = job.status.health.engines if job.status.health is not None else []
         if saved:
             for group in self.engine_groups:
-                group.drift.restore(saved, now)
+                group.restore(saved, now)
 
     def _configure(self, health: Health, has_verifier: bool) -> None:
         self.health = health
@@ -272,7 +272,7 @@ class JobMonitor(Generic[S]):
 
     def engine_summaries(self, now: float) -> list[EngineHealth]:
         """Every engine group's drift summaries for status.health.engines[]."""
-        return [s for group in self.engine_groups for s in group.drift.summaries(now)]
+        return [s for group in self.engine_groups for s in group.summaries(now)]
 
     def targets(self) -> Targets:
         return Targets(self.rollout.pods, self.trainer_pods, self.verifier_pods, self.gang.pods)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from rljob.health import (
     ENGINE_STALL,
     KV_DRIFT,
+    KV_FRAGMENTATION,
     TRAINER_STALL,
     VERIFIER_LATENCY,
     Evaluation,
@@ -53,6 +54,7 @@ PodKey = tuple[str, str]  # (namespace, pod)
 # Per detector: the evidence key of its value (rljob_detector_value) and how targets combine.
 _VALUE_OF: Mapping[str, tuple[str, Callable[[Iterable[float]], float]]] = {
     KV_DRIFT: ("change", min),
+    KV_FRAGMENTATION: ("change", min),
     ENGINE_STALL: ("flat_seconds", max),
     TRAINER_STALL: ("stale_seconds", max),
     VERIFIER_LATENCY: ("p99_seconds", max),
@@ -148,6 +150,7 @@ def _feed_engines(
         )
         for sample in samples:
             group.drift.observe(pod, sample)
+            group.fragmentation.observe(pod, sample)
             group.stall.observe(pod, sample)
         if samples:
             group.seen.add(pod)
@@ -225,14 +228,20 @@ def _engines(
     source: str,
     now: float,
 ) -> list[Evaluation]:
-    detectors = (KV_DRIFT, ENGINE_STALL)
+    detectors = (KV_DRIFT, KV_FRAGMENTATION, ENGINE_STALL)
     if group.metrics is None:
         return _unavailable(detectors, pods, group.error)
     if problem is not None:
         return _unavailable(detectors, pods, f"metrics source {source}: {problem}")
     current = set(pods)
     evaluations = [
-        e for e in group.drift.evaluate(now) + group.stall.evaluate(now) if e.target in current
+        e
+        for e in (
+            group.drift.evaluate(now)
+            + group.fragmentation.evaluate(now)
+            + group.stall.evaluate(now)
+        )
+        if e.target in current
     ]
     missing = [pod for pod in pods if pod not in group.seen]
     metric = group.metrics.generation_tokens_total

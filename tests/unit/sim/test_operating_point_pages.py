@@ -148,12 +148,23 @@ def test_sampled_operating_point_is_the_models(exporter: str, version: str) -> N
     assert latency == pytest.approx(64 / 800, rel=0.01)
 
 
-def test_a_drifting_engines_token_latency_grows_as_its_throughput_falls() -> None:
-    engine = EngineModel(EngineProfile(noise=0.0), "s", T0)
+@pytest.mark.parametrize(
+    ("cache_symptoms", "running", "latency"),
+    [(True, 32, 0.08), (False, 64, 0.16)],
+    ids=["fragmenting-batch-shrinks", "slow-step-latency-grows"],
+)
+def test_a_drifting_engine_loses_batch_or_step_speed(
+    cache_symptoms: bool, running: float, latency: float
+) -> None:
+    # A fragmenting cache (cache symptoms) holds half the sequences, each as fast as before;
+    # an engine slowing without them keeps its batch and takes twice as long a token.
+    engine = EngineModel(EngineProfile(noise=0.0, cache_symptoms=cache_symptoms), "s", T0)
     healthy = sampled(engine, 20, ENGINE_PROFILES["vllm"])
     drifting = sampled(engine, 20, ENGINE_PROFILES["vllm"], Active(drifts=((T0, 0.5, 0.0),)))
     assert means(healthy[0], healthy[-1])[2] == pytest.approx(0.08, rel=0.01)
-    assert means(drifting[0], drifting[-1])[2] == pytest.approx(0.16, rel=0.01)
+    assert means(drifting[0], drifting[-1])[2] == pytest.approx(latency, rel=0.01)
+    assert drifting[-1].running == running
+    assert drifting[-1].running + drifting[-1].waiting > running
 
 
 def test_through_ray_the_page_gives_the_same_operating_point() -> None:

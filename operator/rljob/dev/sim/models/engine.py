@@ -192,7 +192,15 @@ class EngineModel:
             return float(max(1, round(full * self.load_share(t, faults))))
         if mode == Mode.DRAINING and self.mode == Mode.DRAINING and self.running > 0:
             return self.running
+        if mode == Mode.SATURATED:
+            return self._saturated_batch(faults.health(t))
         return full
+
+    def _saturated_batch(self, health: float) -> float:
+        """A fragmenting KV cache holds fewer sequences: the batch shrinks with the engine's
+        health while the blocks it lost still count as used (rljob.dev.engine_physics)."""
+        full = float(self.profile.max_running)
+        return float(max(1, round(full * health))) if self.profile.cache_symptoms else full
 
     def _gauges(self, t: float, faults: Active) -> None:
         profile, rng = self.profile, self._rng
@@ -206,12 +214,12 @@ class EngineModel:
         match self.mode:
             case Mode.SATURATED:
                 load = faults.load_at(t)
-                self.running = full
+                self.running = self._saturated_batch(self.health)
                 self.waiting = (
                     float(load[0])
                     if load is not None
                     else float(max(1, round(rng.uniform(0.5, 1.5) * profile.waiting)))
-                )
+                ) + (full - self.running)
                 self.kv_usage = min(1.0, max(0.0, profile.kv_usage + rng.uniform(-0.02, 0.02)))
             case Mode.UNSATURATED:
                 share = self.load_share(t, faults)

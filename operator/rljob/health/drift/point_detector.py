@@ -1,0 +1,166 @@
+"""KV-cache fragmentation judged at each engine's operating point, for the engines of one role
+of one job (DESIGN section 6).
+
+Every engine is judged against itself, so a job with one or two engines is judged as one with
+forty. When every judged engine of a role (two or more) is down together, each confirmed by a
+fragmentation indicator, that is one FleetKVCacheFragmentation finding for the role, naming the
+longest-running engine first, where the peer-gated KVCacheDrift detector would call them "slower
+together"; a role where only some are down gets one KVCacheFragmentation finding per engine.
+Engines that fragment together do not cross the threshold in the same pass, so an engine found
+while its peers are sagging too is held for up to a window: the role is then repaired as one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable
+from dataclasses import replace
+
+from rljob.api.enums import FailureReason, RoleName
+from rljob.api.status import EngineHealth
+from rljob.health.drift.config import DriftConfig
+from rljob.health.drift.point_judge import judge_point
+from rljob.health.drift.point_state import PointState
+from rljob.health.drift.point_summary import from_point_summary, to_point_summary
+from rljob.health.evaluation import KV_FRAGMENTATION, Evaluation, finding, format_duration, healthy
+from rljob.health.samples import EngineSample
+
+MIN_FLEET = 2
+
+
+class FragmentationDetector:
+    """Operating-point drift detection for the engines of one role of one job."""
+
+    def __init__(self, config: DriftConfig, role: RoleName = RoleName.ROLLOUT) -> None:
+        self.config = config
+        self.role = role
+        self._engines: dict[str, PointState] = {}
+        # Engines found while peers sag too: since when, waiting to see whether all go down.
+        self._held: dict[str, float] = {}
+
+    @property
+    def targets(self) -> list[str]:
+        return sorted(self._engines)
+
+    def state(self, target: str) -> PointState | None:
+        return self._engines.get(target)
+
+    def observe(self, target: str, sample: EngineSample) -> None:
+        state = self._engines.get(target)
+        if state is None:
+            state = self._engines[target] = PointState(self.config)
+        state.add(sample, self.config)
+
+    def note_restart(self, target: str, at: float) -> None:
+        """The engine restarted at `at`: a new model after warm-up, no finding in cooldown."""
+        state = PointState(self.config)
+        state.not_before = at
+        state.cooldown_until = at + self.config.cooldown
+        state.first_seen = at
+        self._engines[target] = state
+
+    def forget(self, target: str) -> None:
+        self._engines.pop(target, None)
+        self._held.pop(target, None)
+
+    def retain(self, targets: Collection[str]) -> None:
+        for target in [name for name in self._engines if name not in targets]:
+            del self._engines[target]
+        self._held = {t: since for t, since in self._held.items() if t in targets}
+
+    def summaries(self, now: float) -> list[EngineHealth]:
+        return [
+            to_point_summary(target, self.role, state, now)
+            for target, state in sorted(self._engines.items())
+            if state.model is not None
+        ]
+
+    def restore(self, summaries: Iterable[EngineHealth], now: float) -> None:
+        for summary in summaries:
+            seed = from_point_summary(summary, self.role, now)
+            if seed is None:
+                continue
+            state = self._engines.setdefault(summary.pod, PointState(self.config))
+            state.seed(*seed.model_and_baseline)
+            state.cooldown_until = max(state.cooldown_until, seed.cooldown_until)
+
+    def evaluate(self, now: float) -> list[Evaluation]:
+        verdicts = {
+            target: judge_point(target, state, self.config, now)
+            for target, state in sorted(self._engines.items())
+        }
+        judged = [t for t, e in verdicts.items() if e.outcome != "insufficient_data"]
+        down = [t for t in judged if verdicts[t].is_finding]
+        if len(judged) >= MIN_FLEET and len(down) == len(judged):
+            self._held.clear()
+            return self._fleet(verdicts, down, now)
+        sagging = [t for t in judged if t not in down and _sagging(verdicts[t], self.config)]
+        self._held = {t: since for t, since in self._held.items() if t in down}
+        return [
+            self._cooled(target, self._hold(target, evaluation, sagging, now), now)
+            for target, evaluation in verdicts.items()
+        ]
+
+    def _hold(
+        self, target: str, evaluation: Evaluation, sagging: list[str], now: float
+    ) -> Evaluation:
+        """A finding while peers sag too, for up to a window: the whole role may be going."""
+        if not evaluation.is_finding or not sagging:
+            return evaluation
+        since = self._held.setdefault(target, now)
+        if now - since >= self.config.window:
+            return evaluation
+        return _suppressed(
+            evaluation,
+            f"held: {', '.join(sagging)} slowing too, so the role may be fragmenting together "
+            f"(judged as one for up to {format_duration(self.config.window)})",
+            "fleet",
+        )
+
+    def _cooled(self, target: str, evaluation: Evaluation, now: float) -> Evaluation:
+        until = self._engines[target].cooldown_until
+        if not evaluation.is_finding or now >= until:
+            return evaluation
+        return _suppressed(
+            evaluation,
+            f"not acted on: cooldown for another {format_duration(until - now)}",
+            "cooldown",
+        )
+
+    def _fleet(
+        self, verdicts: dict[str, Evaluation], down: list[str], now: float
+    ) -> list[Evaluation]:
+        order = sorted(down, key=lambda t: (self._engines[t].first_seen or math.inf, t))
+        first = verdicts[order[0]]
+        message = (
+            f"every {self.role.value} engine ({len(order)}) is slower than its model expects at "
+            f"the load it is offered, each confirmed by a fragmentation indicator: repair "
+            f"{', '.join(order)} in that order (longest-running first); {first.message}"
+        )
+        evidence = {**first.evidence, "engines": " ".join(order), "fleet_size": float(len(order))}
+        fleet = finding(
+            KV_FRAGMENTATION,
+            order[0],
+            FailureReason.FLEET_KV_CACHE_FRAGMENTATION,
+            message,
+            evidence,
+        )
+        others = [
+            replace(e, outcome="healthy", reason=None, message=f"{e.message}; in the fleet finding")
+            for t, e in verdicts.items()
+            if t != order[0]
+        ]
+        return [self._cooled(order[0], fleet, now), *others]
+
+
+def _suppressed(evaluation: Evaluation, note: str, why: str) -> Evaluation:
+    """The finding said but not acted on, and why."""
+    evidence = {**evaluation.evidence, "suppressed": why}
+    return healthy(
+        evaluation.detector, evaluation.target, f"{evaluation.message}; {note}", evidence
+    )
+
+
+def _sagging(evaluation: Evaluation, config: DriftConfig) -> bool:
+    change = evaluation.evidence.get("change")
+    return isinstance(change, float) and change <= -config.threshold / 2
