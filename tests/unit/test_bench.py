@@ -7,6 +7,7 @@ import math
 from collections import Counter
 
 import pytest
+from bench import operating_point
 from bench.procfs import Usage
 from bench.report import Results, render
 from bench.scale import OPERATOR, QueryCounts, SizeResult
@@ -197,3 +198,52 @@ def results(*sizes: SizeResult) -> Results:
 )
 def test_results_md(rendered: Results, expected: str) -> None:
     assert expected in render(rendered)
+
+
+# ---------------------------------------------------------------- KV drift at the operating point
+
+
+def _outcome(delays: dict[str, float], false_restarts: int = 0) -> operating_point.Outcome:
+    return operating_point.Outcome(delays=delays, false_restarts=false_restarts)
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "recall", "median_minutes", "false_restarts"),
+    [
+        ([_outcome({"rollout-1": 600.0}), _outcome({})], 0.5, 10.0, 0),
+        ([_outcome({"rollout-1": 4000.0}), _outcome({"rollout-1": 0.0}, 2)], 0.5, 2000 / 60, 2),
+        ([_outcome({}, 3)], 0.0, None, 3),
+    ],
+    ids=["one-missed", "one-too-late", "none-found"],
+)
+def test_an_operating_point_cell_counts_recall_within_two_windows(
+    outcomes: list[operating_point.Outcome],
+    recall: float,
+    median_minutes: float | None,
+    false_restarts: int,
+) -> None:
+    scenario = operating_point.Scenario("x", "async", {}, ("rollout-1",))
+    cell = operating_point.cell(scenario, outcomes)
+    assert cell.recall == recall
+    delay = cell.median_delay
+    assert (None if delay is None else delay / 60) == (
+        None if median_minutes is None else pytest.approx(median_minutes)
+    )
+    assert cell.false_restarts == false_restarts
+
+
+def test_the_operating_point_matrix_covers_the_issue_scenarios_in_sync_and_async() -> None:
+    names = {s.name for s in operating_point.scenarios("sync")}
+    assert names == {s.name for s in operating_point.scenarios("async")}
+    faults = [s for s in operating_point.scenarios("async") if s.victims]
+    assert {len(s.profiles) for s in faults} >= {1, 2, 4}
+    assert any(len(s.victims) == len(s.profiles) > 1 for s in faults)  # fleet-wide
+    assert len(names) - len(faults) >= 6  # no-fault scenarios
+
+
+def test_an_operating_point_run_writes_a_table_row_per_scenario() -> None:
+    rows = operating_point.matrix(1, 1.0, only="1-engine job")
+    text = operating_point.table(rows, 1, 1.0)
+    assert [s.driver for s, _ in rows] == ["sync", "async"]
+    assert text.count("| 1-engine job fragments |") == 2
+    assert "| RL | scenario | operating point | today | naive rule |" in text
