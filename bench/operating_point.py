@@ -103,6 +103,12 @@ def scenarios(kind: str) -> list[Scenario]:
         Scenario("2-engine job, one fragments", kind, _fleet(kind, 2, (1,)), ("rollout-1",)),
         Scenario("1-engine job fragments", kind, _fleet(kind, 1, (0,)), ("rollout-0",)),
         Scenario(
+            "one engine of 4 fragments, 8% noise",
+            kind,
+            _fleet(kind, 4, (3,), noise=0.08),
+            ("rollout-3",),
+        ),
+        Scenario(
             "2-engine job, one fragments, no cache metrics",
             kind,
             _fleet(kind, 2, (1,)),
@@ -123,6 +129,22 @@ def scenarios(kind: str) -> list[Scenario]:
             "prompt-mix change",
             kind,
             _fleet(kind, 4, shifts=Shifts(mix_change_at=8 * HOUR, mix_after=changed)),
+        ),
+        Scenario(
+            "all three shifts at once, 8% noise",
+            kind,
+            _fleet(
+                kind,
+                4,
+                noise=0.08,
+                shifts=Shifts(
+                    response_growth_per_day=1.0,
+                    long_prompts_at=8 * HOUR,
+                    long_prompts_for=2 * HOUR,
+                    mix_change_at=20 * HOUR,
+                    mix_after=changed,
+                ),
+            ),
         ),
         Scenario("one engine on a slower node", kind, slower),
         Scenario(

@@ -245,3 +245,20 @@ def test_step_fit_recovers_per_token_costs_and_keeps_slopes_physical() -> None:
     assert per_kv == pytest.approx(0.0, abs=1e-12)
     assert per_prefill == pytest.approx(0.0, abs=1e-12)
     assert intercept == pytest.approx(0.03, rel=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_a_healthy_engine_generates_what_its_model_expects(kind: str) -> None:
+    detector = FragmentationDetector(CONFIG)
+    engine = PhysicalEngine(_profile(kind), seed=4)
+    changes = []
+    for index in range(1, int(3 * HOUR // CONFIG.interval)):
+        sample = engine.sample(index * CONFIG.interval)
+        assert sample is not None
+        detector.observe("rollout-0", sample)
+        (evaluation,) = detector.evaluate(sample.t)
+        if "change" in evaluation.evidence:
+            changes.append(float(evaluation.evidence["change"]))
+    assert changes, "the engine was judged"
+    # No systematic bias: the model's batch is the one a KV-bound engine reaches.
+    assert max(abs(c) for c in changes) < 0.05

@@ -146,7 +146,7 @@ class PointState:
         if point.kv_usage is not None and point.kv_usage < 0.8:
             max_batch = point.running if math.isinf(max_batch) else max(max_batch, point.running)
         if self.fit.weight >= MIN_REFRESH_WEIGHT * point.duration:
-            self.model = with_fit(model.capacity, max_batch, self.fit)
+            self.model = with_fit(model.capacity, max_batch, self.fit, model.usable_share)
 
     def restart(self, config: DriftConfig, at: float) -> None:
         """A new engine process (or a warm-up that learned nothing): everything starts over."""

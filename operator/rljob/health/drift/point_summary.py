@@ -14,18 +14,11 @@ from rljob.health.drift.point_state import PointBaseline, PointState
 from rljob.health.drift.throughput_model import PointModel
 
 POINT_SUMMARY = "kvOperatingPoint"
-_CAPACITY, _MAX_BATCH, _LATENCY, _PER_KV = (
-    "capacityTokens",
-    "maxBatch",
-    "tokenSeconds",
-    "perKVToken",
-)
-_MEAN_KV, _PREFIX, _PREEMPTIONS, _PROMPT = (
-    "meanKVTokens",
-    "prefixHitRate",
-    "preemptionsPerRequest",
-    "promptTokens",
-)
+# Seven of the eight values status allows: the per-token slopes are left out and re-fitted
+# after a restore, which starts from the flat model at the saved mean time.
+_CAPACITY, _MAX_BATCH, _LATENCY = "capacityTokens", "maxBatch", "tokenSeconds"
+_SHARE, _PREFIX = "usableShare", "prefixHitRate"
+_PREEMPTIONS, _PROMPT = "preemptionsPerRequest", "promptTokens"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +52,7 @@ def to_point_summary(pod: str, role: RoleName, state: PointState, now: float) ->
         _CAPACITY: model.capacity,
         _MAX_BATCH: model.max_batch if math.isfinite(model.max_batch) else None,
         _LATENCY: _rounded(model.intercept),
-        _PER_KV: _rounded(model.per_kv_token),
-        _MEAN_KV: _rounded(model.mean_kv),
+        _SHARE: _rounded(model.usable_share),
         _PREFIX: baseline.prefix_hit_rate if baseline else None,
         _PREEMPTIONS: baseline.preemptions_per_request if baseline else None,
         _PROMPT: baseline.prompt if baseline else None,
@@ -93,10 +85,11 @@ def from_point_summary(summary: EngineHealth, role: RoleName, now: float) -> Poi
         capacity=values[_CAPACITY],
         max_batch=values.get(_MAX_BATCH, math.inf),
         intercept=values[_LATENCY],
-        per_kv_token=values.get(_PER_KV, 0.0),
+        per_kv_token=0.0,
         per_prefill_token=0.0,
-        mean_kv=values.get(_MEAN_KV, 0.0),
+        mean_kv=0.0,
         mean_prefill=0.0,
+        usable_share=values.get(_SHARE, 1.0),
     )
     baseline = PointBaseline(values.get(_PREFIX), values.get(_PREEMPTIONS), values.get(_PROMPT))
     cooldown = summary.cooldown_until

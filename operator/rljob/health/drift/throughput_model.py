@@ -38,9 +38,12 @@ class PointModel:
     per_prefill_token: float  # extra seconds per token per prompt token of turnover
     mean_kv: float
     mean_prefill: float
+    # The share of the cache a KV-bound engine fills (schedulers keep a watermark free).
+    usable_share: float = 1.0
 
     def batch(self, offered: float, context: float) -> float:
-        return max(1.0, min(offered, self.max_batch, self.capacity / max(context, 1.0)))
+        fits = self.capacity * self.usable_share / max(context, 1.0)
+        return max(1.0, min(offered, self.max_batch, fits))
 
     def token_latency(self, batch: float, context: float, prompt: float, response: float) -> float:
         kv = batch * context
@@ -113,14 +116,20 @@ def learn(points: list[tuple[OperatingPoint, float | None]], fit: StepFit) -> Po
     capacities = [c for point, _ in points if (c := point.capacity) is not None]
     if not capacities or fit.weight <= 0:
         return None
+    usages = [point.kv_usage for point, _ in points if point.kv_usage is not None]
     batch_bound = [
         point.running
         for point, _ in points
         if point.kv_usage is not None and point.kv_usage < BATCH_BOUND_KV_USAGE
     ]
-    return with_fit(statistics.median(capacities), max(batch_bound, default=math.inf), fit)
+    kv_bound = [usage for usage in usages if usage >= BATCH_BOUND_KV_USAGE]
+    share = statistics.median(kv_bound) if kv_bound else 1.0
+    capacity = statistics.median(capacities)
+    return with_fit(capacity, max(batch_bound, default=math.inf), fit, share)
 
 
-def with_fit(capacity: float, max_batch: float, fit: StepFit) -> PointModel:
+def with_fit(capacity: float, max_batch: float, fit: StepFit, share: float = 1.0) -> PointModel:
     intercept, per_kv, per_prefill, mean_kv, mean_prefill = fit.solve()
-    return PointModel(capacity, max_batch, intercept, per_kv, per_prefill, mean_kv, mean_prefill)
+    return PointModel(
+        capacity, max_batch, intercept, per_kv, per_prefill, mean_kv, mean_prefill, share
+    )
