@@ -1069,6 +1069,10 @@ class Index:
                 changed.add(kind)
         return frozenset(changed)
 
+    def lagging(self) -> bool:
+        """Whether a stream still skips deliveries (a pass now may read a stale view)."""
+        return any(stream.stalled > 0 for stream in self._streams.values())
+
     def relist(self) -> None:
         for kind, stream in self._streams.items():
             stream.stalled = 0

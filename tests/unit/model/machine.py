@@ -34,7 +34,7 @@ from rljob.checkpoints.errors import StoreError
 from rljob.checkpoints.layout import CheckpointLocation, KeyKind, VersionId
 from rljob.checkpoints.models import AttemptMarker
 from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
-from tests.unit.model import harness
+from tests.unit.model import harness, in_turn
 from tests.unit.model.cluster import (
     TEMPLATE_HASH_LABEL,
     WATCHED_KINDS,
@@ -53,6 +53,8 @@ KEY = (NAMESPACE, NAME)
 BUCKET = "rljob-demo"
 LOCATION = CheckpointLocation.from_uri(f"s3://{BUCKET}/checkpoints", NAMESPACE, NAME)
 KV_CACHE_DRIFT = FailureReason.KV_CACHE_DRIFT
+KV_FRAGMENTATION = FailureReason.KV_CACHE_FRAGMENTATION
+FLEET_KV_FRAGMENTATION = FailureReason.FLEET_KV_CACHE_FRAGMENTATION
 TRAINER_STALLED = FailureReason.TRAINER_STALLED
 NCCL = (
     "[rank1]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: "
@@ -90,7 +92,7 @@ SOFT_SUSPECTS = "suspect-nodes-are-expiring-preferences"
 ALL_CHECKS = frozenset(
     {ONE_ATTEMPT, NEXT_ATTEMPT, NO_DOUBLE_DELETE, LEDGER, FAILED_STOPS, FAILJOB_FAILS,
      RESUMES_NEWEST, KEEPS_LINEAGE, WITHIN_MAX_UNAVAILABLE, NO_PROGRESS_COUNTS_POLICY,
-     FORGETS_DELETED, LEASED_WRITES, SOFT_SUSPECTS}
+     FORGETS_DELETED, LEASED_WRITES, SOFT_SUSPECTS, *in_turn.CHECKS}
 )  # fmt: skip
 FAIL_THE_JOB = "fail the job"  # how the failure policy's decision message ends for FailJob
 # The failure policy's note when gang restarts made no progress (policy/choose.py).
@@ -105,6 +107,12 @@ GANG_ENGINE_RULE = {
     "onReasons": ["KVCacheDrift"],
     "action": "RestartTrainerGang",
 }
+# The KV-cache findings that report by default, made to act: an engine restarted alone, a fleet
+# restarted in turn, oldest first.
+KV_FRAGMENTATION_RULES = [
+    {"roles": ["rollout"], "onReasons": ["KVCacheFragmentation"], "action": "RestartPod"},
+    {"onReasons": ["FleetKVCacheFragmentation"], "action": "RestartRoleInTurn"},
+]
 
 
 def job_body() -> JSON:
@@ -118,7 +126,7 @@ def job_body() -> JSON:
     body["spec"]["failurePolicy"]["suspectNodeTTL"] = SUSPECT_NODE_TTL
     # Engines inside the trainer gang too; a drifting one restarts the gang by this rule.
     roles["trainer"]["engines"] = {"exporter": "engine", "port": 8100}
-    body["spec"]["failurePolicy"]["rules"].append(GANG_ENGINE_RULE)
+    body["spec"]["failurePolicy"]["rules"] += [GANG_ENGINE_RULE, *KV_FRAGMENTATION_RULES]
     return body
 
 
@@ -206,7 +214,10 @@ class ActionEngine(RuleBasedStateMachine):
     - suspect-nodes-are-expiring-preferences: after a pass, status.suspectNodes lists only nodes
       with hardware-like evidence (a lost node here), each until at most the TTL after marking,
       none expired if the pass wrote the status; no trainer Job requires avoiding a node
-      (model/suspects.py).
+      (model/suspects.py);
+    - the in-turn role restart's (model/in_turn.py): within maxUnavailable by its own deletes,
+      each listed pod deleted once and only after its turn was journaled, one budget entry,
+      oldest first, settled once its role is ready.
     """
 
     CHECKS: ClassVar[frozenset[str]] = ALL_CHECKS
@@ -236,6 +247,7 @@ class ActionEngine(RuleBasedStateMachine):
         self.passing: str | None = None  # the replica whose pass runs now
         self.unleased_store_writes: list[str] = []
         self.suspect_faults: list[str] = []  # what passes got wrong about suspect nodes
+        self.in_turn = in_turn.InTurnChecks(self.cluster, NAME)
 
     def teardown(self) -> None:
         self._patches.close()
@@ -299,19 +311,35 @@ class ActionEngine(RuleBasedStateMachine):
         self.cluster.crash_container(pods[index % len(pods)], reason, exit_code, message)
 
     @precondition(lambda self: bool(self._pods("rollout", "trainer")))
-    @rule(index=st.integers(0, 4))
+    @rule(index=st.integers(0, 5))
     def health_round_finds(self, index: int) -> None:
         """A finding of the detectors: a drifting engine (index < 2), a drifting engine inside
-        a trainer pod (index 4: the gang restarts by GANG_ENGINE_RULE) or a stalled trainer."""
+        a trainer pod (index 4: the gang restarts by GANG_ENGINE_RULE), a fragmented engine (5:
+        restarted alone by KV_FRAGMENTATION_RULES) or a stalled trainer."""
         engines, ranks = self._pods("rollout"), self._pods("trainer")
         if index < 2 and engines:
             target, detector, reason = engines[index % len(engines)], KV_DRIFT, KV_CACHE_DRIFT
         elif index == 4 and ranks:
             target, detector, reason = ranks[0], KV_DRIFT, KV_CACHE_DRIFT
+        elif index == 5 and engines:
+            target, detector, reason = engines[0], KV_DRIFT, KV_FRAGMENTATION
         else:
             target, detector, reason = "trainer", TRAINER_STALL, TRAINER_STALLED
         evaluation = finding(detector, target, reason, f"{reason.value} of {target}", {})
         harness.feed_health(self.operator, KEY, [evaluation])
+
+    @precondition(lambda self: bool(self._pods("rollout")))
+    @rule(index=st.integers(0, 3))
+    def health_round_finds_the_fleet_fragmented(self, index: int) -> None:
+        """Every rollout engine down together: one finding naming one of them; the role is
+        restarted in turn by KV_FRAGMENTATION_RULES. The finding wakes the job at once (the
+        runtime's health loop does), so a pass follows."""
+        engines = self._pods("rollout")
+        target = engines[index % len(engines)]
+        message = f"every rollout engine ({len(engines)}) is down together: {' '.join(engines)}"
+        fleet = finding(KV_DRIFT, target, FLEET_KV_FRAGMENTATION, message, {})
+        harness.feed_health(self.operator, KEY, [fleet])
+        self._pass()
 
     @rule(index=st.integers(0, 3), ready=st.booleans())
     def node_readiness_changes(self, index: int, ready: bool) -> None:
@@ -457,9 +485,13 @@ class ActionEngine(RuleBasedStateMachine):
                 _nothing_recorded, self.cluster.unleased_writes, self.unleased_store_writes
             ),
             SOFT_SUSPECTS: partial(_nothing_recorded, self.suspect_faults),
+            **{check: partial(self._in_turn_holds, check) for check in in_turn.CHECKS},
         }
         for name in sorted(self.CHECKS):
             checks[name]()
+
+    def _in_turn_holds(self, check: str) -> None:
+        _nothing_recorded(self.in_turn.faults(check))
 
     def _one_trainer_attempt_at_a_time(self) -> None:
         live = {p["metadata"]["name"]: _labels(p).get(ATTEMPT) for p in self._trainer_pods()}
@@ -640,6 +672,7 @@ class ActionEngine(RuleBasedStateMachine):
         """One pass of the RLJob as the leader's worker (or `replica`'s) would run it: with the
         newest body the watch delivered or the operator's own last status write returned."""
         runtime = replica or self.operator
+        settling = self.in_turn.before_pass(leading=runtime.leadership.acting())
         changed = self.cluster.index.deliver()
         if KIND in changed:
             self._watch_delivered(deleted_events=True)
@@ -660,6 +693,7 @@ class ActionEngine(RuleBasedStateMachine):
         finally:
             self.passing = None
             self._check_no_progress(decided)
+        self.in_turn.after_pass(settling)
         after, jobs = self.cluster.peek(KIND, NAME), self.cluster.view("Job")
         ttl = dt.timedelta(seconds=parse_duration(SUSPECT_NODE_TTL))
         self.suspect_faults += suspect_faults(before, after, jobs, self.clock.now, ttl)
@@ -786,6 +820,10 @@ class ActionEngine(RuleBasedStateMachine):
         if kind == "RestartPod":
             return any(w.verb == "delete" and w.uid == target.get("uid") and w.code == 200
                        for w in log)  # fmt: skip
+        if kind == "RestartRoleInTurn":  # each listed pod deleted (by anyone) or gone
+            live = {p["metadata"]["uid"] for p in self.cluster.view("Pod")}
+            deleted = {w.uid for w in log if w.verb == "delete" and w.code == 200}
+            return all(p["uid"] in deleted or p["uid"] not in live for p in action["pods"])
         return any(
             w.verb == "patch" and w.detail.get("annotations", {}).get(RESTARTED_AT) == action["id"]
             for w in log

@@ -191,6 +191,46 @@ def test_controls_hold_every_invariant(
     )  # fmt: skip
 
 
+FLEET = ("health_round_finds_the_fleet_fragmented", {"index": 0})
+
+
+@pytest.mark.parametrize(
+    ("steps", "restarted", "skipped"),
+    [
+        pytest.param([FLEET, ("world_settles", {"rounds": 6})], 2, 0,
+                     id="fleet-fragmentation-restarts-the-rollout-role-in-turn"),
+        pytest.param([FLEET, SETTLE, ("operator_restarts", {"dies_before_write": 1}),
+                      ("world_settles", {"rounds": 6})], 2, 0,
+                     id="the-next-process-resumes-it-after-a-crash-midway"),
+        pytest.param([FLEET, ("watches_lag", {"deliveries": 3, "kinds": ("Pod",)}),
+                      ("world_settles", {"rounds": 8})], 2, 0,
+                     id="a-lagging-pod-watch-takes-no-second-turn-early"),
+        pytest.param([FLEET, ("user_sets_suspend", {"suspend": True}),
+                      ("world_settles", {"rounds": 4}), ("user_sets_suspend", {"suspend": False}),
+                      ("world_settles", {"rounds": 6})], 1, 1,
+                     id="suspended-midway-the-rest-go-with-the-suspension"),
+        pytest.param([FLEET, ("user_requests_a_restart", {"role": "rollout"}),
+                      ("world_settles", {"rounds": 8})], 2, 0, id="a-manual-roll-waits-for-it"),
+        pytest.param([FLEET, NCCL_FAILS, ("world_settles", {"rounds": 8})], 2, 0,
+                     id="a-failed-trainer-waits-for-it"),
+        pytest.param([FLEET, ("world_settles", {"rounds": 6}), FLEET, SETTLE], 2, 0,
+                     id="a-second-fleet-finding-within-the-cooldown-is-ignored"),
+    ],
+)  # fmt: skip
+def test_an_in_turn_restart_is_counted_once_and_ends_naming_its_pods(
+    steps: Sequence[Step], restarted: int, skipped: int
+) -> None:
+    machine = replay(ALL_CHECKS, steps)
+    status = (machine.cluster.peek("RLJob", "grpo-demo") or {})["status"]
+    (done,) = machine.cluster.events("RoleRestartedInTurn")
+    went, _, gone = done["message"].partition("; not restarted (gone before their turn): ")
+
+    assert "inFlight" not in status
+    assert status["restarts"]["byReason"]["FleetKVCacheFragmentation"] == 1
+    assert len(went.split(": ", 1)[1].split(", ")) == restarted
+    assert (len(gone.split(", ")) if gone else 0) == skipped
+
+
 def _classified_as_gpu_hardware(
     termination: ContainerTermination, policy: RestartPolicy = "Never"
 ) -> Classification | None:
