@@ -73,45 +73,55 @@ def _profile(kind: str, index: int, **changes: object) -> PhysicalProfile:
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
-def _fragmenting(profile: PhysicalProfile) -> PhysicalProfile:
-    loss = loss_for_drop(profile, MAGNITUDE * CONFIG.threshold)
+def _fragmenting(profile: PhysicalProfile, magnitude: float) -> PhysicalProfile:
+    loss = loss_for_drop(profile, magnitude * CONFIG.threshold)
     return replace(profile, fragmentation=Fragmentation(start=FAULT_AT, ramp=RAMP, loss=loss))
 
 
 def _fleet(
-    kind: str, engines: int, victims: tuple[int, ...] = (), **changes: object
+    kind: str,
+    engines: int,
+    victims: tuple[int, ...] = (),
+    magnitude: float = MAGNITUDE,
+    **changes: object,
 ) -> dict[str, PhysicalProfile]:
     profiles = {}
     for index in range(engines):
         profile = _profile(kind, index, **changes)
-        profiles[f"rollout-{index}"] = _fragmenting(profile) if index in victims else profile
+        fault = index in victims
+        profiles[f"rollout-{index}"] = _fragmenting(profile, magnitude) if fault else profile
     return profiles
 
 
-def scenarios(kind: str) -> list[Scenario]:
+def scenarios(kind: str, magnitude: float = MAGNITUDE) -> list[Scenario]:
+    """The matrix for one kind of RL; fault drops are `magnitude` times the threshold."""
     slower = {f"rollout-{i}": _profile(kind, i) for i in range(4)}
     slower["rollout-0"] = _profile(kind, 0, hardware=DEFAULT_HARDWARE.slower(1.3))
     changed = replace(MIX, prompt_tokens=2048, shared_prefix=0.2)
     return [
-        Scenario("one engine of 4 fragments", kind, _fleet(kind, 4, (3,)), ("rollout-3",)),
+        Scenario(
+            "one engine of 4 fragments", kind, _fleet(kind, 4, (3,), magnitude), ("rollout-3",)
+        ),
         Scenario(
             "all 4 fragment together",
             kind,
-            _fleet(kind, 4, (0, 1, 2, 3)),
+            _fleet(kind, 4, (0, 1, 2, 3), magnitude),
             tuple(f"rollout-{i}" for i in range(4)),
         ),
-        Scenario("2-engine job, one fragments", kind, _fleet(kind, 2, (1,)), ("rollout-1",)),
-        Scenario("1-engine job fragments", kind, _fleet(kind, 1, (0,)), ("rollout-0",)),
+        Scenario(
+            "2-engine job, one fragments", kind, _fleet(kind, 2, (1,), magnitude), ("rollout-1",)
+        ),
+        Scenario("1-engine job fragments", kind, _fleet(kind, 1, (0,), magnitude), ("rollout-0",)),
         Scenario(
             "one engine of 4 fragments, 8% noise",
             kind,
-            _fleet(kind, 4, (3,), noise=0.08),
+            _fleet(kind, 4, (3,), magnitude, noise=0.08),
             ("rollout-3",),
         ),
         Scenario(
             "2-engine job, one fragments, no cache metrics",
             kind,
-            _fleet(kind, 2, (1,)),
+            _fleet(kind, 2, (1,), magnitude),
             ("rollout-1",),
             cache_metrics=False,
         ),
@@ -287,12 +297,12 @@ def cell(scenario: Scenario, outcomes: list[Outcome]) -> Cell:
 
 
 def matrix(
-    seeds: int, hours: float, only: str | None = None
+    seeds: int, hours: float, only: str | None = None, magnitude: float = MAGNITUDE
 ) -> list[tuple[Scenario, dict[str, Cell]]]:
     """Every scenario (or those whose name contains `only`), sync then async."""
     rows = []
     for kind in ("sync", "async"):
-        for scenario in scenarios(kind):
+        for scenario in scenarios(kind, magnitude):
             if only is not None and only not in scenario.name:
                 continue
             per_seed = [run(scenario, seed, hours * HOUR) for seed in range(seeds)]
@@ -312,12 +322,17 @@ def _cell_text(c: Cell) -> str:
     return f"{recall} / {delay} / {c.false_restarts}"
 
 
-def table(rows: list[tuple[Scenario, dict[str, Cell]]], seeds: int, hours: float) -> str:
+def table(
+    rows: list[tuple[Scenario, dict[str, Cell]]],
+    seeds: int,
+    hours: float,
+    magnitude: float = MAGNITUDE,
+) -> str:
     lines = [
         f"Seeds 0..{seeds - 1}, {hours:.0f} h per trace, scrape and evaluation every "
         f"{CONFIG.interval:.0f} s; threshold {CONFIG.threshold:.0%}, window "
         f"{CONFIG.window / MINUTE:.0f} min, warm-up {CONFIG.warmup / MINUTE:.0f} min, "
-        f"cooldown {CONFIG.cooldown / MINUTE:.0f} min; fault drops {MAGNITUDE}x the threshold.",
+        f"cooldown {CONFIG.cooldown / MINUTE:.0f} min; fault drops {magnitude}x the threshold.",
         "Each cell: recall within two windows / median delay from the drop reaching the "
         "threshold / false restarts (engines restarted without a fault, over all seeds).",
         "",
@@ -335,10 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--hours", type=float, default=48.0)
     parser.add_argument("--only", help="run the scenarios whose name contains this")
+    parser.add_argument("--magnitude", type=float, default=MAGNITUDE, help="drop / threshold")
     parser.add_argument("--output", help="also write the table, under a heading, to this file")
     args = parser.parse_args(argv)
-    rows = matrix(args.seeds, args.hours, args.only)
-    text = table(rows, args.seeds, args.hours)
+    rows = matrix(args.seeds, args.hours, args.only, args.magnitude)
+    text = table(rows, args.seeds, args.hours, args.magnitude)
     print(text)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:
