@@ -6,14 +6,20 @@
     progress.checkpoint(1200)
     progress.policy_generation(37)
 
-Phases the detectors know: `waiting_for_rollouts` (a stall is not a hang) and `checkpointing`."""
+Phases the detectors know: `waiting_for_rollouts` (a stall is not a hang) and `checkpointing`.
+Besides PHASES, `evaluating` (a held-out evaluation) and any other name are accepted. Seconds
+per phase accrue in rljob_trainer_phase_seconds_total{phase} (rljob.sdk.phase_time has the
+mapping); docs/sdk-metrics.md lists every series."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+from rljob.sdk.phase_time import PhaseSeconds
 
 METRICS_PORT_ENV = "RLJOB_METRICS_PORT"
 DEFAULT_PORT = 9400
@@ -25,11 +31,14 @@ PHASES = (
     "syncing_weights",
     "checkpointing",
 )
+# Not in PHASES, whose gauge series every exporter starts with (the simulator copies them).
+EVALUATING = "evaluating"
 
 
 class ProgressExporter:
     """rljob_trainer_step, rljob_trainer_heartbeat_timestamp_seconds, rljob_trainer_phase{phase},
-    rljob_policy_generation and rljob_checkpoint_step."""
+    rljob_policy_generation, rljob_checkpoint_step and rljob_trainer_phase_seconds_total{phase}.
+    `clock` times the phases (time.monotonic by default; tests pass a fake)."""
 
     def __init__(
         self,
@@ -37,8 +46,13 @@ class ProgressExporter:
         registry: CollectorRegistry | None = None,
         *,
         serve: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry or CollectorRegistry()
+        # Every phase name ever set, so that leaving an unlisted phase resets its gauge too.
+        self._phases_seen: set[str] = set(PHASES)
+        self._phase_seconds = PhaseSeconds(clock)
+        self.registry.register(self._phase_seconds)
         self._step = Gauge(
             "rljob_trainer_step", "Last completed training step.", registry=self.registry
         )
@@ -74,7 +88,9 @@ class ProgressExporter:
         self.heartbeat()
 
     def phase(self, name: str) -> None:
-        for known in {*PHASES, name}:
+        self._phase_seconds.enter(name)
+        self._phases_seen.add(name)
+        for known in self._phases_seen:
             self._phase.labels(phase=known).set(1 if known == name else 0)
         self.heartbeat()
 
