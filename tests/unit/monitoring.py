@@ -24,10 +24,7 @@ RUNBOOKS = REPO / "docs" / "runbooks.md"
 PROMTOOL_FIXTURES = REPO / "tests" / "prometheus"
 
 # Exposed by workloads, not by the operator (shared/reference/workload-signals.md): vLLM's
-# names come from the health profiles, the trainer's from the SDK exporter below.
-VERIFIER_SERIES = frozenset(
-    f"rljob_verifier_request_duration_seconds{suffix}" for suffix in ("_bucket", "_count", "_sum")
-)
+# names come from the health profiles, the trainer's and the verifiers' from the SDK's exporters.
 PROMETHEUS_SERIES = frozenset({"up"})
 
 _SUFFIXES = {
@@ -74,15 +71,31 @@ def operator_series() -> set[str]:
     return names
 
 
-def trainer_series() -> set[str]:
-    from rljob.sdk.progress import ProgressExporter
-
-    registry = CollectorRegistry()
-    ProgressExporter(registry=registry, serve=False)
+def _registry_series(registry: CollectorRegistry) -> set[str]:
     names: set[str] = set()
     for family in registry.collect():
         names |= exposed_names(family.name, str(family.type))
     return names
+
+
+def trainer_series() -> set[str]:
+    """The progress exporter's series and the RL canaries served on its registry; the canary
+    gauges are exported only once reported, so their names come from the SDK's list."""
+    from rljob.sdk.metrics import GAUGES, RLMetrics
+    from rljob.sdk.progress import ProgressExporter
+
+    registry = CollectorRegistry()
+    ProgressExporter(registry=registry, serve=False)
+    RLMetrics(registry)
+    return _registry_series(registry) | set(GAUGES)
+
+
+def verifier_series() -> set[str]:
+    from rljob.sdk.verifier import VerifierExporter
+
+    registry = CollectorRegistry()
+    VerifierExporter(registry=registry, serve=False)
+    return _registry_series(registry)
 
 
 def vllm_series() -> set[str]:
@@ -104,7 +117,7 @@ def vllm_series() -> set[str]:
 
 def known_series() -> set[str]:
     return (
-        operator_series() | trainer_series() | vllm_series() | VERIFIER_SERIES | PROMETHEUS_SERIES
+        operator_series() | trainer_series() | vllm_series() | verifier_series() | PROMETHEUS_SERIES
     )
 
 

@@ -40,6 +40,17 @@ REQUIRED_ALERTS = {
     "RLJobOperatorDown",
     "RLJobCheckpointStoreUnavailable",
     "RLJobReconcileErrors",
+    # RL correctness canaries (group rljob-rl-canaries).
+    "RewardHackingSuspected",
+    "KLRunaway",
+    "ClipFractionHigh",
+    "ImportanceRatioTail",
+    "ResponseLengthCollapse",
+    "ResponseLengthExplosion",
+    "GradNormSpike",
+    "ThroughputRegressionAfterSync",
+    "StepTimeCreep",
+    "VerifierQueueGrowing",
 }
 SEVERITIES = {"critical", "warning", "info"}
 RUNBOOK_URL = re.compile(r"^https://\S+/docs/runbooks\.md#(?P<anchor>[a-z0-9-]+)$")
