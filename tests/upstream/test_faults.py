@@ -23,6 +23,12 @@ TORCHRUN_FAILED = 1
 # A rank that raises exits 1, or, when its live gloo group's threads are torn down at exit,
 # aborts (std::terminate: SIGABRT, 134) after torch's `record` wrote its error file: both seen.
 RAISED = (1, 134)
+# torchrun's agent json.loads a failed worker's error file as soon as it exists
+# (torch 2.15.0, torch/distributed/elastic/multiprocessing/errors/__init__.py,
+# ProcessFailure.__post_init__); a node-mate's `record` may still be writing it, and torchrun
+# then dies of the JSONDecodeError without naming any rank (seen twice in about 30 runs of a
+# rank that os._exits). Its pod can only be a primary failure of no known rank.
+TORCHRUN_READ_RACE = "json.decoder.JSONDecodeError"
 
 
 @dataclass(frozen=True)
@@ -81,10 +87,15 @@ def test_a_rank_fault_is_classified_on_its_pod_and_the_peers_only_waited(
         assert 0 < len(run.termination_log.encode()) <= SUMMARY_LIMIT, run.log[-3000:]
     classified = [classify(run) for run in runs]
     faulty = classified[fault.node]
-    assert (faulty.reason, faulty.rank, faulty.primary) == (fault.reason, fault.rank, True), (
-        evidence(runs)
-    )
-    assert faulty.exit_code in fault.exit_codes, evidence(runs)
+    if TORCHRUN_READ_RACE in runs[fault.node].termination_log:
+        assert (faulty.reason, faulty.rank, faulty.primary) == (R.CONTAINER_FAILED, None, True), (
+            evidence(runs)
+        )
+    else:
+        assert (faulty.reason, faulty.rank, faulty.primary) == (fault.reason, fault.rank, True), (
+            evidence(runs)
+        )
+        assert faulty.exit_code in fault.exit_codes, evidence(runs)
     (peer,) = [run for run in runs if run.node_rank != fault.node]
     assert_waiting(peer, classified[peer.node_rank])
 
