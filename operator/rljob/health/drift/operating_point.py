@@ -1,5 +1,5 @@
 """Where an engine works between two samples: the load it is offered (requests running plus
-waiting), the batch it actually runs, its KV usage and per-token latency, and the lengths of the
+waiting), the batch it actually runs, its KV usage, and the lengths of the
 requests it serves, read from what vLLM and SGLang export (DESIGN section 6).
 
 Request lengths come from counters observed when a request finishes (vLLM's request length
@@ -15,8 +15,10 @@ every comparison of an engine against itself at a steady mix.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from rljob.health.drift.measures import ratio
 from rljob.health.samples import EngineSample, optional_delta
 
 # Finished requests older than this (seconds) weigh 1/e as much: a few minutes of requests.
@@ -39,7 +41,6 @@ class OperatingPoint:
     kv_usage: float | None
     context: float | None  # estimated tokens one running sequence holds
     prompt: float | None  # mean prompt length of the recent mix
-    token_latency: float | None  # seconds per output token of one sequence
     preemptions: float | None
     finished: float | None
     prefix_hits: float | None
@@ -61,6 +62,17 @@ class OperatingPoint:
         if self.context is None or self.kv_usage is None or self.kv_usage < MIN_KV_FOR_CAPACITY:
             return None
         return self.running * self.context / self.kv_usage
+
+
+def cache_rates(points: Iterable[OperatingPoint]) -> tuple[float | None, float | None]:
+    """(prefix hit rate, preemptions per finished request) over intervals that export each."""
+    hits = queries = preemptions = finished = 0.0
+    for point in points:
+        if point.prefix_hits is not None and point.prefix_queries is not None:
+            hits, queries = hits + point.prefix_hits, queries + point.prefix_queries
+        if point.preemptions is not None and point.finished is not None:
+            preemptions, finished = preemptions + point.preemptions, finished + point.finished
+    return ratio(hits, queries), ratio(preemptions, finished)
 
 
 # Below this KV usage the capacity estimate divides by too little to mean anything.
@@ -112,16 +124,6 @@ def _mean(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else (a + b) / 2
 
 
-def token_latency(previous: EngineSample, current: EngineSample) -> float | None:
-    total = optional_delta(
-        previous.token_latency_seconds_total, current.token_latency_seconds_total
-    )
-    count = optional_delta(previous.token_latency_count_total, current.token_latency_count_total)
-    if total is None or count is None or count <= 0:
-        return None
-    return total / count
-
-
 def operating_point(
     previous: EngineSample, current: EngineSample, tokens: float, mix: RequestMix
 ) -> OperatingPoint:
@@ -135,7 +137,6 @@ def operating_point(
         kv_usage=_mean(previous.kv_usage, current.kv_usage),
         context=mix.context,
         prompt=mix.prompt,
-        token_latency=token_latency(previous, current),
         preemptions=optional_delta(previous.preemptions_total, current.preemptions_total),
         finished=optional_delta(previous.finished_requests_total, current.finished_requests_total),
         prefix_hits=optional_delta(previous.prefix_hits_total, current.prefix_hits_total),

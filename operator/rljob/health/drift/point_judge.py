@@ -16,6 +16,7 @@ from rljob.health.drift.measures import (
     MIN_SATURATED_SHARE_OF_WINDOW,
     ratio,
 )
+from rljob.health.drift.operating_point import cache_rates
 from rljob.health.drift.point_state import Judged, PointBaseline, PointState
 from rljob.health.drift.throughput_model import PointModel
 from rljob.health.evaluation import (
@@ -170,18 +171,16 @@ def _indicators(
             f"KV capacity {model.capacity / 1000:.0f}k -> {capacity / 1000:.0f}k tokens "
             f"(usage {usage:.2f} with {running:.0f} running)"
         )
-    if (preempted := _preemptions(window, baseline, config)) is not None:
+    hit_rate, preemptions = cache_rates(j.point for j in window.points if j.point is not None)
+    if (preempted := _preemptions(preemptions, baseline, config)) is not None:
         found.append(preempted)
-    if (prefix := _prefix(window, baseline, config)) is not None:
+    if (prefix := _prefix(hit_rate, window, baseline, config)) is not None:
         found.append(prefix)
     return found
 
 
-def _preemptions(window: Window, baseline: PointBaseline, config: DriftConfig) -> str | None:
+def _preemptions(now: float | None, baseline: PointBaseline, config: DriftConfig) -> str | None:
     before = baseline.preemptions_per_request
-    points = [j.point for j in window.points if j.point is not None]
-    counted = [p for p in points if p.preemptions is not None and p.finished is not None]
-    now = ratio(sum(p.preemptions or 0.0 for p in counted), sum(p.finished or 0.0 for p in counted))
     if before is None or now is None:
         return None
     if now >= before * (1 + config.threshold) and now - before >= MIN_PREEMPTION_RISE:
@@ -189,16 +188,15 @@ def _preemptions(window: Window, baseline: PointBaseline, config: DriftConfig) -
     return None
 
 
-def _prefix(window: Window, baseline: PointBaseline, config: DriftConfig) -> str | None:
+def _prefix(
+    now: float | None, window: Window, baseline: PointBaseline, config: DriftConfig
+) -> str | None:
     before, prompt_before = baseline.prefix_hit_rate, baseline.prompt
     prompt = window.median("prompt")
     if before is None or not before > 0 or prompt is None or prompt_before is None:
         return None
     if abs(prompt / prompt_before - 1) > STEADY_PROMPT:
         return None  # another prompt mix hits the cache differently: no evidence either way
-    points = [j.point for j in window.points if j.point is not None]
-    hits = sum(p.prefix_hits or 0.0 for p in points if p.prefix_queries is not None)
-    now = ratio(hits, sum(p.prefix_queries or 0.0 for p in points if p.prefix_hits is not None))
     if now is not None and now <= before * (1 - config.threshold / 2):
         return f"prefix hit rate {before:.2f} -> {now:.2f} at a steady prompt mix"
     return None

@@ -9,8 +9,13 @@ from collections import deque
 from dataclasses import dataclass
 
 from rljob.health.drift.config import DriftConfig
-from rljob.health.drift.measures import judgeable, ratio
-from rljob.health.drift.operating_point import OperatingPoint, RequestMix, operating_point
+from rljob.health.drift.measures import judgeable
+from rljob.health.drift.operating_point import (
+    OperatingPoint,
+    RequestMix,
+    cache_rates,
+    operating_point,
+)
 from rljob.health.drift.throughput_model import PointModel, StepFit, features, learn, with_fit
 from rljob.health.samples import EngineSample, EngineSeries, ring_capacity
 
@@ -39,15 +44,11 @@ class Judged:
 
 
 def _baseline(points: list[OperatingPoint]) -> PointBaseline:
-    hits = sum(p.prefix_hits or 0.0 for p in points)
-    queries = sum(p.prefix_queries or 0.0 for p in points if p.prefix_hits is not None)
-    counted = [p for p in points if p.preemptions is not None and p.finished is not None]
-    preemptions = sum(p.preemptions or 0.0 for p in counted)
-    finished = sum(p.finished or 0.0 for p in counted)
+    prefix_hit_rate, preemptions_per_request = cache_rates(points)
     prompts = [p.prompt for p in points if p.prompt is not None]
     return PointBaseline(
-        prefix_hit_rate=ratio(hits, queries),
-        preemptions_per_request=ratio(preemptions, finished) if counted else None,
+        prefix_hit_rate=prefix_hit_rate,
+        preemptions_per_request=preemptions_per_request,
         prompt=sum(prompts) / len(prompts) if prompts else None,
     )
 
