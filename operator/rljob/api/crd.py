@@ -30,6 +30,12 @@ PRINTER_COLUMNS = [
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts.total"},
     {
+        "name": "Bottleneck",
+        "type": "string",
+        "jsonPath": ".status.bottleneck.role",
+        "description": "What bounds the trainer's step (kubectl rljob diagnose says why).",
+    },
+    {
         "name": "Checkpoint",
         "type": "date",
         "jsonPath": ".status.checkpoint.latest.savedAt",

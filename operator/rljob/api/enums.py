@@ -75,6 +75,11 @@ class FailureReason(StrEnum):
     IMAGE_PULL_FAILED = "ImagePullFailed"
     CONFIG_ERROR = "ConfigError"
     UNSCHEDULABLE = "Unschedulable"
+    # RL correctness canaries, read from the SDK's committed series (docs/sdk-metrics.md):
+    # training reward rising while held-out evaluation stays flat; generation throughput per
+    # token falling after a weight sync against the hour before it.
+    REWARD_HACKING_SUSPECTED = "RewardHackingSuspected"
+    THROUGHPUT_REGRESSION = "ThroughputRegression"
 
 
 class FailureAction(StrEnum):
@@ -86,6 +91,9 @@ class FailureAction(StrEnum):
     RESTART_ROLE_IN_TURN = "RestartRoleInTurn"
     RESTART_TRAINER_GANG = "RestartTrainerGang"
     FAIL_JOB = "FailJob"
+    # Stops every pod as spec.suspend does, with the suspension kept in status (spec.suspend
+    # stays the user's); the rljob.io/resume-request annotation resumes from the newest checkpoint.
+    SUSPEND = "Suspend"
     REPORT = "Report"
     IGNORE = "Ignore"
 

@@ -19,6 +19,8 @@ SPEC_HASH_ANNOTATION = "rljob.io/spec-hash"
 RESTARTED_AT_ANNOTATION = "rljob.io/restarted-at"
 # On the RLJob: `<role>/<nonce>`, written by `kubectl rljob restart`.
 RESTART_REQUEST_ANNOTATION = "rljob.io/restart-request"
+# On the RLJob: a nonce, written by `kubectl rljob resume`; ends a policy suspension once.
+RESUME_REQUEST_ANNOTATION = "rljob.io/resume-request"
 # Tests only: on a pod template, stands in for a new operator version rendering differently.
 RENDER_MARKER_ANNOTATION = "rljob.io/render-marker"
 # Set by the Job controller on each pod of an Indexed Job: the trainer rank.

@@ -219,6 +219,64 @@ class VerifierLatency(SpecModel):
     window: Duration = Field(default="10m", description="How long the bound must be exceeded.")
 
 
+class BottleneckDiagnosis(SpecModel):
+    """Which role bounds the trainer's step (status.bottleneck) and the parallelism knee."""
+
+    window: Duration = Field(
+        default="15m",
+        description="The trainer phases' shares and the engines' load are judged over this long; "
+        "a concurrency bin of the knee's curve needs a third of it observed. At least two "
+        "intervals are used.",
+    )
+
+
+class RewardHacking(SpecModel):
+    """Finds RewardHackingSuspected: training reward rising while held-out evaluation does not
+    (the SDK's rljob_rl_reward_train and rljob_rl_reward_eval)."""
+
+    window: Duration = Field(
+        default="2h",
+        description="The slopes are fitted over this long; at least two intervals are used.",
+    )
+    min_slope_per_hour: float = Field(
+        default=0.05, gt=0, description="Training reward rise per hour that counts."
+    )
+    max_eval_ratio: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="Held-out reward rising by less than this share of the training reward's "
+        "rise is flat.",
+    )
+    min_eval_points: int = Field(
+        default=4, ge=2, le=1000, description="Distinct evaluations needed in the window."
+    )
+
+
+class ThroughputRegression(SpecModel):
+    """Finds ThroughputRegression: tokens per second of generation after a weight sync against
+    the window before it (the SDK's rljob_rl_generated_tokens_total over the generating phase)."""
+
+    before: Duration = Field(default="1h", description="The reference window before the sync.")
+    after: Duration = Field(
+        default="15m",
+        description="Judged over this long after the sync (averages its warm-up); at least two "
+        "intervals are used.",
+    )
+    threshold: float = Field(
+        default=0.3, gt=0, le=1, description="Relative drop (0 to 1) that counts."
+    )
+
+
+class Canaries(SpecModel):
+    """RL correctness findings a failurePolicy rule can act on (Report by default)."""
+
+    reward_hacking: RewardHacking = _nested(RewardHacking, "Reward hacking.")
+    throughput_regression: ThroughputRegression = _nested(
+        ThroughputRegression, "Throughput regression after a weight sync."
+    )
+
+
 class Health(SpecModel):
     """Health detection: where signals come from, how often, and each detector's bounds."""
 
@@ -232,6 +290,10 @@ class Health(SpecModel):
     engine_stall: EngineStall = _nested(EngineStall, "Stalled-engine detection.")
     trainer_stall: TrainerStall = _nested(TrainerStall, "Stalled-trainer detection.")
     verifier_latency: VerifierLatency = _nested(VerifierLatency, "Slow-verifier detection.")
+    bottleneck: BottleneckDiagnosis = _nested(
+        BottleneckDiagnosis, "What bounds the step (status.bottleneck)."
+    )
+    canaries: Canaries = _nested(Canaries, "RL correctness findings.")
 
     # Health is evaluated once per interval: a shorter window or timeout cannot be honoured.
     cel_rules = tuple(

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 
 from rljob.api.base import StatusModel
+from rljob.api.diagnosis import Bottleneck, PolicySuspension, ResumeRequest
 from rljob.api.enums import (
     ActionKind,
     ConditionStatus,
@@ -363,4 +364,14 @@ class RLJobStatus(StatusModel):
     )
     health: HealthStatus | None = Field(
         default=None, description="Detector state kept across operator restarts."
+    )
+    bottleneck: Bottleneck | None = Field(
+        default=None, description="What bounds the trainer's step, and the advice."
+    )
+    suspension: PolicySuspension | None = Field(
+        default=None,
+        description="Set while the failure policy holds the job suspended (action Suspend).",
+    )
+    last_resume_request: ResumeRequest | None = Field(
+        default=None, description="Last rljob.io/resume-request handled."
     )
