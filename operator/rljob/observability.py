@@ -94,6 +94,17 @@ DETECTOR_VALUE = Gauge(
     "trainer_stall the heartbeat age in seconds, verifier_latency the highest p99 seconds.",
     ["namespace", "job", "detector"],
 )
+STEP_PHASE_SECONDS = Gauge(
+    "rljob_job_step_phase_seconds",
+    "Mean seconds of each trainer step spent in each phase over spec.health.bottleneck.window "
+    "(from the SDK's rljob_trainer_phase_seconds_total).",
+    ["namespace", "job", "phase"],
+)
+BOTTLENECK = Gauge(
+    "rljob_job_bottleneck",
+    "1 for the role bounding the job's trainer step (status.bottleneck.role), 0 for the others.",
+    ["namespace", "job", "role"],
+)
 
 
 def _kopf_object(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
