@@ -14,71 +14,14 @@ import json
 import secrets
 import subprocess
 import sys
-from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from rljob.api.enums import RoleName
 from rljob.api.labels import RESTART_REQUEST_ANNOTATION
+from rljob.kubectl_text import Body, job_name, table, when
 
-Body = dict[str, Any]
 RECENT_RESTARTS = 5
 _KUBECTL_TIMEOUT = 30
-
-
-# ------------------------------------------------------------------------------ formatting
-
-
-def _parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def format_age(seconds: float) -> str:
-    """kubectl-style age: 45s, 12m, 3h20m, 2d4h."""
-    seconds = max(0, int(seconds))
-    if seconds < 120:
-        return f"{seconds}s"
-    minutes = seconds // 60
-    if minutes < 60:
-        return f"{minutes}m"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours}h" if hours else f"{days}d"
-
-
-def _when(value: object, now: datetime | None) -> str:
-    """The timestamp as written, with its age when `now` is given: `2026-05-01T10:00:00Z (3m
-    ago)`; `-` when missing."""
-    if not value:
-        return "-"
-    parsed = _parse_time(value)
-    if now is None or parsed is None:
-        return str(value)
-    return f"{value} ({format_age((now - parsed).total_seconds())} ago)"
-
-
-def _name(job: Body) -> str:
-    meta = job["metadata"]
-    namespace = meta.get("namespace")
-    return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
-
-
-def _table(rows: Sequence[Sequence[object]], indent: str = "") -> list[str]:
-    texts = [[str(cell) if cell not in (None, "") else "-" for cell in row] for row in rows]
-    widths = [max(len(row[i]) for row in texts) for i in range(len(texts[0]))]
-    return [
-        indent
-        + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in texts
-    ]
 
 
 # ------------------------------------------------------------------------------ status
@@ -89,7 +32,7 @@ def _in_flight_lines(status: Body, now: datetime | None) -> list[str]:
     if not action:
         return []
     target = (action.get("target") or {}).get("role", "")
-    since = _when(action.get("startedAt"), now)
+    since = when(action.get("startedAt"), now)
     return [
         f"in flight: {action.get('kind')} {target} reason={action.get('reason', '-')} "
         f"step={action.get('step') or 'started'} since {since}"
@@ -104,7 +47,7 @@ def _role_lines(status: Body) -> list[str]:
         if counts is not None:
             ready = f"{counts.get('ready', 0)}/{counts.get('desired', 0)}"
             rows.append([role.value, ready, counts.get("restarts", 0)])
-    return ["", *_table(rows)] if len(rows) > 1 else []
+    return ["", *table(rows)] if len(rows) > 1 else []
 
 
 def _progress_lines(status: Body, now: datetime | None) -> list[str]:
@@ -113,7 +56,7 @@ def _progress_lines(status: Body, now: datetime | None) -> list[str]:
         return []
     lines = ["", "PROGRESS"]
     if progress.get("step") is not None:
-        lines.append(f"  step {progress['step']} at {_when(progress.get('lastStepTime'), now)}")
+        lines.append(f"  step {progress['step']} at {when(progress.get('lastStepTime'), now)}")
     tokens = progress.get("tokensPerSecond")
     baseline = progress.get("baselineTokensPerSecond")
     if tokens is not None:
@@ -122,7 +65,7 @@ def _progress_lines(status: Body, now: datetime | None) -> list[str]:
             text += f" (baseline {baseline:.0f}, {(tokens - baseline) / baseline:+.0%})"
         lines.append(text)
     if progress.get("updatedAt"):
-        lines.append(f"  refreshed {_when(progress['updatedAt'], now)}")
+        lines.append(f"  refreshed {when(progress['updatedAt'], now)}")
     return lines
 
 
@@ -150,8 +93,8 @@ def _restart_lines(status: Body, now: datetime | None) -> list[str]:
         what = f"{entry.get('role')} {entry.get('action')} {entry.get('reason')}"
         pod = f" pod {entry['pod']}" if entry.get("pod") else ""
         counted = "" if entry.get("counted", True) else " (not counted)"
-        when = _when(entry.get("time"), now)
-        lines.append(f"  {when} {what}{pod}{counted}: {entry.get('message', '')}")
+        at = when(entry.get("time"), now)
+        lines.append(f"  {at} {what}{pod}{counted}: {entry.get('message', '')}")
     return lines
 
 
@@ -162,7 +105,7 @@ def _checkpoint_lines(status: Body, now: datetime | None) -> list[str]:
     if latest:
         lines.append(
             f"CHECKPOINT latest {latest.get('version')} step {latest.get('step')} "
-            f"saved {_when(latest.get('savedAt'), now)}"
+            f"saved {when(latest.get('savedAt'), now)}"
         )
     if resumed:
         lines.append(
@@ -177,7 +120,7 @@ def render_status(job: Body, now: datetime | None = None) -> str:
     phase, attempt = status.get("phase", "Pending"), status.get("attempt", "-")
     return "\n".join(
         [
-            f"RLJob {_name(job)}: {phase} (attempt {attempt})",
+            f"RLJob {job_name(job)}: {phase} (attempt {attempt})",
             *_in_flight_lines(status, now),
             *_role_lines(status),
             *_progress_lines(status, now),
@@ -205,18 +148,18 @@ def render_checkpoints(job: Body, now: datetime | None = None) -> str:
     prefix = checkpoint_prefix(job)
     if prefix is None:
         return (
-            f"RLJob {_name(job)} has no spec.checkpoint: a restarted trainer starts over.\n"
+            f"RLJob {job_name(job)} has no spec.checkpoint: a restarted trainer starts over.\n"
             "spec.checkpoint can only be set when the job is created."
         )
     checkpoint = (job.get("status") or {}).get("checkpoint") or {}
-    lines = [f"RLJob {_name(job)} checkpoints under {prefix}/"]
+    lines = [f"RLJob {job_name(job)} checkpoints under {prefix}/"]
 
     def describe(ref: Body | None) -> str:
         if not ref:
             return "-"
         return (
             f"{ref.get('version')} step {ref.get('step')} attempt {ref.get('attempt', '-')}, "
-            f"saved {_when(ref.get('savedAt'), now)}"
+            f"saved {when(ref.get('savedAt'), now)}"
         )
 
     lines.append(f"latest:       {describe(checkpoint.get('latest'))}")
@@ -234,12 +177,12 @@ def render_checkpoints(job: Body, now: datetime | None = None) -> str:
                 ref.get("version"),
                 ref.get("step"),
                 ref.get("attempt"),
-                _when(ref.get("savedAt"), now),
-                _when(ref.get("validatedAt"), now),
+                when(ref.get("savedAt"), now),
+                when(ref.get("validatedAt"), now),
             ]
             for ref in history
         ]
-        lines += _table(rows)
+        lines += table(rows)
     else:
         lines.append("no eligible versions recorded yet")
     lines += [

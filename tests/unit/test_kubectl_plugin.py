@@ -11,6 +11,7 @@ import pytest
 
 from rljob import kubectl_plugin as plugin
 from rljob.api import RLJobStatus
+from rljob.kubectl_text import format_age
 from rljob.reconcile.requests import RESTART_REQUEST_ANNOTATION, pending_restart
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -92,7 +93,7 @@ RUNNING = job(
     [(0, "0s"), (119, "119s"), (120, "2m"), (3600, "1h"), (3720, "1h2m"), (49 * 3600, "2d1h")],
 )
 def test_format_age(seconds: int, text: str) -> None:
-    assert plugin.format_age(seconds) == text
+    assert format_age(seconds) == text
 
 
 def test_status_shows_one_screen() -> None:
