@@ -190,10 +190,14 @@ def _phrase(plan: _Plan) -> str:
             return "gang-restart the trainer from its latest checkpoint"
         case FailureAction.FAIL_JOB:
             return "fail the job"
+        case FailureAction.SUSPEND:
+            return "suspend the job until rljob.io/resume-request (not counted as a restart)"
         case FailureAction.REPORT if plan.rule == "built-in:engines-in-gang":
             return "report (an engine in the trainer gang; a rule on role trainer may restart it)"
         case FailureAction.REPORT if plan.rule == "built-in:new-kv-findings":
             return "report (a new detector reports by default; a rule may restart on it)"
+        case FailureAction.REPORT if plan.rule == "built-in:rl-canaries":
+            return "report (an RL canary; a user rule with action Suspend stops the run)"
         case FailureAction.REPORT:
             return "report"
         case _:

@@ -1,7 +1,8 @@
 """The failure policy's rules: what to do about one failure or finding (DESIGN 5, 6). Pure.
 
 Order of decisions, each able to end the story:
-1. The first matching rule, user rules before the built-in ones; a RestartPod or RestartRole for
+1. The first matching rule, user rules before the built-in ones (Suspend, Report, Ignore and
+   FailJob end here: none is a restart, none is counted); a RestartPod or RestartRole for
    the trainer becomes RestartTrainerGang (its ranks cannot restart alone); a RestartRoleInTurn
    rule never matches the trainer.
 2. Cooldown: a metric finding on a target (a pod for RestartPod, else its role) restarted less
@@ -74,6 +75,7 @@ _POD_FAILURES = [
     *_ACCELERATOR_FAILURES,
 ]
 _IMAGE_OR_CONFIG = frozenset({_R.IMAGE_PULL_FAILED, _R.CONFIG_ERROR})
+_RL_CANARIES = [_R.REWARD_HACKING_SUSPECTED, _R.THROUGHPUT_REGRESSION]
 _KV_FINDINGS = [_R.KV_CACHE_DRIFT, _R.KV_CACHE_FRAGMENTATION, _R.FLEET_KV_CACHE_FRAGMENTATION]
 
 BUILT_IN_RULES: tuple[tuple[str, FailureRule], ...] = (
@@ -121,6 +123,12 @@ BUILT_IN_RULES: tuple[tuple[str, FailureRule], ...] = (
             on_reasons=[_R.KV_CACHE_FRAGMENTATION, _R.FLEET_KV_CACHE_FRAGMENTATION],
             action=FailureAction.REPORT,
         ),
+    ),
+    # The RL correctness canaries say a run's objective may be broken, not that a pod is: said
+    # by default; a user rule (tried first) with action Suspend stops the run until resumed.
+    (
+        "rl-canaries",
+        FailureRule(on_reasons=_RL_CANARIES, action=FailureAction.REPORT),
     ),
     (
         "report-only",
