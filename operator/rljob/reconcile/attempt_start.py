@@ -21,6 +21,7 @@ from rljob.reconcile.events import EventSpec, announces_attempt
 from rljob.reconcile.lifecycle import decide_trainer
 from rljob.reconcile.observed import Observed
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile
+from rljob.reconcile.suspension import handle_resume
 
 STORE_RETRY_SECONDS = 15.0
 GATHER_RETRY_SECONDS = 0.2
@@ -46,7 +47,9 @@ class AttemptStarted:
 def attempt_to_start(job: RLJob, observed: Observed, now: datetime) -> int | None:
     """The attempt whose Job this pass may create, so the runtime reads the store for it first
     (decide() makes the same call with more inputs; it can only hold an attempt back)."""
-    decision = decide_trainer(job, observed, now)
+    # A resume request this pass takes lets the attempt start in it.
+    resumed = job.model_copy(update={"status": handle_resume(job, now).status})
+    decision = decide_trainer(resumed, observed, now)
     return decision.attempt if decision.create_job else None
 
 

@@ -1,9 +1,10 @@
 """One pass's whole decision, pure: `decide(job, observed, inputs)` -> a Decision.
 
 Reads top-down with early returns, like a Kubernetes controller's reconcile: settle the journal
-(or carry an in-turn role restart one pod further), take a manual restart, remediate a failed
-trainer attempt, crash-looping serving pods and health findings through the failure policy,
-end the job on a FailJob, then the children and the next attempt's start. Everything it
+(or carry an in-turn role restart one pod further), take a resume request, stop at a suspended
+or finished job, take a manual restart, remediate a failed trainer attempt, crash-looping
+serving pods and health findings through the failure policy, end the job on a FailJob or
+suspend it on a Suspend, then the children and the next attempt's start. Everything it
 decides is in the Decision: the status to journal (one resourceVersion-guarded write) and the
 steps to execute after that write, in order. Nothing here has a side effect, so a pass whose
 write fails (409) decided nothing that happened.
@@ -34,6 +35,7 @@ from rljob.reconcile.journal import settle_journal, unknown_format
 from rljob.reconcile.lifecycle import FAIL_JOB_END, TrainerHold, close_attempt
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile
+from rljob.reconcile.policy import Decision as PolicyDecision
 from rljob.reconcile.progress import ProgressReading, engine_policy_env, with_progress
 from rljob.reconcile.remediation import (
     awaiting_root_cause,
@@ -44,6 +46,8 @@ from rljob.reconcile.remediation import (
 from rljob.reconcile.requests import journal_manual_restart, not_started_note, pending_restart
 from rljob.reconcile.serving import disruption_reports
 from rljob.reconcile.steps import Step, execution_steps
+from rljob.reconcile.suspended import suspended
+from rljob.reconcile.suspension import handle_resume, journal_suspension
 
 SIGNALS = "HealthSignalsAvailable"
 NO_SOURCE_MESSAGE = (
@@ -95,12 +99,16 @@ def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
     job = _with_status(job, settle_journal(job.status, observed, job.metadata.name))
     turn = advance_in_turn(job, observed, now)
     job = _with_status(job, turn.status)
+    resume = handle_resume(job, now)
+    job = _with_status(job, resume.status)
     extras = ReconcileExtras(policy_env=engine_policy_env(job))
     events: list[EventSpec] = []
     if inputs.continued_attempt is not None and job.status.attempts == []:
         events.append(_continued_event(job))
-    if _finished(job) or job.spec.suspend:
-        return _decided(job, observed, inputs, extras, events, turn=turn, watch=False)
+    if _finished(job) or suspended(job):
+        return _decided(
+            job, observed, inputs, extras, events, turn=turn, watch=False, notes=resume.reports
+        )
     job = _with_status(job, _signals(job, inputs))
     remedy = _remedy(job, observed, inputs)
     if remedy.fail is not None:
@@ -108,7 +116,11 @@ def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
         events.append(EventSpec("Warning", "FailJob", remedy.fail))
         return _decided(failed, observed, inputs, extras, events, remedy=remedy, watch=False)
     extras = replace(extras, trainer_hold=remedy.hold)
-    return _decided(remedy.job, observed, inputs, extras, events, remedy=remedy, turn=turn)
+    # A suspension journaled now stops the pods in this pass; the job stays watched until the
+    # write lands, so a lost write (409) loses no finding.
+    return _decided(
+        remedy.job, observed, inputs, extras, events, remedy=remedy, turn=turn, notes=resume.reports
+    )
 
 
 @dataclass(frozen=True)
@@ -138,6 +150,8 @@ def _remedy(job: RLJob, observed: Observed, inputs: PassInputs) -> _Remedy:
         trainer = remedy_for(job, *failed, now)
         if trainer.decision.action == FailureAction.FAIL_JOB:
             return _Remedy(job, fail=trainer.decision.message)
+        if trainer.decision.action == FailureAction.SUSPEND:
+            return _Remedy(_suspended(job, trainer.decision, now))
         if trainer.status is not None:
             return _Remedy(_with_status(job, trainer.status), restarted=("trainer", None))
         if trainer.hold is not None:
@@ -155,6 +169,8 @@ def _remedy(job: RLJob, observed: Observed, inputs: PassInputs) -> _Remedy:
         crash = crash_remedy(job, observed, pod, evaluation, now)
         if crash.fail is not None:
             return _Remedy(job, fail=crash.fail, consumed="crash")
+        if crash.suspend is not None:
+            return _Remedy(_suspended(job, crash.suspend, now), consumed="crash")
         status = crash.status or job.status
         return _Remedy(_with_status(job, status), reports=crash.reports, consumed="crash")
     return _health_remedy(job, observed, inputs)
@@ -166,6 +182,8 @@ def _health_remedy(job: RLJob, observed: Observed, inputs: PassInputs) -> _Remed
     found = finding_remedy(job, observed, inputs.findings[0], inputs.now)
     if found.fail is not None:
         return _Remedy(job, fail=found.fail, consumed="finding")
+    if found.suspend is not None:
+        return _Remedy(_suspended(job, found.suspend, inputs.now), consumed="finding")
     if found.status is None:  # reported, backing off, or waiting for maxUnavailable room
         return _Remedy(job, reports=found.reports, consumed="finding")
     status = _with_status(job, found.status)
@@ -182,6 +200,7 @@ def _decided(
     remedy: _Remedy | None = None,
     turn: InTurnPass | None = None,
     watch: bool = True,
+    notes: tuple[tuple[str, EventSpec], ...] = (),
 ) -> Decision:
     plan = reconcile(job, observed, inputs.now, extras)
     started = with_attempt_start(
@@ -202,7 +221,11 @@ def _decided(
         now=inputs.now,
         settled=turn.settled if turn is not None else None,
     )
-    reports = (*(remedy.reports if remedy is not None else ()), *disruption_reports(observed))
+    reports = (
+        *notes,
+        *(remedy.reports if remedy is not None else ()),
+        *disruption_reports(observed),
+    )
     restarted = remedy.restarted if remedy is not None else None
     if restarted is None and turn is not None and turn.turn is not None:
         restarted = (_in_turn_role(job), turn.turn)
@@ -283,6 +306,11 @@ def _failed(job: RLJob, message: str, now: datetime) -> RLJobStatus:
             "attempts": close_attempt(status.attempts, status.attempt or 1, FAIL_JOB_END, now),
         }
     )
+
+
+def _suspended(job: RLJob, decision: PolicyDecision, now: datetime) -> RLJob:
+    """The policy's Suspend journaled: no restart, nothing in the ledger (suspension.py)."""
+    return _with_status(job, journal_suspension(job.status, decision, now))
 
 
 def _with_status(job: RLJob, status: RLJobStatus) -> RLJob:

@@ -103,12 +103,25 @@ def _suspension(old: RLJobStatus, new: RLJobStatus) -> list[EventSpec]:
     kind = ConditionType.SUSPENDED.value
     was, now = is_true(old.conditions, kind), is_true(new.conditions, kind)
     if now and not was:
+        if new.suspension is not None:
+            return []  # the policy's own Warning, PolicySuspended (reconcile/suspension.py)
         message = "suspended: Deployments scaled to 0 and the trainer Job deleted; state kept"
         return [normal("Suspended", message)]
     if was and not now and find(new.conditions, kind) is not None:
         message = f"resumed as trainer attempt {new.attempt} (not counted as a restart)"
+        if (request := _ended_by(old, new)) is not None:
+            message += f": rljob.io/resume-request={request} ended the policy's suspension"
         return [normal("Resumed", message)]
     return []
+
+
+def _ended_by(old: RLJobStatus, new: RLJobStatus) -> str | None:
+    """The resume request's nonce when one ended the policy's part of this suspension."""
+    request = new.last_resume_request
+    began = find(old.conditions, ConditionType.SUSPENDED.value)
+    if request is None or not request.resumed or began is None:
+        return None
+    return request.id if began.last_transition_time <= request.handled_at else None
 
 
 def _scheduling(old: RLJobStatus, new: RLJobStatus, decision: TrainerDecision) -> list[EventSpec]:

@@ -1,9 +1,10 @@
 """Detector findings and serving pods crashing in place, through the failure policy: a journaled
-engine restart, role roll, in-turn role restart or trainer gang restart; a FailJob; or a
-report."""
+engine restart, role roll, in-turn role restart or trainer gang restart; a FailJob or a Suspend
+(job-wide: decide.py applies them); or a report."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -26,11 +27,12 @@ Report = tuple[str, EventSpec]  # (throttle key, Event)
 
 @dataclass(frozen=True)
 class FindingRemedy:
-    """A journaled status, or a FailJob message, or reports; `restarted`: the (role, pod) whose
-    detectors start afresh once the journal is written."""
+    """A journaled status, or a FailJob message, or a Suspend decision, or reports; `restarted`:
+    the (role, pod) whose detectors start afresh once the journal is written."""
 
     status: RLJobStatus | None = None
     fail: str | None = None
+    suspend: Decision | None = None
     reports: tuple[Report, ...] = ()
     restarted: tuple[str, str | None] | None = None
 
@@ -48,8 +50,8 @@ def finding_remedy(
     failure = Failure(reason, role, target=target, message=finding.message)
     decision = _decide(job, failure, now)
     key = f"{reason.value}/{finding.target}"
-    if decision.action == FailureAction.FAIL_JOB:
-        return FindingRemedy(fail=decision.message)
+    if decision.action in _JOB_WIDE:
+        return _JOB_WIDE[decision.action](decision)
     if pod is not None and pod.role in SERVING_ROLES:
         return _serving(job, observed, decision, pod, key=key, now=now)
     current = current_trainer_job(job, observed)
@@ -67,11 +69,18 @@ def crash_remedy(
     reason = evaluation.reason or FailureReason.CRASH_LOOP
     failure = Failure(reason, RoleName(pod.role), pod.name, pod.exit_code, evaluation.message)
     decision = _decide(job, failure, now)
-    if decision.action == FailureAction.FAIL_JOB:
-        return FindingRemedy(fail=decision.message)
+    if decision.action in _JOB_WIDE:
+        return _JOB_WIDE[decision.action](decision)
     # Keyed by the restart count: each crash is said once.
     key = f"{reason.value}/{pod.name}/{pod.restart_count}"
     return _serving(job, observed, decision, pod, key=key, now=now)
+
+
+# Actions on the whole job, whichever role the finding came from; decide.py applies them.
+_JOB_WIDE: dict[FailureAction, Callable[[Decision], FindingRemedy]] = {
+    FailureAction.FAIL_JOB: lambda decision: FindingRemedy(fail=decision.message),
+    FailureAction.SUSPEND: lambda decision: FindingRemedy(suspend=decision),
+}
 
 
 def _serving(

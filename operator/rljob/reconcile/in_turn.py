@@ -35,6 +35,7 @@ from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.policy import Decision, record_restart
 from rljob.reconcile.policy.ledger import utc
 from rljob.reconcile.serving import unavailable
+from rljob.reconcile.suspended import suspended
 
 JOURNALED_STEP = "Journaled"
 ROLE_READY_STEP = "RoleReady"  # every listed pod gone and the role ready: settled next pass
@@ -149,7 +150,7 @@ def _role(action: InFlightAction) -> str:
 def _stopped(job: RLJob, action: InFlightAction) -> bool:
     role = _role(action)
     finished = job.status.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED)
-    return job.spec.suspend or finished or getattr(job.spec.roles, role, None) is None
+    return suspended(job) or finished or getattr(job.spec.roles, role, None) is None
 
 
 def _desired(job: RLJob, action: InFlightAction) -> int:

@@ -2,10 +2,10 @@
 happened to it (succeeded, failed, suspended, not scheduled in time).
 
 `status.attempt` is the source of truth across operator restarts. A new attempt starts on resume
-after suspend and after a scheduling timeout; neither counts as a restart. A new attempt's Job is
-created only once every pod of earlier attempts has terminated, so two attempts never run (or
-write checkpoints) at once, and after a scheduling timeout only once failurePolicy.backoff.initial
-has passed.
+after a suspend (spec.suspend or the failure policy's) and after a scheduling timeout; neither
+counts as a restart. A new attempt's Job is created only once every pod of earlier attempts has
+terminated, so two attempts never run (or write checkpoints) at once, and after a scheduling
+timeout only once failurePolicy.backoff.initial has passed.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from rljob.reconcile.conditions import is_true, one_line, valid_reason
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.root_cause import root_cause
+from rljob.reconcile.suspended import suspended, suspended_because
 
 TERMINAL_PHASES = (JobPhase.SUCCEEDED, JobPhase.FAILED)
 RESUME_STEP_ENV = "RLJOB_RESUME_STEP"
@@ -125,13 +126,14 @@ def decide_trainer(
     if live is not None and live.succeeded:
         message = f"trainer Job {live.name} completed"
         return TrainerDecision(TrainerState.SUCCEEDED, attempt, job=live, message=message)
-    if live is not None and live.failed:
+    # The policy suspending on this very failure stops the attempt: no job failure.
+    if live is not None and live.failed and status.suspension is None:
         failure = failing_rank(_attempt_pods(observed, attempt), live)
         return TrainerDecision(
             TrainerState.FAILED, attempt, job=live, failure=failure, message=failure.message
         )
-    if job.spec.suspend:
-        return TrainerDecision(TrainerState.SUSPENDED, attempt, message="spec.suspend is true")
+    if suspended(job):
+        return TrainerDecision(TrainerState.SUSPENDED, attempt, message=suspended_because(job))
     if is_true(status.conditions, ConditionType.SUSPENDED) and _started(job, attempt, current):
         return _next_attempt(job, observed, attempt + 1, now)
     deleted = _deleted_outside(job, attempt, current)

@@ -21,7 +21,12 @@ from rljob.api import (
 )
 from rljob.api.durations import parse_duration
 from rljob.health.termination import Classification
-from rljob.reconcile.lifecycle import TrainerHold, close_attempt, resumed_by_gang_restarts
+from rljob.reconcile.lifecycle import (
+    SUSPENDED_END,
+    TrainerHold,
+    close_attempt,
+    resumed_by_gang_restarts,
+)
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.policy import (
@@ -54,8 +59,11 @@ class TrainerRemedy:
 def failed_attempt(
     job: RLJob, observed: Observed
 ) -> tuple[ObservedChild, ObservedPod | None] | None:
-    """The current attempt's failed Job and its root-cause rank, if it failed."""
+    """The current attempt's failed Job and its root-cause rank, if it failed (an attempt a
+    suspension ended is over, whatever a lagging view still shows of its Job)."""
     attempt = job.status.attempt or 1
+    if any(r.attempt == attempt and r.end_reason == SUSPENDED_END for r in job.status.attempts):
+        return None
     name = trainer_job_name(job.metadata.name, attempt)
     failed = next(
         (

@@ -29,6 +29,7 @@ from rljob.reconcile.launchers import Launch, LaunchInputs, launch
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.pods import PodInputs, container_ports, pod_template, probes, serving_port
 from rljob.reconcile.spec_hash import service_hash, serving_role_hash, trainer_hash
+from rljob.reconcile.suspended import suspended
 
 DEFAULT_MASTER_PORT = 29500
 PROGRESS_DEADLINE_SECONDS = 3600
@@ -150,7 +151,7 @@ def _trainer_children(job: RLJob, role: TrainerRole, ctx: RenderContext) -> list
         hash_key="trainer",
         publish_not_ready=True,
     )
-    if job.spec.suspend or ctx.finished:
+    if suspended(job) or ctx.finished:
         return [service]
     return [service, _trainer_job(job, role, ctx)]
 
@@ -194,7 +195,7 @@ def _deployment(
     job: RLJob, role_name: RoleName, role: ServingRole, ctx: RenderContext
 ) -> DesiredChild:
     image = _image(job, role)
-    scaled_to_zero = job.spec.suspend or ctx.finished
+    scaled_to_zero = suspended(job) or ctx.finished
     policy_env = ctx.policy_env if role_name == RoleName.ROLLOUT else {}
     # A new generation alone never rolls the engines: it rides along whenever the template
     # is applied for another reason (engines load the newest version from the URI anyway).

@@ -34,6 +34,7 @@ from rljob.reconcile.names import ROLE_ORDER, role_child_name
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.suspects import active_suspects, suspect_in_use_state, suspect_ttl
 
+NOT_SUSPENDED = "spec.suspend is false and the failure policy holds no suspension"
 _STOPPED_PHASE = {
     TrainerState.SUCCEEDED: JobPhase.SUCCEEDED,
     TrainerState.FAILED: JobPhase.FAILED,
@@ -161,7 +162,7 @@ def _condition_states(
         _ready_state(roles, phase),
         _progressing_state(job, decision, roles, phase),
         _degraded_state(roles, phase),
-        _suspended_state(decision),
+        _suspended_state(job, decision),
         _restarting_state(job),
         _pods_scheduled_state(job, observed, decision),
         *_terminal_states(decision),
@@ -230,12 +231,15 @@ def _restarting_state(job: RLJob) -> ConditionState:
     return ConditionState.of(kind, True, reason, message.replace("  ", " "))
 
 
-def _suspended_state(decision: TrainerDecision) -> ConditionState:
+def _suspended_state(job: RLJob, decision: TrainerDecision) -> ConditionState:
+    """True while suspended; by the policy, its reason is the finding's (e.g.
+    RewardHackingSuspected) and the message how to resume."""
     kind = ConditionType.SUSPENDED.value
     if decision.state == TrainerState.SUSPENDED:
-        message = "spec.suspend is true: every pod removed; job state and checkpoints kept"
-        return ConditionState.of(kind, True, "Suspended", message)
-    return ConditionState.of(kind, False, "NotSuspended", "spec.suspend is false")
+        held = job.status.suspension
+        message = f"every pod removed, job state and checkpoints kept: {decision.message}"
+        return ConditionState.of(kind, True, held.reason.value if held else "Suspended", message)
+    return ConditionState.of(kind, False, "NotSuspended", NOT_SUSPENDED)
 
 
 def _pods_scheduled_state(

@@ -20,6 +20,7 @@ from rljob.reconcile.journal import journaled_event, pod_to_delete, role_to_roll
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.plan import Plan
 from rljob.reconcile.remediation import stuck_pods
+from rljob.reconcile.suspension import suspended_event
 
 # Node states for which nothing will ever confirm a pod's deletion (DESIGN section 6).
 UNREACHABLE_NODE_STATES = frozenset({"NotReady", "Unknown", "Gone"})
@@ -107,14 +108,18 @@ def execution_steps(
     now: datetime,
     settled: InFlightAction | None = None,
 ) -> tuple[Step, ...]:
-    """The plan's side effects in the order that keeps every crash resumable: the journaled
-    action's Event, deletes, the pod restart, in-turn deletes or role roll, stuck pods, the
-    attempt marker, the applies, retention, and the RLJob's own deletion. `settled`: an in-turn
+    """The plan's side effects in the order that keeps every crash resumable: the policy's
+    suspension's Event, the journaled action's Event, deletes, the pod restart, in-turn deletes
+    or role roll, stuck pods, the attempt marker, the applies, retention, and the RLJob's own
+    deletion. `settled`: an in-turn
     restart this pass cleared, whose closing Event is posted again (named: once)."""
     status = plan.status
     action = status.in_flight
     prefix = _CRASH_PREFIXES.get(action.kind, "") if action is not None else ""
     steps: list[Step] = []
+    held = suspended_event(job.metadata.name, status)
+    if held is not None:  # said before the pods go, once: named after the suspension
+        steps.append(PostEvent(held[1], held[0], once=True))
     journaled = journaled_event(status)
     if journaled is not None and action is not None:
         name = f"{job.metadata.name}.{journaled[0]}"

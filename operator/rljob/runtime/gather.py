@@ -21,6 +21,7 @@ from rljob.reconcile.decide import PassInputs
 from rljob.reconcile.observed import Observed
 from rljob.reconcile.remediation import stuck_pods
 from rljob.reconcile.serving import crash_findings
+from rljob.reconcile.suspended import suspended
 from rljob.runtime.memory import JobMemory
 
 log = structlog.get_logger("rljob.runtime")
@@ -139,4 +140,4 @@ class Gatherer:
 
 def watched(job: RLJob) -> bool:
     """The health loop watches a job that runs: not suspended, not finished."""
-    return not job.spec.suspend and job.status.phase not in (JobPhase.SUCCEEDED, JobPhase.FAILED)
+    return not suspended(job) and job.status.phase not in (JobPhase.SUCCEEDED, JobPhase.FAILED)
