@@ -28,7 +28,7 @@ from rljob.api.diagnosis import BottleneckRole
 from rljob.api.enums import JobPhase
 from rljob.api.labels import RESUME_REQUEST_ANNOTATION
 from rljob.health.knee import Confidence, Knee, plot
-from rljob.kubectl_text import Body, format_age, job_name, table, when
+from rljob.kubectl_text import Body, format_age, job_name, namespace_flag, table, when
 
 DOCUMENT_KIND = "RLJobDiagnosis"
 SIGNALS_CONDITION = "HealthSignalsAvailable"
@@ -83,11 +83,6 @@ def _paragraph(label: str, text: object) -> list[str]:
     return textwrap.wrap(
         f"{label}: {text}", TEXT_WIDTH, initial_indent="  ", subsequent_indent="    "
     )
-
-
-def _where(job: Body) -> str:
-    namespace = job["metadata"].get("namespace")
-    return f" -n {namespace}" if namespace else ""
 
 
 def _condition(status: Body, kind: str) -> Body | None:
@@ -293,11 +288,11 @@ def suspension_lines(job: Body, now: datetime | None) -> list[str]:
         return []
     rule = f" (rule {suspension['rule']})" if suspension.get("rule") else ""
     name = job["metadata"]["name"]
-    pending = pending_resume(job)
+    pending, flag = pending_resume(job), namespace_flag(job["metadata"].get("namespace"))
     resume = (
         f"  resume requested ({pending}), waiting for the operator"
         if pending
-        else f"  resume, once the cause is dealt with: kubectl rljob resume {name}{_where(job)}"
+        else f"  resume, once the cause is dealt with: kubectl rljob resume {name}{flag}"
     )
     return [
         "",

@@ -1,8 +1,10 @@
-"""`kubectl rljob`: one-screen views of an RLJob and a manual restart. A kubectl plugin runs with
-kubectl on PATH and the user's kubeconfig, so it reads and writes through kubectl itself.
+"""`kubectl rljob`: one-screen views of an RLJob, a manual restart and a resume. A kubectl plugin
+runs with kubectl on PATH and the user's kubeconfig, so it reads and writes through kubectl itself.
 
     kubectl rljob status NAME [-n NS]             phase, roles, progress, restarts, checkpoint
+    kubectl rljob diagnose NAME [-n NS] [-o json] what bounds the step, and what to change
     kubectl rljob restart NAME --role R [-n NS]   ask the operator to restart a role once
+    kubectl rljob resume NAME [-n NS] [--force]   end a failure-policy suspension once
     kubectl rljob checkpoints NAME [-n NS]        latest, resumed-from and recent versions
 
 The render_* functions are pure (the body of `kubectl get rljob NAME -o json` in, text out)."""
@@ -11,16 +13,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import subprocess
 import sys
+import textwrap
 from datetime import UTC, datetime
 
 from rljob.api.enums import RoleName
-from rljob.api.labels import RESTART_REQUEST_ANNOTATION
-from rljob.kubectl_text import Body, job_name, table, when
+from rljob.api.labels import RESTART_REQUEST_ANNOTATION, RESUME_REQUEST_ANNOTATION
+from rljob.diagnose_view import diagnosis_document, render_diagnose
+from rljob.kubectl_requests import (
+    annotate_command,
+    new_nonce,
+    render_restart,
+    render_resume,
+    restart_request,
+    resume_refusal,
+)
+from rljob.kubectl_text import Body, job_name, namespace_flag, table, when
 
 RECENT_RESTARTS = 5
+STATUS_MESSAGE_WIDTH = 100
 _KUBECTL_TIMEOUT = 30
 
 
@@ -37,6 +49,29 @@ def _in_flight_lines(status: Body, now: datetime | None) -> list[str]:
         f"in flight: {action.get('kind')} {target} reason={action.get('reason', '-')} "
         f"step={action.get('step') or 'started'} since {since}"
     ]
+
+
+def _diagnosis_lines(job: Body, now: datetime | None) -> list[str]:
+    """One line for the bottleneck and one for a policy suspension, each naming its command."""
+    status, where = job.get("status") or {}, namespace_flag(job["metadata"].get("namespace"))
+    lines = []
+    if bottleneck := status.get("bottleneck"):
+        lines.append(
+            f"bottleneck: {bottleneck.get('role')} since {when(bottleneck.get('since'), now)} "
+            f"(kubectl rljob diagnose {job['metadata']['name']}{where})"
+        )
+    if suspension := status.get("suspension"):
+        lines.append(
+            f"suspended by policy: {suspension.get('reason')} since "
+            f"{when(suspension.get('suspendedAt'), now)}: {_shorten(suspension.get('message'))} "
+            f"(kubectl rljob resume {job['metadata']['name']}{where})"
+        )
+    return lines
+
+
+def _shorten(text: object) -> str:
+    # The full evidence is in `kubectl rljob diagnose`; status keeps to one line.
+    return textwrap.shorten(str(text or ""), STATUS_MESSAGE_WIDTH, placeholder="...")
 
 
 def _role_lines(status: Body) -> list[str]:
@@ -122,6 +157,7 @@ def render_status(job: Body, now: datetime | None = None) -> str:
         [
             f"RLJob {job_name(job)}: {phase} (attempt {attempt})",
             *_in_flight_lines(status, now),
+            *_diagnosis_lines(job, now),
             *_role_lines(status),
             *_progress_lines(status, now),
             *_condition_lines(status),
@@ -194,40 +230,6 @@ def render_checkpoints(job: Body, now: datetime | None = None) -> str:
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------------------ restart
-
-
-def new_nonce(now: datetime, token: str | None = None) -> str:
-    """A fresh request id: UTC time plus random hex, e.g. 20260501T100000Z-3f9a1c."""
-    return f"{now.astimezone(UTC):%Y%m%dT%H%M%SZ}-{token or secrets.token_hex(3)}"
-
-
-def restart_request(role: str, nonce: str) -> str:
-    """The rljob.io/restart-request value the operator honours once per nonce."""
-    return f"{RoleName(role).value}/{nonce}"
-
-
-def annotate_command(name: str, namespace: str | None, value: str) -> list[str]:
-    command = ["kubectl", "annotate", "rljob", name, f"{RESTART_REQUEST_ANNOTATION}={value}"]
-    command.append("--overwrite")
-    if namespace:
-        command += ["-n", namespace]
-    return command
-
-
-def render_restart(name: str, namespace: str | None, role: str, nonce: str) -> str:
-    where = f" -n {namespace}" if namespace else ""
-    gang = (
-        " The trainer restarts as a new attempt that resumes from the newest valid checkpoint."
-        if role == RoleName.TRAINER.value
-        else ""
-    )
-    return (
-        f"Requested a restart of role {role} of RLJob {name} (request {nonce}).{gang}\n"
-        f"Follow it: kubectl rljob status {name}{where}"
-    )
-
-
 # ------------------------------------------------------------------------------ kubectl I/O
 
 
@@ -246,47 +248,86 @@ def _parser() -> argparse.ArgumentParser:
     status = commands.add_parser(
         "status", help="phase, roles, progress, conditions, restarts, checkpoint"
     )
+    diagnose = commands.add_parser(
+        "diagnose", help="what bounds the trainer's step, the concurrency knee, what to change"
+    )
+    diagnose.add_argument(
+        "-o", "--output", choices=["text", "json"], default="text", help="json: for scripts"
+    )
     restart = commands.add_parser(
         "restart", help="restart one role (trainer: a new attempt from the newest checkpoint)"
     )
     restart.add_argument(
         "--role", required=True, choices=[role.value for role in RoleName], help="role to restart"
     )
+    resume = commands.add_parser("resume", help="end a suspension by the failure policy, once")
+    resume.add_argument(
+        "--force", action="store_true", help="write the request even if not policy-suspended"
+    )
     checkpoints = commands.add_parser(
         "checkpoints", help="latest, resumed-from and recent checkpoint versions"
     )
-    for sub in (status, restart, checkpoints):
+    for sub in (status, diagnose, restart, resume, checkpoints):
         sub.add_argument("name", help="RLJob name")
         sub.add_argument("-n", "--namespace", help="namespace (default: kubeconfig's)")
     return parser
 
 
+def _annotate(name: str, namespace: str | None, value: str, annotation: str) -> None:
+    subprocess.run(
+        annotate_command(name, namespace, value, annotation),
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=_KUBECTL_TIMEOUT,
+    )
+
+
+def _restart(args: argparse.Namespace, now: datetime) -> int:
+    nonce = new_nonce(now)
+    value = restart_request(args.role, nonce)
+    _annotate(args.name, args.namespace, value, RESTART_REQUEST_ANNOTATION)
+    print(render_restart(args.name, args.namespace, args.role, nonce))
+    return 0
+
+
+def _resume(args: argparse.Namespace, now: datetime) -> int:
+    job = _get(args.name, args.namespace)
+    refusal = resume_refusal(job)
+    if refusal is not None and not args.force:
+        sys.stderr.write(refusal + "\n")
+        return 1
+    nonce = new_nonce(now)
+    _annotate(args.name, args.namespace, nonce, RESUME_REQUEST_ANNOTATION)
+    print(render_resume(job, nonce, now))
+    return 0
+
+
+def _view(args: argparse.Namespace, now: datetime) -> int:
+    job = _get(args.name, args.namespace)
+    if args.command == "diagnose":
+        if args.output == "json":
+            print(json.dumps(diagnosis_document(job), indent=2))
+        else:
+            print(render_diagnose(job, now))
+    elif args.command == "checkpoints":
+        print(render_checkpoints(job, now))
+    else:
+        print(render_status(job, now))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    now = datetime.now(UTC)
+    run = {"restart": _restart, "resume": _resume}.get(args.command, _view)
     try:
-        if args.command == "restart":
-            nonce = new_nonce(now)
-            value = restart_request(args.role, nonce)
-            subprocess.run(
-                annotate_command(args.name, args.namespace, value),
-                check=True,
-                capture_output=True,
-                text=True,
-                timeout=_KUBECTL_TIMEOUT,
-            )
-            print(render_restart(args.name, args.namespace, args.role, nonce))
-        elif args.command == "checkpoints":
-            print(render_checkpoints(_get(args.name, args.namespace), now))
-        else:
-            print(render_status(_get(args.name, args.namespace), now))
+        return run(args, datetime.now(UTC))
     except subprocess.CalledProcessError as exc:
         sys.stderr.write(exc.stderr or "")
         return exc.returncode
     except FileNotFoundError:
         sys.stderr.write("kubectl rljob: kubectl is not on PATH\n")
         return 127
-    return 0
 
 
 if __name__ == "__main__":

@@ -52,6 +52,11 @@ def job_name(job: Body) -> str:
     return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
 
 
+def namespace_flag(namespace: str | None) -> str:
+    """` -n NS` for a command line the user can paste; empty for the kubeconfig's namespace."""
+    return f" -n {namespace}" if namespace else ""
+
+
 def table(rows: Sequence[Sequence[object]], indent: str = "") -> list[str]:
     texts = [[str(cell) if cell not in (None, "") else "-" for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in texts) for i in range(len(texts[0]))]

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from rljob import kubectl_plugin as plugin
+from rljob import kubectl_requests as requests
 from rljob.api import RLJobStatus
 from rljob.kubectl_text import format_age
 from rljob.reconcile.requests import RESTART_REQUEST_ANNOTATION, pending_restart
@@ -162,24 +163,24 @@ def test_checkpoints_without_history_or_without_checkpointing() -> None:
 
 
 def test_restart_request_is_honoured_once_by_the_operator() -> None:
-    nonce = plugin.new_nonce(NOW, "3f9a1c")
+    nonce = requests.new_nonce(NOW, "3f9a1c")
     assert nonce == "20260501T120000Z-3f9a1c"
-    value = plugin.restart_request("trainer", nonce)
+    value = requests.restart_request("trainer", nonce)
     order = pending_restart({RESTART_REQUEST_ANNOTATION: value}, RLJobStatus())
     assert order is not None and order.role.value == "trainer" and order.nonce == nonce
     # Fresh nonces differ, so a second `kubectl rljob restart` is a new request.
-    assert plugin.new_nonce(NOW) != plugin.new_nonce(NOW)
+    assert requests.new_nonce(NOW) != requests.new_nonce(NOW)
     with pytest.raises(ValueError):
-        plugin.restart_request("driver", nonce)
+        requests.restart_request("driver", nonce)
 
 
 def test_annotate_command() -> None:
     value = "rollout/20260501T120000Z-3f9a1c"
-    assert plugin.annotate_command("grpo-demo", "team-a", value) == [
+    assert requests.annotate_command("grpo-demo", "team-a", value) == [
         "kubectl", "annotate", "rljob", "grpo-demo",
         f"{RESTART_REQUEST_ANNOTATION}={value}", "--overwrite", "-n", "team-a",
     ]  # fmt: skip
-    assert plugin.annotate_command("grpo-demo", None, value)[-1] == "--overwrite"
+    assert requests.annotate_command("grpo-demo", None, value)[-1] == "--overwrite"
 
 
 def test_restart_runs_kubectl_annotate(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
