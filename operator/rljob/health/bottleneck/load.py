@@ -1,0 +1,249 @@
+"""How loaded the rollout engines and the verifiers were over the window.
+
+Engines: their samples (rljob.health.samples.EngineSample, in time order per pod) become
+intervals through `EngineSeries`, which drops garbage, duplicates and late samples and reads a
+token counter that went down as restarted. Sleeping, paused, frozen and gap intervals say
+nothing about load and are left out; the rest give mean requests running and queued, mean KV
+usage, tokens per second and the share of time saturated (requests queued while others run).
+The batch that fills an engine's KV cache is read from the engine itself: running / kv_usage.
+
+Verifiers: `rljob_verifier_queue_depth` per pod, its mean and its trend (least squares) over the
+window; latency quantiles come from the VerifierSlow detector's reading, passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from rljob.health.samples import EngineSample, EngineSeries
+
+# KV usage below this says too little about what fills the cache to divide by it.
+MIN_KV_FOR_CAPACITY = 0.01
+MAX_PLAUSIBLE_DEPTH = 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class LoadInterval:
+    """What one engine did between two accepted samples (means of the two ends' gauges)."""
+
+    start: float
+    end: float
+    tokens: float
+    running: float
+    waiting: float
+    kv_usage: float | None
+    saturated: bool
+    judged: bool  # serving throughout, no gap: counts toward load and the curve
+    peak_in_flight: float = 0.0  # the larger end's requests in flight
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    @property
+    def in_flight(self) -> float:
+        return self.running + self.waiting
+
+    @property
+    def throughput(self) -> float:
+        return self.tokens / self.duration
+
+
+@dataclass(frozen=True, slots=True)
+class EngineWindow:
+    """One engine over the window (judged time only)."""
+
+    pod: str
+    judged_seconds: float
+    running: float
+    waiting: float
+    kv_usage: float | None
+    tokens_per_second: float
+    saturated: float  # share of judged time with requests queued
+    capacity: float | None  # requests running when the KV cache would be full
+
+    @property
+    def in_flight(self) -> float:
+        return self.running + self.waiting
+
+
+class EngineLedger:
+    """Every engine's recent intervals, `capacity` per pod."""
+
+    def __init__(self, interval: float, capacity: int) -> None:
+        self._interval = interval
+        self._capacity = max(2, capacity)
+        self._series: dict[str, EngineSeries] = {}
+        self._intervals: dict[str, deque[LoadInterval]] = {}
+
+    def observe(self, pod: str, sample: EngineSample) -> LoadInterval | None:
+        """Accepts one sample; returns the interval it closes (None if dropped or first)."""
+        series = self._series.setdefault(pod, EngineSeries(self._interval))
+        previous = series.last
+        interval = series.add(sample)
+        current = series.last
+        if interval is None or previous is None or current is None:
+            return None
+        load = LoadInterval(
+            start=interval.start,
+            end=interval.end,
+            tokens=interval.tokens,
+            running=(previous.running + current.running) / 2,
+            waiting=(previous.waiting + current.waiting) / 2,
+            kv_usage=_mean_kv(previous.kv_usage, current.kv_usage),
+            saturated=interval.saturated,
+            judged=not interval.excluded and not interval.gap and interval.duration > 0,
+            peak_in_flight=max(s.running + s.waiting for s in (previous, current)),
+        )
+        ring = self._intervals.setdefault(pod, deque(maxlen=self._capacity))
+        ring.append(load)
+        return load
+
+    def retain(self, pods: Collection[str]) -> None:
+        for gone in [pod for pod in self._series if pod not in pods]:
+            self._series.pop(gone, None)
+            self._intervals.pop(gone, None)
+
+    def pods(self) -> list[str]:
+        return sorted(self._series)
+
+    def windows(self, now: float, window: float) -> list[EngineWindow]:
+        """Engines with judged time in the window, the busiest (most in flight) first."""
+        found = [
+            w
+            for pod, ring in self._intervals.items()
+            if (w := engine_window(pod, ring, now - window, now)) is not None
+        ]
+        return sorted(found, key=lambda w: (-w.in_flight, -w.tokens_per_second, w.pod))
+
+
+def _mean_kv(a: float | None, b: float | None) -> float | None:
+    # The exporters give 0..1; a value past 1 is garbage, not a share.
+    values = [v for v in (a, b) if v is not None and 0 <= v <= 1]
+    return sum(values) / len(values) if values else None
+
+
+def engine_window(
+    pod: str, intervals: Iterable[LoadInterval], start: float, end: float
+) -> EngineWindow | None:
+    seconds = running = waiting = tokens = saturated = 0.0
+    kv_seconds = kv_sum = 0.0
+    capacities: list[tuple[float, float]] = []
+    for item in intervals:
+        inside = min(item.end, end) - max(item.start, start)
+        if inside <= 0 or not item.judged:
+            continue
+        share = inside / item.duration
+        seconds += inside
+        running += item.running * inside
+        waiting += item.waiting * inside
+        tokens += item.tokens * share
+        saturated += inside if item.saturated else 0.0
+        if item.kv_usage is not None:
+            kv_seconds += inside
+            kv_sum += item.kv_usage * inside
+            if item.kv_usage >= MIN_KV_FOR_CAPACITY and item.running >= 1:
+                capacities.append((item.running / item.kv_usage, inside))
+    judged = seconds
+    if judged <= 0:
+        return None
+    return EngineWindow(
+        pod=pod,
+        judged_seconds=judged,
+        running=running / judged,
+        waiting=waiting / judged,
+        kv_usage=kv_sum / kv_seconds if kv_seconds > 0 else None,
+        tokens_per_second=tokens / judged,
+        saturated=saturated / judged,
+        capacity=_weighted_mean(capacities),
+    )
+
+
+def _weighted_mean(pairs: Sequence[tuple[float, float]]) -> float | None:
+    weight = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / weight if weight > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierWindow:
+    """The verifiers over the window: queue depth summed over pods."""
+
+    pods: int
+    queue_depth: float | None  # mean, summed over the pods with samples
+    growth: float | None  # the fitted change over the window, summed over pods
+    p50: float | None
+    p99: float | None
+    slow: bool  # the VerifierSlow detector's p99 is over its bound
+
+    @property
+    def depth_per_pod(self) -> float | None:
+        return self.queue_depth / self.pods if self.queue_depth is not None and self.pods else None
+
+
+class VerifierLedger:
+    """Every verifier pod's queue depth samples, `capacity` per pod, and the latest latency."""
+
+    def __init__(self, capacity: int, min_spacing: float) -> None:
+        self._capacity = max(2, capacity)
+        self._min_spacing = max(min_spacing, 1e-9)
+        self._depths: dict[str, deque[tuple[float, float]]] = {}
+        self._latency: tuple[float | None, float | None, bool] = (None, None, False)
+
+    def observe(self, pod: str, t: float, depth: float) -> bool:
+        if not all(math.isfinite(v) for v in (t, depth)):
+            return False
+        if not 0 <= depth <= MAX_PLAUSIBLE_DEPTH:
+            return False
+        ring = self._depths.setdefault(pod, deque(maxlen=self._capacity))
+        if ring and t < ring[-1][0] + self._min_spacing:
+            return False
+        ring.append((t, depth))
+        return True
+
+    def note_latency(self, p50: float | None, p99: float | None, slow: bool) -> None:
+        self._latency = (_seconds(p50), _seconds(p99), slow is True)
+
+    def retain(self, pods: Collection[str]) -> None:
+        for gone in [pod for pod in self._depths if pod not in pods]:
+            del self._depths[gone]
+
+    def window(self, now: float, window: float) -> VerifierWindow | None:
+        """None when no verifier says anything: no depth samples and no latency."""
+        p50, p99, slow = self._latency
+        means, growths = [], []
+        for ring in self._depths.values():
+            points = [(t, d) for t, d in ring if now - window <= t <= now]
+            if not points:
+                continue
+            means.append(sum(d for _, d in points) / len(points))
+            growths.append(_slope(points) * window)
+        if not means and p50 is None and p99 is None:
+            return None
+        return VerifierWindow(
+            pods=len(means),
+            queue_depth=sum(means) if means else None,
+            growth=sum(growths) if growths else None,
+            p50=p50,
+            p99=p99,
+            slow=slow,
+        )
+
+
+def _seconds(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
+
+
+def _slope(points: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope per second; 0 for fewer than two distinct times."""
+    count = len(points)
+    if count < 2:
+        return 0.0
+    mean_t = sum(t for t, _ in points) / count
+    mean_d = sum(d for _, d in points) / count
+    spread = sum((t - mean_t) ** 2 for t, _ in points)
+    if spread <= 0:
+        return 0.0
+    return sum((t - mean_t) * (d - mean_d) for t, d in points) / spread

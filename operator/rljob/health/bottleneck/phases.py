@@ -1,0 +1,232 @@
+"""Where the trainer's time goes: each trainer pod's `rljob_trainer_phase_seconds_total{phase}`
+samples (cumulative seconds per phase) and its `rljob_trainer_step`, kept in a bounded ring per
+pod and read over a window as seconds, shares and seconds per step of each phase.
+
+A phase counter that goes down belongs to a restarted process: it counts from zero again, as
+Prometheus' increase() reads it. A step gauge that goes down is a resume from a checkpoint: only
+its climbs count. An interval whose phases accrued far more seconds than it lasted is garbage
+and dropped; one that accrued a little more (scrape versus counter clock) is scaled to fit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+# The SDK's phases (rljob.sdk.phase_time.COUNTED_PHASES; the operator does not import the SDK).
+GENERATING = "generating"
+WAITING_FOR_ROLLOUTS = "waiting_for_rollouts"
+TRAINING = "training"
+SYNCING_WEIGHTS = "syncing_weights"
+EVALUATING = "evaluating"
+CHECKPOINTING = "checkpointing"
+PHASES = (GENERATING, WAITING_FOR_ROLLOUTS, TRAINING, SYNCING_WEIGHTS, EVALUATING, CHECKPOINTING)
+# Beyond this a counter is garbage: 1e12 seconds is 30,000 years of one phase.
+MAX_PLAUSIBLE_SECONDS = 1e12
+MAX_PLAUSIBLE_STEP = 1e12
+# An interval may accrue this share more than it lasted (plus ACCRUAL_SLACK seconds) before it
+# is garbage rather than clock skew between the scrape and the trainer's monotonic clock.
+ACCRUAL_TOLERANCE = 1.0
+ACCRUAL_SLACK = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSample:
+    t: float
+    seconds: Mapping[str, float]
+    step: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PodPhases:
+    """One pod's phases over a window."""
+
+    pod: str
+    seconds: dict[str, float]  # accrued in the window, per phase
+    covered: float  # seconds of the window between the pod's samples
+    steps: float | None  # steps completed in the window; None: no step gauge
+
+    @property
+    def accrued(self) -> float:
+        return sum(self.seconds.values())
+
+    def shares(self) -> dict[str, float]:
+        total = self.accrued
+        return {p: s / total for p, s in self.seconds.items()} if total > 0 else {}
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseBreakdown:
+    """The trainer's phases over a window, combined over its pods as the mean of their shares
+    (and of their seconds and steps): every rank waits alike in a data-parallel step."""
+
+    window: float
+    pods: tuple[str, ...]  # the pods combined: each covered at least the minimum share
+    shares: dict[str, float]
+    seconds: dict[str, float]
+    steps: float | None
+    coverage: float  # mean share of the window the combined pods' samples span
+
+    @property
+    def seconds_per_step(self) -> dict[str, float]:
+        """Mean seconds of each step in each phase; empty when no step ended in the window."""
+        if self.steps is None or self.steps <= 0:
+            return {}
+        return {phase: seconds / self.steps for phase, seconds in self.seconds.items()}
+
+    @property
+    def step_seconds(self) -> float | None:
+        per_step = self.seconds_per_step
+        return sum(per_step.values()) if per_step else None
+
+    def share(self, *phases: str) -> float:
+        return sum(self.shares.get(phase, 0.0) for phase in phases)
+
+    def describe_pods(self) -> str:
+        if len(self.pods) == 1:
+            return f"trainer pod {self.pods[0]}"
+        return f"the mean of {len(self.pods)} trainer pods"
+
+
+def clean_sample(t: float, seconds: Mapping[str, float], step: float | None) -> PhaseSample | None:
+    """The known phases with plausible values, or None when the time or every phase is garbage."""
+    if not _plausible(t, math.inf) or t < 0:
+        return None
+    kept = {
+        phase: float(value)
+        for phase, value in seconds.items()
+        if phase in PHASES and _plausible(value, MAX_PLAUSIBLE_SECONDS)
+    }
+    if not kept:
+        return None
+    return PhaseSample(t, kept, step if _plausible(step, MAX_PLAUSIBLE_STEP) else None)
+
+
+def _plausible(value: object, bound: float) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= bound
+    )
+
+
+class PodPhaseRing:
+    """One pod's samples in time order, the latest `capacity` of them."""
+
+    __slots__ = ("_min_spacing", "_samples")
+
+    def __init__(self, capacity: int, min_spacing: float) -> None:
+        self._samples: deque[PhaseSample] = deque(maxlen=max(2, capacity))
+        self._min_spacing = max(min_spacing, 1e-9)
+
+    def add(self, sample: PhaseSample) -> bool:
+        """Accepts a sample `min_spacing` after the last one: out-of-order samples and
+        duplicates are dropped, and a fast scrape is thinned to what the ring is sized for."""
+        if self._samples and sample.t < self._samples[-1].t + self._min_spacing:
+            return False
+        self._samples.append(sample)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def over(self, pod: str, start: float, end: float) -> PodPhases:
+        """Seconds per phase accrued between start and end; an interval straddling a bound
+        counts by its share inside."""
+        seconds = dict.fromkeys(PHASES, 0.0)
+        covered, steps, stepped = 0.0, 0.0, False
+        for previous, current in itertools.pairwise(self._samples):
+            inside = min(current.t, end) - max(previous.t, start)
+            duration = current.t - previous.t
+            if inside <= 0 or duration <= 0:
+                continue
+            accrued = _accrued(previous, current)
+            if accrued is None:
+                continue
+            share = inside / duration
+            covered += inside
+            for phase, amount in accrued.items():
+                seconds[phase] += amount * share
+            if previous.step is not None and current.step is not None:
+                stepped = True
+                steps += max(0.0, current.step - previous.step) * share
+        return PodPhases(pod, seconds, covered, steps if stepped else None)
+
+
+def _accrued(previous: PhaseSample, current: PhaseSample) -> dict[str, float] | None:
+    """Each phase's increase between two samples; None when they add up to garbage."""
+    duration = current.t - previous.t
+    # Any phase going down means the process restarted: every phase counts from zero.
+    restarted = any(v < previous.seconds.get(p, 0.0) for p, v in current.seconds.items())
+    amounts = {
+        phase: value if restarted else value - previous.seconds.get(phase, 0.0)
+        for phase, value in current.seconds.items()
+    }
+    total = sum(amounts.values())
+    if total > duration * (1 + ACCRUAL_TOLERANCE) + ACCRUAL_SLACK:
+        return None
+    if total > duration:
+        return {phase: amount * duration / total for phase, amount in amounts.items()}
+    return amounts
+
+
+class PhaseLedger:
+    """Every trainer pod's phase samples, bounded per pod."""
+
+    def __init__(self, capacity: int, min_spacing: float) -> None:
+        self._capacity = capacity
+        self._min_spacing = min_spacing
+        self._pods: dict[str, PodPhaseRing] = {}
+
+    def observe(self, pod: str, t: float, seconds: Mapping[str, float], step: float | None) -> bool:
+        sample = clean_sample(t, seconds, step)
+        if sample is None:
+            return False
+        ring = self._pods.setdefault(pod, PodPhaseRing(self._capacity, self._min_spacing))
+        return ring.add(sample)
+
+    def retain(self, pods: Collection[str]) -> None:
+        for gone in [pod for pod in self._pods if pod not in pods]:
+            del self._pods[gone]
+
+    def pods(self) -> list[str]:
+        return sorted(self._pods)
+
+    def per_pod(self, now: float, window: float) -> list[PodPhases]:
+        return [ring.over(pod, now - window, now) for pod, ring in sorted(self._pods.items())]
+
+    def breakdown(self, now: float, window: float, min_coverage: float) -> PhaseBreakdown | None:
+        """The pods whose samples span at least `min_coverage` of the window, combined; None
+        when no pod does (see `coverage` for how much the best one spans)."""
+        pods = [p for p in self.per_pod(now, window) if p.accrued > 0]
+        kept = [p for p in pods if p.covered >= min_coverage * window]
+        return combine(kept, window) if kept else None
+
+    def coverage(self, now: float, window: float) -> float:
+        """The best pod's share of the window spanned by its samples."""
+        return max((p.covered / window for p in self.per_pod(now, window)), default=0.0)
+
+
+def combine(pods: Iterable[PodPhases], window: float) -> PhaseBreakdown:
+    chosen = list(pods)
+    count = len(chosen)
+    shares = {phase: _mean(p.shares().get(phase, 0.0) for p in chosen) for phase in PHASES}
+    seconds = {phase: _mean(p.seconds[phase] for p in chosen) for phase in PHASES}
+    stepped = [p.steps for p in chosen if p.steps is not None]
+    return PhaseBreakdown(
+        window=window,
+        pods=tuple(p.pod for p in chosen),
+        shares=shares,
+        seconds=seconds,
+        steps=sum(stepped) / len(stepped) if stepped else None,
+        coverage=min(1.0, sum(p.covered for p in chosen) / count / window) if count else 0.0,
+    )
+
+
+def _mean(values: Iterable[float]) -> float:
+    items = list(values)
+    return sum(items) / len(items) if items else 0.0
