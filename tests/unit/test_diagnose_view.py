@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from rljob.api.diagnosis import (
     VerifierLoad,
 )
 
+REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 # The published sweep rljob.health.knee is calibrated on: knee 64, peak 64, run at 51.
 SWEEP = [(8, 2100.0), (16, 4000.0), (32, 7200.0), (64, 8100.0), (128, 8300.0)]
@@ -343,3 +345,33 @@ def test_json_document_keys_are_documented() -> None:
     assert view.__doc__ is not None
     for key in DOCUMENT_KEYS:
         assert re.search(rf"^    {key}\b", view.__doc__, re.M) or f", {key}" in view.__doc__, key
+
+
+def test_the_documented_screen_is_what_the_view_prints() -> None:
+    """docs/writing-an-rljob.md shows a worked screen: it must stay what the code prints."""
+    knee_message = (
+        "throughput 8100 tokens/s at 64 in flight, +12% from 32 to 64 and +2% from 64 to 128: "
+        "the knee is at 64; run at 51 (80% of the peak's 64)"
+    )
+    engines = [
+        EngineLoad(
+            pod=f"grpo-qwen7b-rollout-{i}",
+            running=6,
+            waiting=0,
+            kv_usage=0.41,
+            tokens_per_second=1500 - i,
+            saturated=0.02,
+        )
+        for i in range(2)
+    ]
+    diagnosis = bottleneck(
+        curve=curve(message=knee_message),
+        engines=engines,
+        evidence="the trainer waited for rollouts 62% of the window while no engine queued "
+        "requests",
+    )
+    body = job(phase="Running", bottleneck=diagnosis)
+    body["metadata"] = {"name": "grpo-qwen7b", "namespace": "rl"}
+    doc = (REPO / "docs" / "writing-an-rljob.md").read_text()
+    shown = doc.split("$ kubectl rljob diagnose grpo-qwen7b -n rl\n", 1)[1].split("```", 1)[0]
+    assert shown == view.render_diagnose(body, NOW) + "\n"
