@@ -27,6 +27,11 @@ PROFILE_ENV = "RLJOB_SIM_PROFILE"
 ROLES = ("rollout", "trainer", "reference", "verifier")
 EXPORTERS = ("vllm", "sglang")
 MAX_COLOCATED_ENGINES = 16
+MAX_CONCURRENCY = 4096
+# a / b of a decode step (fixed cost over per-sequence cost) for rljob.dev.physics'
+# DEFAULT_HARDWARE and DEFAULT_MIX: 6.5 ms / (4.0e-5 + 2,416.6 x 5.2e-8) s. Copied, not imported
+# (physics imports rljob.health); a unit test compares.
+STEP_FIXED_BATCH = 39.2
 
 
 class ProfileError(ValueError):
@@ -45,7 +50,16 @@ class EngineProfile:
     SGLang's, `version` the engine version whose page is served (rljob.dev.sim.engines.VERSIONS;
     empty: the newest). SGLang logs stats every `stats_interval` seconds and
     its completion counters advance every `finish_every` seconds (0: at every log; a long
-    chain-of-thought tail finishes nothing for minutes)."""
+    chain-of-thought tail finishes nothing for minutes).
+
+    Concurrency model (opt-in, `concurrency` > 0; rljob.dev.sim.models.concurrency): the rollout
+    driver keeps `concurrency` requests in flight; `knee` sequences fit the KV cache (0:
+    `max_running`), the rest wait; a decode step of m sequences takes a + b m seconds, so the
+    engine generates m / (a + b m) tokens/s, `throughput` at m = knee, and a / b is
+    `step_fixed_batch` (rljob.dev.physics' H100 figures). kv_usage is m / knee x `kv_usage`.
+    With `sync_tail` the driver is a synchronous RL rollout: `concurrency` requests of
+    log-normal lengths (mean `generation_length`, sigma `length_sigma`) start together and
+    finish one by one down to none, then the engine idles `sync_idle` seconds."""
 
     throughput: float = 800.0
     noise: float = 0.05
@@ -66,6 +80,12 @@ class EngineProfile:
     finish_every: float = 0.0
     cycle: Cycle | None = None
     load_swings: LoadSwings | None = None
+    concurrency: float = 0.0
+    knee: int = 0
+    step_fixed_batch: float = STEP_FIXED_BATCH
+    sync_tail: bool = False
+    sync_idle: float = 0.0
+    length_sigma: float = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +108,18 @@ class TrainerProfile:
 @dataclass(frozen=True, slots=True)
 class VerifierProfile:
     """Requests at `requests_per_second` (+-20 %) with log-normal latency; a share `error_rate`
-    of them fail."""
+    of them fail. `workers` verify at once (0: as many as needed, so nothing queues): when
+    requests arrive faster than workers / mean latency the queue (rljob_verifier_queue_depth,
+    accepted and not finished) grows up to `max_queue`, where the driver stops submitting, and
+    each request's latency includes its wait. `slowdown` multiplies the median latency."""
 
     requests_per_second: float = 20.0
     median_latency: float = 0.2
     sigma: float = 0.5
     error_rate: float = 0.0
+    workers: int = 0
+    slowdown: float = 1.0
+    max_queue: int = 1000
     bounds: tuple[float, ...] = (
         0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0,
     )  # fmt: skip
@@ -210,23 +236,35 @@ def _check_engine(profile: EngineProfile) -> None:
         raise ProfileError(f"{profile.exporter} version must be one of {', '.join(known)}")
     if profile.stats_interval <= 0:
         raise ProfileError("stats_interval must be > 0")
+    if profile.concurrency > MAX_CONCURRENCY or profile.knee > MAX_CONCURRENCY:
+        raise ProfileError(f"concurrency and knee must be at most {MAX_CONCURRENCY}")
+    if profile.concurrency and (profile.cycle is not None or profile.load_swings is not None):
+        raise ProfileError("concurrency replaces cycle and load_swings: unset them")
+    if profile.step_fixed_batch <= 0:
+        raise ProfileError("step_fixed_batch must be > 0")
+
+
+def _check_trainer(profile: TrainerProfile) -> None:
+    if min(profile.wait_for_rollouts, profile.step_seconds, profile.checkpoint_seconds) <= 0:
+        raise ProfileError("phase durations must be > 0")
+    if profile.checkpoint_every < 1:
+        raise ProfileError("checkpoint_every must be >= 1")
+    if profile.shard_bytes > 1 << 20:
+        raise ProfileError("shard_bytes must be at most 1 MiB")
+    if not 0 <= profile.colocated_engines <= MAX_COLOCATED_ENGINES:
+        raise ProfileError(f"colocated_engines must be 0 to {MAX_COLOCATED_ENGINES}")
 
 
 def _check(profile: AnyProfile) -> None:
     if isinstance(profile, EngineProfile):
         _check_engine(profile)
     elif isinstance(profile, TrainerProfile):
-        if min(profile.wait_for_rollouts, profile.step_seconds, profile.checkpoint_seconds) <= 0:
-            raise ProfileError("phase durations must be > 0")
-        if profile.checkpoint_every < 1:
-            raise ProfileError("checkpoint_every must be >= 1")
-        if profile.shard_bytes > 1 << 20:
-            raise ProfileError("shard_bytes must be at most 1 MiB")
-        if not 0 <= profile.colocated_engines <= MAX_COLOCATED_ENGINES:
-            raise ProfileError(f"colocated_engines must be 0 to {MAX_COLOCATED_ENGINES}")
+        _check_trainer(profile)
     elif isinstance(profile, VerifierProfile):
         if profile.median_latency <= 0 or profile.sigma <= 0 or profile.error_rate > 1:
             raise ProfileError("median_latency and sigma must be > 0, error_rate at most 1")
+        if profile.slowdown <= 0 or profile.max_queue < 1:
+            raise ProfileError("slowdown must be > 0 and max_queue at least 1")
     elif profile.tokens_per_request <= 0:
         raise ProfileError("tokens_per_request must be > 0")
 

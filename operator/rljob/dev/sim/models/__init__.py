@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from rljob.dev.sim.engines import SLEEP_STATES
 from rljob.dev.sim.models.base import MAX_STEP, MAX_STEPS, PROCESS_START, Model
+from rljob.dev.sim.models.concurrency import KneeTruth, knee_truth
 from rljob.dev.sim.models.engine import (
     VLLM_GENERATION_TOKENS,
     VLLM_KV_USAGE,
@@ -45,6 +46,7 @@ from rljob.dev.sim.models.trainer import (
 from rljob.dev.sim.models.verifier import (
     VERIFIER_DURATION,
     VERIFIER_ERRORS,
+    VERIFIER_QUEUE_DEPTH,
     VerifierModel,
     lognormal_cdf,
 )
@@ -67,6 +69,7 @@ __all__ = [
     "TRAINER_STEP",
     "VERIFIER_DURATION",
     "VERIFIER_ERRORS",
+    "VERIFIER_QUEUE_DEPTH",
     "VLLM_GENERATION_TOKENS",
     "VLLM_KV_USAGE",
     "VLLM_PREEMPTIONS",
@@ -78,10 +81,12 @@ __all__ = [
     "VLLM_SLEEP_STATE",
     "VLLM_WAITING",
     "EngineModel",
+    "KneeTruth",
     "Mode",
     "Model",
     "ReferenceModel",
     "TrainerModel",
     "VerifierModel",
+    "knee_truth",
     "lognormal_cdf",
 ]

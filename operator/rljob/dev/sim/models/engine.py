@@ -21,6 +21,7 @@ from rljob.dev.sim.engines import (
 )
 from rljob.dev.sim.faults import NO_FAULTS, Active
 from rljob.dev.sim.models.base import PROCESS_START, noisy, steps
+from rljob.dev.sim.models.concurrency import Driver, Load
 from rljob.dev.sim.profiles import EngineProfile
 
 # Exposed series names; counters carry `_total`.
@@ -56,16 +57,21 @@ _FROM_TRACE = {
     # idle, as when the driver holds requests back); SGLang's num_paused_reqs shows them.
     "syncing": Mode.PAUSED,
 }
+# The modes a rollout driver (the concurrency model) puts an engine in.
+_DRIVEN = (Mode.SATURATED, Mode.UNSATURATED, Mode.IDLE)
 
 
 class EngineModel:
-    """A vLLM engine."""
+    """A vLLM engine. With a profile's `concurrency` its load follows a rollout driver
+    (rljob.dev.sim.models.concurrency) unless a fault overrides it."""
 
     role = "rollout"
 
     def __init__(self, profile: EngineProfile, seed: str, start: float) -> None:
         self.profile = profile
         self.start = self.t = start
+        self._seed = seed
+        self.driver = Driver(profile, seed) if profile.concurrency > 0 else None
         self._rng = random.Random(f"{seed}:engine")
         self.tokens = self.prompt_tokens = self.hits = self.queries = self.preemptions = 0.0
         self.requests_stop = self.requests_length = 0.0
@@ -90,6 +96,7 @@ class EngineModel:
     def set_profile(self, profile: EngineProfile) -> None:
         """A new base behaviour from now on (advance to now first)."""
         self.profile = profile
+        self.driver = Driver(profile, self._seed) if profile.concurrency > 0 else None
 
     def mode_at(self, t: float, faults: Active) -> Mode:
         if faults.sleep_level(t) > 0:
@@ -102,6 +109,11 @@ class EngineModel:
         if load is not None:
             return Mode.SATURATED if load[0] > 0 else Mode.UNSATURATED
         age, profile = t - self.start, self.profile
+        if self.driver is not None:
+            driven = self.driver.load(age)
+            if driven.waiting > 0:
+                return Mode.SATURATED
+            return Mode.UNSATURATED if driven.running > 0 else Mode.IDLE
         mode = Mode.SATURATED
         if profile.cycle is not None:
             mode = _FROM_TRACE[profile.cycle.mode(age).value]
@@ -119,8 +131,19 @@ class EngineModel:
             return self.profile.load_swings.low_load
         return self.profile.unsaturated_load
 
+    def driven(self, t: float, faults: Active) -> Load | None:
+        """The rollout driver's load at t, unless there is none or a fault overrides it."""
+        if self.driver is None or faults.load_at(t) is not None:
+            return None
+        if self.mode_at(t, faults) not in _DRIVEN:
+            return None
+        return self.driver.load(t - self.start)
+
     def expected_rate(self, t: float, faults: Active = NO_FAULTS) -> float:
         """Tokens/s without noise at time t."""
+        driven = self.driven(t, faults)
+        if driven is not None:
+            return driven.tokens_per_second * faults.health(t)
         share = {
             Mode.SATURATED: 1.0,
             Mode.UNSATURATED: self.load_share(t, faults),
@@ -144,7 +167,7 @@ class EngineModel:
         profile = self.profile
         for index in range(count):
             t = self.t + index * step
-            rate = self.expected_rate(t, faults) * noisy(self._rng, profile.noise)
+            rate = self._mean_rate(t, step, faults) * noisy(self._rng, profile.noise)
             tokens = rate * step
             self.tokens += tokens
             prompt = tokens * profile.prompt_length / profile.generation_length
@@ -165,6 +188,14 @@ class EngineModel:
                 self._stats_log(t + step, faults)
         self.t = now
         self._gauges(now, faults)
+
+    def _mean_rate(self, t: float, step: float, faults: Active) -> float:
+        """Tokens/s over [t, t + step] without noise: a driver's exact integral (its load
+        changes within a step), else the rate at t."""
+        if self.driver is None or self.driven(t, faults) is None:
+            return self.expected_rate(t, faults)
+        age = t - self.start
+        return self.driver.tokens(age, age + step) / step * faults.health(t)
 
     def _finish(self, requests: float, hit_rate: float) -> None:
         """Requests finish whole, each with the profile's mean lengths, as upstream observes
@@ -187,6 +218,9 @@ class EngineModel:
     def _batch(self, mode: Mode, t: float, faults: Active) -> float:
         """Sequences decoding together: the running gauge's value in `mode` (a draining engine
         keeps its last draw)."""
+        driven = self.driven(t, faults)
+        if driven is not None:
+            return max(1.0, driven.running)
         full = float(self.profile.max_running)
         if mode == Mode.UNSATURATED:
             return float(max(1, round(full * self.load_share(t, faults))))
@@ -211,6 +245,11 @@ class EngineModel:
         self.expected = self.expected_rate(t, faults)
         full = float(profile.max_running)
         self.paused = 0.0
+        driven = self.driven(t, faults)
+        if driven is not None and self.driver is not None:
+            self.running, self.waiting = driven.running, driven.waiting
+            self.kv_usage = driven.running / self.driver.curve.capacity * profile.kv_usage
+            return
         match self.mode:
             case Mode.SATURATED:
                 load = faults.load_at(t)

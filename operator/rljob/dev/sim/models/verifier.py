@@ -1,4 +1,7 @@
-"""A simulated verifier service: a log-normal request latency histogram and an error counter."""
+"""A simulated verifier service: a log-normal request latency histogram, an error counter and
+the requests in flight (the SDK's rljob.sdk.verifier series). With a worker limit a slow
+verifier queues (rljob.dev.sim.models.queue): the queue grows, and each request's latency, as
+the SDK times it from acceptance, includes its wait."""
 
 from __future__ import annotations
 
@@ -9,11 +12,13 @@ from typing import Any
 from rljob.dev.sim.exposition import Page
 from rljob.dev.sim.faults import NO_FAULTS, Active
 from rljob.dev.sim.models.base import PROCESS_START, steps
+from rljob.dev.sim.models.queue import Service, advance
 from rljob.dev.sim.profiles import VerifierProfile
 
 # Exposed series names; counters carry `_total`.
 VERIFIER_DURATION = "rljob_verifier_request_duration_seconds"
 VERIFIER_ERRORS = "rljob_verifier_request_errors_total"
+VERIFIER_QUEUE_DEPTH = "rljob_verifier_queue_depth"
 _Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 
 
@@ -39,6 +44,8 @@ class VerifierModel:
         self.total_seconds = 0.0
         self.errors = 0.0
         self.median = profile.median_latency
+        self.depth = 0.0  # requests accepted and not finished
+        self.waiting = 0.0  # seconds the newest request queues before a worker takes it
 
     def set_profile(self, profile: VerifierProfile) -> None:
         if profile.bounds != self.profile.bounds:
@@ -46,9 +53,19 @@ class VerifierModel:
         self.profile = profile
 
     def median_at(self, faults: Active) -> float:
+        """Service time's median: an injected p99's, else the profile's times its slowdown."""
         if faults.p99_seconds is not None:
             return faults.p99_seconds / math.exp(_Z99 * self.profile.sigma)
-        return self.profile.median_latency
+        return self.profile.median_latency * self.profile.slowdown
+
+    def service(self, arrivals: float, median: float) -> Service:
+        profile = self.profile
+        mean = median * math.exp(profile.sigma**2 / 2)
+        return Service(arrivals, mean, profile.workers, float(profile.max_queue))
+
+    def delay(self) -> float:
+        """Mean seconds from acceptance to a result now: the service plus the queue's wait."""
+        return self.median * math.exp(self.profile.sigma**2 / 2) + self.waiting
 
     def advance(self, now: float, faults: Active = NO_FAULTS) -> None:
         if now <= self.t:
@@ -57,25 +74,33 @@ class VerifierModel:
         median = self.median_at(faults)
         error_rate = faults.error_rate if faults.error_rate is not None else profile.error_rate
         mean = median * math.exp(profile.sigma**2 / 2)
-        shares = [lognormal_cdf(bound, median, profile.sigma) for bound in self.bounds]
         count, step = steps(now - self.t)
         for _ in range(count):
-            requests = profile.requests_per_second * step * self._rng.uniform(0.8, 1.2)
-            for index, share in enumerate(shares):
+            arrivals = profile.requests_per_second * self._rng.uniform(0.8, 1.2)
+            service = self.service(arrivals, median)
+            self.depth, requests = advance(self.depth, step, service)
+            if not profile.workers:  # nothing queues: every arrival is served (as before)
+                requests = arrivals * step
+            # Finished requests waited about as long as the queue holds them now.
+            self.waiting = service.wait(self.depth)
+            for index, bound in enumerate(self.bounds):
+                share = lognormal_cdf(bound - self.waiting, median, profile.sigma)
                 self.counts[index] += requests * share
-            self.total_seconds += requests * mean
+            self.total_seconds += requests * (mean + self.waiting)
             self.errors += requests * error_rate
         self.t = now
         self.median = median
 
     def p99(self) -> float:
-        return self.median * math.exp(_Z99 * self.profile.sigma)
+        return self.median * math.exp(_Z99 * self.profile.sigma) + self.waiting
 
     def state(self) -> dict[str, Any]:
         return {
             "requests_total": math.floor(self.counts[-1]),
             "errors_total": math.floor(self.errors),
             "p99_seconds": round(self.p99(), 4),
+            "queue_depth": round(self.depth, 2),
+            "queue_wait_seconds": round(self.waiting, 3),
         }
 
     def render(self) -> str:
@@ -99,6 +124,9 @@ class VerifierModel:
             math.floor(self.errors),
             self.start,
         )
+        # The SDK counts whole requests (inc at acceptance, dec at the end).
+        depth = float(round(self.depth))
+        page.gauge(VERIFIER_QUEUE_DEPTH, "Requests accepted and not yet finished.", depth)
         page.gauge(
             PROCESS_START, "Start time of the process since unix epoch in seconds.", self.start
         )
