@@ -45,6 +45,21 @@ def curve(**overrides: Any) -> ConcurrencyCurveStatus:
     return ConcurrencyCurveStatus(**(fields | overrides))
 
 
+def engine_loads(job_name: str, count: int) -> list[EngineLoad]:
+    """Engines running 6 requests each, none queued, the first busiest."""
+    return [
+        EngineLoad(
+            pod=f"{job_name}-rollout-{i}",
+            running=6.0,
+            waiting=0.0,
+            kv_usage=0.41,
+            tokens_per_second=1500.0 - i,
+            saturated=0.02,
+        )
+        for i in range(count)
+    ]
+
+
 def bottleneck(**overrides: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "role": BottleneckRole.ROLLOUT_CONCURRENCY,
@@ -61,17 +76,7 @@ def bottleneck(**overrides: Any) -> dict[str, Any]:
         "advice": "raise the rollout driver's requests in flight",
         "recommended_concurrency": 51,
         "curve": curve(),
-        "engines": [
-            EngineLoad(
-                pod=f"grpo-demo-rollout-{i}",
-                running=6.0,
-                waiting=0.0,
-                kv_usage=0.41,
-                tokens_per_second=1500.0 - i,
-                saturated=0.02,
-            )
-            for i in range(4)
-        ],
+        "engines": engine_loads("grpo-demo", 4),
         "verifier": VerifierLoad(
             p50_seconds=0.8, p99_seconds=4.25, queue_depth=3.0, errors_per_second=0.0
         ),
@@ -353,20 +358,9 @@ def test_the_documented_screen_is_what_the_view_prints() -> None:
         "throughput 8100 tokens/s at 64 in flight, +12% from 32 to 64 and +2% from 64 to 128: "
         "the knee is at 64; run at 51 (80% of the peak's 64)"
     )
-    engines = [
-        EngineLoad(
-            pod=f"grpo-qwen7b-rollout-{i}",
-            running=6,
-            waiting=0,
-            kv_usage=0.41,
-            tokens_per_second=1500 - i,
-            saturated=0.02,
-        )
-        for i in range(2)
-    ]
     diagnosis = bottleneck(
         curve=curve(message=knee_message),
-        engines=engines,
+        engines=engine_loads("grpo-qwen7b", 2),
         evidence="the trainer waited for rollouts 62% of the window while no engine queued "
         "requests",
     )
