@@ -1,0 +1,152 @@
+"""Engine and verifier load over the window: means, tokens per second across a counter reset,
+sleeping and paused time left out, saturation, the KV capacity estimate, verifier queue trend."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pytest
+
+from rljob.health.bottleneck.load import EngineLedger, VerifierLedger
+from rljob.health.samples import EngineSample
+
+
+def sample(
+    t: float,
+    tokens: float,
+    running: float,
+    waiting: float = 0.0,
+    kv_usage: float | None = None,
+    sleeping: bool | None = None,
+) -> EngineSample:
+    return EngineSample(
+        t=t,
+        generated_tokens_total=tokens,
+        running=running,
+        waiting=waiting,
+        kv_usage=kv_usage,
+        sleeping=sleeping,
+    )
+
+
+def engine(samples: Sequence[EngineSample], pod: str = "engine-0") -> EngineLedger:
+    ledger = EngineLedger(interval=15.0, capacity=100)
+    for item in samples:
+        ledger.observe(pod, item)
+    return ledger
+
+
+STEADY = [sample(15 * i, 1500 * i, 20, 0, kv_usage=0.25, sleeping=False) for i in range(61)]
+RESET = [
+    *[sample(15 * i, 1500 * i, 20, sleeping=False) for i in range(31)],
+    *[sample(15 * i, 1500 * (i - 30), 20, sleeping=False) for i in range(31, 61)],
+]
+SLEEPS = [
+    sample(15 * i, 1500 * min(i, 30), 20 if i < 30 else 0, sleeping=i >= 30) for i in range(61)
+]
+QUEUEING = [
+    sample(15 * i, 3000 * i, 64, 16 if i >= 30 else 0, kv_usage=0.9, sleeping=False)
+    for i in range(61)
+]
+
+WINDOWS = [
+    # samples, running, waiting, kv, tokens/s, saturated share, capacity
+    pytest.param(STEADY, 20, 0, 0.25, 100, 0, 80, id="steady-unsaturated"),
+    pytest.param(RESET, 20, 0, None, 100, 0, None, id="counter-reset-reads-as-restart"),
+    pytest.param(SLEEPS, 20, 0, None, 100, 0, None, id="sleeping-half-left-out"),
+    pytest.param(QUEUEING, 64, 8, 0.9, 200, 0.5, 64 / 0.9, id="queueing-half-the-window"),
+]
+
+
+@pytest.mark.parametrize(
+    ("samples", "running", "waiting", "kv", "tokens", "saturated", "capacity"), WINDOWS
+)
+def test_engine_window(
+    samples: Sequence[EngineSample],
+    running: float,
+    waiting: float,
+    kv: float | None,
+    tokens: float,
+    saturated: float,
+    capacity: float | None,
+) -> None:
+    (found,) = engine(samples).windows(now=900, window=900)
+    assert found.running == pytest.approx(running)
+    assert found.waiting == pytest.approx(waiting, abs=0.3)
+    assert found.kv_usage == (pytest.approx(kv) if kv is not None else None)
+    assert found.tokens_per_second == pytest.approx(tokens)
+    assert found.saturated == pytest.approx(saturated, abs=0.02)
+    assert found.capacity == (pytest.approx(capacity) if capacity is not None else None)
+
+
+def test_garbage_and_late_engine_samples_never_count() -> None:
+    ledger = engine(STEADY[:31])
+    for bad in (
+        sample(470, math.nan, 20),
+        sample(471, 1e6, -1),
+        sample(100, 9e9, 500, 500),  # late
+        sample(472, 47200, 20, kv_usage=3.0, sleeping=False),  # kv past 1: not a share
+    ):
+        ledger.observe("engine-0", bad)
+    (found,) = ledger.windows(now=500, window=500)
+    assert found.running == pytest.approx(20)
+    assert found.tokens_per_second == pytest.approx(100)
+    assert found.kv_usage == pytest.approx(0.25)
+
+
+def test_engines_come_busiest_first_and_retain_drops_the_gone() -> None:
+    ledger = EngineLedger(interval=15.0, capacity=100)
+    for pod, running in (("quiet", 2), ("busy", 40), ("middle", 10)):
+        for item in STEADY:
+            ledger.observe(
+                pod, sample(item.t, item.generated_tokens_total, running, sleeping=False)
+            )
+    assert [w.pod for w in ledger.windows(900, 900)] == ["busy", "middle", "quiet"]
+    ledger.retain({"busy"})
+    assert ledger.pods() == ["busy"]
+
+
+def test_an_engine_without_judged_time_has_no_window() -> None:
+    asleep = [sample(15 * i, 0, 0, sleeping=True) for i in range(10)]
+    assert engine(asleep).windows(150, 900) == []
+
+
+VERIFIERS = [
+    # depths per pod over 900 s (one per 15 s), mean summed over pods, growth summed
+    pytest.param([[0.5] * 61], 0.5, 0.0, id="steady-shallow"),
+    pytest.param([[i / 6 for i in range(61)]], 5.0, 10.0, id="growing-by-10-over-the-window"),
+    pytest.param([[2.0] * 61, [4.0] * 61], 6.0, 0.0, id="two-pods-summed"),
+]
+
+
+@pytest.mark.parametrize(("depths", "mean", "growth"), VERIFIERS)
+def test_verifier_queue_mean_and_growth(
+    depths: list[list[float]], mean: float, growth: float
+) -> None:
+    ledger = VerifierLedger(capacity=100, min_spacing=1.0)
+    for pod, series in enumerate(depths):
+        for i, depth in enumerate(series):
+            ledger.observe(f"verifier-{pod}", 15 * i, depth)
+    found = ledger.window(900, 900)
+    assert found is not None
+    assert found.pods == len(depths)
+    assert found.queue_depth == pytest.approx(mean)
+    assert found.growth == pytest.approx(growth, abs=1e-6)
+
+
+def test_verifier_garbage_is_refused_and_latency_sanitized() -> None:
+    ledger = VerifierLedger(capacity=10, min_spacing=1.0)
+    assert not ledger.observe("v", math.nan, 1.0)
+    assert not ledger.observe("v", 10, -1.0)
+    assert not ledger.observe("v", 10, math.inf)
+    assert ledger.window(10, 900) is None
+    assert ledger.observe("v", 10, 3.0)
+    assert not ledger.observe("v", 5, 3.0)
+    ledger.note_latency(math.nan, 2.5, slow=True)
+    found = ledger.window(10, 900)
+    assert found is not None
+    assert (found.p50, found.p99, found.slow, found.queue_depth) == (None, 2.5, True, 3.0)
+    ledger.retain(set())
+    found = ledger.window(10, 900)
+    assert found is not None and found.queue_depth is None and found.p99 == 2.5

@@ -1,0 +1,151 @@
+"""The trainer's phase ledger: shares and seconds per step over a window, counter restarts, step
+resumes, garbage, out-of-order samples, thinning and several pods combined."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from rljob.health.bottleneck.phases import PhaseLedger, clean_sample
+
+Sample = tuple[float, Mapping[str, float], float | None]
+
+
+def ledger(samples: Sequence[Sample], pod: str = "trainer-0", spacing: float = 1.0) -> PhaseLedger:
+    found = PhaseLedger(capacity=200, min_spacing=spacing)
+    for t, seconds, step in samples:
+        found.observe(pod, t, seconds, step)
+    return found
+
+
+def steady(
+    waiting: float, training: float, start: float = 0.0, count: int = 61, step_every: int = 4
+) -> list[Sample]:
+    """Every 15 s: `waiting` and `training` seconds accrued, a step every `step_every` samples."""
+    return [
+        (
+            start + 15 * i,
+            {"waiting_for_rollouts": waiting * i, "training": training * i},
+            i // step_every,
+        )
+        for i in range(count)
+    ]
+
+
+SHARES = [
+    # samples, now, window, share of waiting, steps, seconds per step of training
+    pytest.param(steady(6, 9), 900, 900, 0.4, 15, 36.0, id="steady-40-60"),
+    pytest.param(steady(15, 0), 900, 900, 1.0, 15, 0.0, id="only-waiting"),
+    pytest.param(steady(6, 9), 450, 300, 0.4, 5, 36.0, id="a-window-inside-the-samples"),
+    pytest.param(
+        [
+            *steady(6, 9, count=31),
+            *[(450 + 15 * i, {"waiting_for_rollouts": 15.0 * i}, 0) for i in range(1, 31)],
+        ],
+        900,
+        900,
+        0.4 * 0.5 + 0.5,
+        7,
+        36 * 7.5 / 7,
+        id="restart-counts-from-zero-and-step-resumes-at-0",
+    ),
+]
+
+
+@pytest.mark.parametrize(("samples", "now", "window", "waiting", "steps", "training"), SHARES)
+def test_shares_steps_and_seconds_per_step(
+    samples: list[Sample], now: float, window: float, waiting: float, steps: float, training: float
+) -> None:
+    found = ledger(samples).breakdown(now, window, min_coverage=0.5)
+    assert found is not None
+    assert found.shares["waiting_for_rollouts"] == pytest.approx(waiting)
+    assert found.steps == pytest.approx(steps)
+    assert found.seconds_per_step.get("training", 0.0) == pytest.approx(training)
+
+
+def test_an_interval_straddling_the_window_counts_by_its_share_inside() -> None:
+    samples: list[Sample] = [(0, {"training": 0.0}, None), (100, {"training": 100.0}, None)]
+    pods = ledger(samples).per_pod(now=100, window=30)
+    assert pods[0].seconds["training"] == pytest.approx(30)
+    assert pods[0].covered == pytest.approx(30)
+    assert pods[0].steps is None
+
+
+GARBAGE = [
+    pytest.param((math.nan, {"training": 1.0}, None), id="nan-time"),
+    pytest.param((-5.0, {"training": 1.0}, None), id="negative-time"),
+    pytest.param((10.0, {"training": math.nan}, None), id="nan-value"),
+    pytest.param((10.0, {"training": -1.0}, None), id="negative-value"),
+    pytest.param((10.0, {"training": math.inf}, None), id="infinite-value"),
+    pytest.param((10.0, {"starting": 4.0}, None), id="unknown-phase-only"),
+    pytest.param((10.0, {}, None), id="no-phase"),
+]
+
+
+@pytest.mark.parametrize("sample", GARBAGE)
+def test_garbage_samples_are_refused(sample: Sample) -> None:
+    assert clean_sample(*sample) is None
+
+
+def test_garbage_values_beside_good_ones_are_dropped_alone() -> None:
+    found = clean_sample(
+        10.0, {"training": 3.0, "syncing_weights": math.nan, "bogus": 1.0}, math.nan
+    )
+    assert found is not None
+    assert dict(found.seconds) == {"training": 3.0}
+    assert found.step is None
+
+
+def test_out_of_order_duplicate_and_too_close_samples_are_dropped() -> None:
+    phases = PhaseLedger(capacity=10, min_spacing=12.0)
+    assert phases.observe("p", 100, {"training": 10.0}, 1)
+    assert not phases.observe("p", 100, {"training": 10.0}, 1)  # duplicate
+    assert not phases.observe("p", 50, {"training": 1.0}, 0)  # late
+    assert not phases.observe("p", 105, {"training": 15.0}, 1)  # closer than the spacing
+    assert phases.observe("p", 115, {"training": 25.0}, 2)
+
+
+def test_an_interval_accruing_far_more_than_it_lasted_is_garbage_and_a_little_more_is_scaled() -> (
+    None
+):
+    samples: list[Sample] = [
+        (0, {"training": 0.0, "syncing_weights": 0.0}, None),
+        (15, {"training": 18.0, "syncing_weights": 0.0}, None),  # clock skew: scaled to 15
+        (30, {"training": 5000.0, "syncing_weights": 0.0}, None),  # garbage: dropped
+        (45, {"training": 5000.0, "syncing_weights": 15.0}, None),
+    ]
+    pod = ledger(samples).per_pod(now=45, window=45)[0]
+    assert pod.seconds["training"] == pytest.approx(15)
+    assert pod.seconds["syncing_weights"] == pytest.approx(15)
+    assert pod.covered == pytest.approx(30)
+
+
+def test_pods_are_combined_by_the_mean_of_their_shares_and_thin_ones_left_out() -> None:
+    phases = ledger(steady(6, 9), pod="trainer-0")
+    for t, seconds, step in steady(12, 3):
+        phases.observe("trainer-1", t, seconds, step)
+    for t, seconds, step in steady(15, 0, start=800, count=7):
+        phases.observe("trainer-2", t, seconds, step)  # spans 90 s of 900: left out
+    found = phases.breakdown(900, 900, min_coverage=0.5)
+    assert found is not None
+    assert found.pods == ("trainer-0", "trainer-1")
+    assert found.shares["waiting_for_rollouts"] == pytest.approx((0.4 + 0.8) / 2)
+    assert found.describe_pods() == "the mean of 2 trainer pods"
+    assert found.coverage == pytest.approx(1.0)
+
+
+def test_no_pod_covering_enough_gives_no_breakdown_but_its_coverage() -> None:
+    phases = ledger(steady(6, 9, count=11))
+    assert phases.breakdown(900, 900, min_coverage=0.5) is None
+    assert phases.coverage(900, 900) == pytest.approx(150 / 900)
+
+
+def test_the_ring_is_bounded_and_retain_drops_pods() -> None:
+    phases = PhaseLedger(capacity=8, min_spacing=1.0)
+    for t, seconds, step in steady(6, 9, count=100):
+        phases.observe("trainer-0", t, seconds, step)
+    assert phases.per_pod(1500, 10_000)[0].covered == pytest.approx(7 * 15)
+    phases.retain({"trainer-9"})
+    assert phases.pods() == []
