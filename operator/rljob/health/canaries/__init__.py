@@ -9,11 +9,23 @@ from rljob.health.canaries.reward_hacking import (
     RewardHackingDetector,
     RewardSample,
 )
+from rljob.health.canaries.throughput_regression import (
+    THROUGHPUT_REGRESSION,
+    THROUGHPUT_REGRESSION_VALUE,
+    ThroughputRegressionConfig,
+    ThroughputRegressionDetector,
+    ThroughputSample,
+)
 
 __all__ = [
     "REWARD_HACKING",
     "REWARD_HACKING_VALUE",
+    "THROUGHPUT_REGRESSION",
+    "THROUGHPUT_REGRESSION_VALUE",
     "RewardHackingConfig",
     "RewardHackingDetector",
     "RewardSample",
+    "ThroughputRegressionConfig",
+    "ThroughputRegressionDetector",
+    "ThroughputSample",
 ]

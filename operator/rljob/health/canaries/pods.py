@@ -7,7 +7,8 @@ series, and the job's evaluation is the most telling pod's, named in its evidenc
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Generic, Protocol, TypeVar
 
 from rljob.health.evaluation import FINDING, HEALTHY, Evaluation, Evidence, insufficient
 from rljob.health.samples import MAX_PLAUSIBLE_VALUE, MIN_SPACING_INTERVALS
@@ -42,6 +43,46 @@ def admits(t: float, last: float | None, not_before: float, spacing: float) -> b
     if not plausible_time(t) or t < not_before:
         return False
     return last is None or t >= last + spacing
+
+
+class PodState(Protocol):
+    def forget_before(self, at: float) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+S = TypeVar("S", bound=PodState)
+
+
+class PodStates(Generic[S]):
+    """Each trainer pod's state; a pod first seen after a restart starts after it too."""
+
+    def __init__(self, new: Callable[[float], S]) -> None:
+        self._new = new
+        self._states: dict[str, S] = {}
+        self._not_before = -math.inf
+
+    def of(self, pod: str) -> S:
+        state = self._states.get(pod)
+        if state is None:
+            state = self._states[pod] = self._new(self._not_before)
+        return state
+
+    def note_restart(self, at: float) -> None:
+        """A new trainer attempt from `at`: every pod forgets what came before."""
+        self._not_before = max(self._not_before, at)
+        for state in self._states.values():
+            state.forget_before(at)
+
+    def retain(self, pods: Collection[str]) -> None:
+        for pod in [name for name in self._states if name not in pods]:
+            del self._states[pod]
+
+    def retained_values(self) -> int:
+        return sum(len(state) for state in self._states.values())
+
+    def with_samples(self) -> Iterator[tuple[str, S]]:
+        return ((pod, state) for pod, state in self._states.items() if len(state))
 
 
 def combine(

@@ -24,6 +24,7 @@ from rljob.api.enums import FailureReason
 from rljob.api.spec import Health
 from rljob.health.canaries.pods import (
     STALE_INTERVALS,
+    PodStates,
     admits,
     combine,
     min_spacing,
@@ -120,6 +121,9 @@ class _Rewards:
         while self.samples and self.samples[0].t < at:
             self.samples.popleft()
 
+    def __len__(self) -> int:
+        return len(self.samples)
+
 
 class RewardHackingDetector:
     """Reward-hacking detection for one job's trainer pods; one job-wide evaluation naming the
@@ -130,33 +134,24 @@ class RewardHackingDetector:
         self.target = target
         self._capacity = ring_capacity(config.window, config.interval)
         self._spacing = min_spacing(config.interval)
-        self._pods: dict[str, _Rewards] = {}
-        self._not_before = -math.inf
+        self._pods = PodStates(lambda not_before: _Rewards(self._capacity, not_before))
 
     def observe(self, pod: str, sample: RewardSample) -> None:
-        state = self._pods.get(pod)
-        if state is None:
-            state = self._pods[pod] = _Rewards(self._capacity, self._not_before)
-        state.add(sample, self._spacing)
+        self._pods.of(pod).add(sample, self._spacing)
 
     def note_restart(self, at: float) -> None:
         """A new trainer attempt from `at`: earlier samples belong to the old one."""
-        self._not_before = max(self._not_before, at)
-        for state in self._pods.values():
-            state.forget_before(at)
+        self._pods.note_restart(at)
 
     def retain(self, pods: Collection[str]) -> None:
-        for pod in [name for name in self._pods if name not in pods]:
-            del self._pods[pod]
+        self._pods.retain(pods)
 
     def retained_values(self) -> int:
-        return sum(len(state.samples) for state in self._pods.values())
+        return self._pods.retained_values()
 
     def evaluate(self, now: float) -> Evaluation:
         per_pod = {
-            pod: self._evaluate_pod(state.samples, now)
-            for pod, state in self._pods.items()
-            if state.samples
+            pod: self._evaluate_pod(state.samples, now) for pod, state in self._pods.with_samples()
         }
         return combine(
             REWARD_HACKING,

@@ -162,7 +162,7 @@ def test_garbage_eval_reads_as_absent() -> None:
     detector.observe("trainer-0", RewardSample(START, 0.5, math.inf))
     detector.observe("trainer-0", RewardSample(START + INTERVAL, 0.5, math.nan))
     assert detector.retained_values() == 2
-    assert all(s.reward_eval is None for s in detector._pods["trainer-0"].samples)
+    assert all(s.reward_eval is None for s in detector._pods.of("trainer-0").samples)
 
 
 def test_duplicates_and_out_of_order_samples_are_dropped() -> None:
