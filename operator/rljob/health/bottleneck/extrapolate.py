@@ -22,6 +22,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rljob.health.bottleneck.line import least_squares
+
 # The knee's own number formats, so both messages read alike.
 from rljob.health.knee import Knee, KneeRule, _amount, _count
 
@@ -79,16 +81,13 @@ def fit_step_time(points: Sequence[Point]) -> StepTimeFit | None:
     low, high = min(c for c, _ in usable), max(c for c, _ in usable)
     if math.log2(high / low) < MIN_FIT_OCTAVES:
         return None
-    count = len(usable)
-    mean_x = sum(x for x, _ in usable) / count
-    mean_y = sum(y for _, y in usable) / count
-    spread = sum((x - mean_x) ** 2 for x, _ in usable)
-    b = sum((x - mean_x) * (y - mean_y) for x, y in usable) / spread
-    a = mean_y - b * mean_x
+    if (line := least_squares(usable)) is None:
+        return None
+    a, b = line
     if not (a > 0 and b > 0 and _finite(a, b)):
         return None
-    residual = math.sqrt(sum(((a + b * x) / y - 1) ** 2 for x, y in usable) / count)
-    return StepTimeFit(a, b, count, residual)
+    residual = math.sqrt(sum(((a + b * x) / y - 1) ** 2 for x, y in usable) / len(usable))
+    return StepTimeFit(a, b, len(usable), residual)
 
 
 def _finite(*values: float) -> bool:

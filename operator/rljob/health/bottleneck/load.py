@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from rljob.health.bottleneck.line import least_squares
 from rljob.health.samples import EngineSample, EngineSeries
 
 # KV usage below this says too little about what fills the cache to divide by it.
@@ -219,7 +220,8 @@ class VerifierLedger:
             if not points:
                 continue
             means.append(sum(d for _, d in points) / len(points))
-            growths.append(_slope(points) * window)
+            line = least_squares(points)
+            growths.append(line[1] * window if line is not None else 0.0)
         if not means and p50 is None and p99 is None:
             return None
         return VerifierWindow(
@@ -234,16 +236,3 @@ class VerifierLedger:
 
 def _seconds(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) and value >= 0 else None
-
-
-def _slope(points: Sequence[tuple[float, float]]) -> float:
-    """Least-squares slope per second; 0 for fewer than two distinct times."""
-    count = len(points)
-    if count < 2:
-        return 0.0
-    mean_t = sum(t for t, _ in points) / count
-    mean_d = sum(d for _, d in points) / count
-    spread = sum((t - mean_t) ** 2 for t, _ in points)
-    if spread <= 0:
-        return 0.0
-    return sum((t - mean_t) * (d - mean_d) for t, d in points) / spread
