@@ -22,6 +22,9 @@ from rljob.dev.sim.profiles import (
 from rljob.dev.traces import Cycle, LoadSwings
 from rljob.health.stall import PHASE_CHECKPOINTING, PHASE_WAITING_FOR_ROLLOUTS
 from rljob.health.verifier import histogram_quantile
+from rljob.sdk import metrics as rl_metrics
+from rljob.sdk import phase_time
+from rljob.sdk import progress as sdk_progress
 from rljob.sdk.progress import PHASES as SDK_PHASES
 
 T0 = 1_800_000_000.0
@@ -63,6 +66,20 @@ def test_phase_names_are_the_sdks_and_the_detectors() -> None:
     assert models.PHASE_WAITING_FOR_ROLLOUTS == PHASE_WAITING_FOR_ROLLOUTS
     assert models.PHASE_CHECKPOINTING == PHASE_CHECKPOINTING
     assert models.PHASE_TRAINING in SDK_PHASES
+    assert models.PHASE_EVALUATING == sdk_progress.EVALUATING
+    assert models.PHASE_SECONDS == phase_time.PHASE_SECONDS
+    assert models.STEP_PHASES == phase_time.STEP_PHASES
+    assert models.COUNTED_PHASES == phase_time.COUNTED_PHASES
+    assert set(phase_time.PHASE_SECONDS_OF.values()) <= set(models.COUNTED_PHASES)
+
+
+def test_rl_canary_names_are_the_sdks() -> None:
+    assert models.RL_PREFIX == rl_metrics.PREFIX
+    assert models.RL_STEP == rl_metrics.STEP
+    assert models.RL_GENERATED_TOKENS == rl_metrics.GENERATED_TOKENS
+    assert models.RL_CANARIES == rl_metrics.CANARIES  # keywords and help texts
+    exposed = {models.RL_STEP, *(models.RL_PREFIX + k for k in models.RL_CANARIES)}
+    assert exposed == set(rl_metrics.GAUGES)
 
 
 @pytest.mark.parametrize("throughput", [400.0, 800.0, 2000.0])

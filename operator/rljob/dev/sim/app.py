@@ -262,7 +262,8 @@ class SimulatorApp:
             step = max(0, int(pod.env.get("RLJOB_RESUME_STEP", "0") or 0))
         except ValueError:
             step = 0
-        return TrainerModel(profile, now, step=step, external_checkpoints=writes), writes
+        trainer = TrainerModel(profile, now, step=step, external_checkpoints=writes, seed=seed)
+        return trainer, writes
 
     async def _attach(self, pod: PodInfo) -> None:
         now = self.clock()

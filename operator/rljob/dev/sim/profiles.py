@@ -94,7 +94,21 @@ class TrainerProfile:
     The SDK heartbeats at each phase change and, when `heartbeat_interval` > 0, every that many
     seconds in between (a training loop calling `heartbeat()` per micro-batch); a hung trainer
     does neither. `colocated_engines` rollout engines (the rollout role's profile) run inside
-    the pod, as in verl or OpenRLHF, served on its engine metrics port."""
+    the pod, as in verl or OpenRLHF, served on its engine metrics port.
+
+    Optional phases of a step (0: skipped): `generate_seconds` generating before the wait,
+    `sync_seconds` syncing weights after training (the policy generation changes at its end, else
+    at training's), `eval_seconds` evaluating every `eval_every` steps. Seconds per phase accrue
+    in rljob_trainer_phase_seconds_total as the SDK's counter does (rljob.dev.sim.models.phases).
+    With `couple_rollouts` the wait for rollouts is `tokens_per_step` over the job's engines'
+    throughput plus its verifiers' delay (rljob.dev.sim.coupling).
+
+    With `canaries` the SDK's RL series are reported every step (rljob.dev.sim.models.canaries):
+    training reward rises by `reward_slope_per_hour`, the held-out eval reward (every
+    `eval_every` steps, held between) with it, or stays flat with `reward_hacking`. A
+    `regression` share of generation throughput is lost from the first weight sync
+    `regression_delay` seconds after the profile took effect, for `regression_seconds` (0: until
+    changed): the generating phase takes 1 / (1 - regression) as long for the same tokens."""
 
     wait_for_rollouts: float = 2.0
     step_seconds: float = 3.0
@@ -103,6 +117,19 @@ class TrainerProfile:
     heartbeat_interval: float = 1.0
     shard_bytes: int = 4096
     colocated_engines: int = 0
+    generate_seconds: float = 0.0
+    sync_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    eval_every: int = 5
+    tokens_per_step: float = 16384.0
+    couple_rollouts: bool = False
+    canaries: bool = True
+    reward_hacking: bool = False
+    reward_slope_per_hour: float = 0.02
+    reward_noise: float = 0.002
+    regression: float = 0.0
+    regression_delay: float = 0.0
+    regression_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,12 +274,14 @@ def _check_engine(profile: EngineProfile) -> None:
 def _check_trainer(profile: TrainerProfile) -> None:
     if min(profile.wait_for_rollouts, profile.step_seconds, profile.checkpoint_seconds) <= 0:
         raise ProfileError("phase durations must be > 0")
-    if profile.checkpoint_every < 1:
-        raise ProfileError("checkpoint_every must be >= 1")
+    if profile.checkpoint_every < 1 or profile.eval_every < 1:
+        raise ProfileError("checkpoint_every and eval_every must be >= 1")
     if profile.shard_bytes > 1 << 20:
         raise ProfileError("shard_bytes must be at most 1 MiB")
     if not 0 <= profile.colocated_engines <= MAX_COLOCATED_ENGINES:
         raise ProfileError(f"colocated_engines must be 0 to {MAX_COLOCATED_ENGINES}")
+    if profile.regression >= 1:
+        raise ProfileError("regression must be below 1 (the share of throughput lost)")
 
 
 def _check(profile: AnyProfile) -> None:

@@ -15,6 +15,12 @@ from __future__ import annotations
 
 from rljob.dev.sim.engines import SLEEP_STATES
 from rljob.dev.sim.models.base import MAX_STEP, MAX_STEPS, PROCESS_START, Model
+from rljob.dev.sim.models.canaries import (
+    RL_CANARIES,
+    RL_GENERATED_TOKENS,
+    RL_PREFIX,
+    RL_STEP,
+)
 from rljob.dev.sim.models.concurrency import KneeTruth, knee_truth
 from rljob.dev.sim.models.engine import (
     VLLM_GENERATION_TOKENS,
@@ -30,14 +36,20 @@ from rljob.dev.sim.models.engine import (
     EngineModel,
     Mode,
 )
+from rljob.dev.sim.models.phases import (
+    COUNTED_PHASES,
+    PHASE_CHECKPOINTING,
+    PHASE_EVALUATING,
+    PHASE_SECONDS,
+    PHASE_TRAINING,
+    PHASE_WAITING_FOR_ROLLOUTS,
+    SDK_PHASES,
+    STEP_PHASES,
+)
 from rljob.dev.sim.models.reference import REFERENCE_REQUESTS, REFERENCE_TOKENS, ReferenceModel
 from rljob.dev.sim.models.trainer import (
     CHECKPOINT_STEP,
-    PHASE_CHECKPOINTING,
-    PHASE_TRAINING,
-    PHASE_WAITING_FOR_ROLLOUTS,
     POLICY_GENERATION,
-    SDK_PHASES,
     TRAINER_HEARTBEAT,
     TRAINER_PHASE,
     TRAINER_STEP,
@@ -53,17 +65,25 @@ from rljob.dev.sim.models.verifier import (
 
 __all__ = [
     "CHECKPOINT_STEP",
+    "COUNTED_PHASES",
     "MAX_STEP",
     "MAX_STEPS",
     "PHASE_CHECKPOINTING",
+    "PHASE_EVALUATING",
+    "PHASE_SECONDS",
     "PHASE_TRAINING",
     "PHASE_WAITING_FOR_ROLLOUTS",
     "POLICY_GENERATION",
     "PROCESS_START",
     "REFERENCE_REQUESTS",
     "REFERENCE_TOKENS",
+    "RL_CANARIES",
+    "RL_GENERATED_TOKENS",
+    "RL_PREFIX",
+    "RL_STEP",
     "SDK_PHASES",
     "SLEEP_STATES",
+    "STEP_PHASES",
     "TRAINER_HEARTBEAT",
     "TRAINER_PHASE",
     "TRAINER_STEP",

@@ -1,5 +1,7 @@
-"""A simulated trainer rank: the SDK exporter's step, phase, heartbeat, policy generation and
-committed checkpoint, progressing on its own clock."""
+"""A simulated trainer rank: the SDK exporter's step, phase, heartbeat, policy generation,
+committed checkpoint and seconds per phase, and the RL canaries, progressing on its own clock.
+Its step's phases are rljob.dev.sim.models.phases', its canaries
+rljob.dev.sim.models.canaries'."""
 
 from __future__ import annotations
 
@@ -11,22 +13,18 @@ from typing import Any
 from rljob.dev.sim.exposition import Page, labels_text
 from rljob.dev.sim.faults import NO_FAULTS, Active
 from rljob.dev.sim.models.base import PROCESS_START
+from rljob.dev.sim.models.canaries import Canaries
+from rljob.dev.sim.models.phases import (
+    PHASE_CHECKPOINTING,
+    SDK_PHASES,
+    PhaseSeconds,
+    Regression,
+    duration,
+    first_phase,
+    next_phase,
+)
 from rljob.dev.sim.profiles import TrainerProfile
 
-# The SDK progress exporter's phases (rljob.sdk.progress.PHASES, which exports all of them, one
-# at 1); the detectors know waiting_for_rollouts and checkpointing (rljob.health.stall). Copied,
-# not imported, to keep boto3 and pydantic out of the simulator process; a unit test compares.
-PHASE_WAITING_FOR_ROLLOUTS = "waiting_for_rollouts"
-PHASE_TRAINING = "training"
-PHASE_CHECKPOINTING = "checkpointing"
-SDK_PHASES = (
-    "starting",
-    "generating",
-    PHASE_WAITING_FOR_ROLLOUTS,
-    PHASE_TRAINING,
-    "syncing_weights",
-    PHASE_CHECKPOINTING,
-)
 # Exposed series names; counters carry `_total`.
 TRAINER_STEP = "rljob_trainer_step"
 TRAINER_HEARTBEAT = "rljob_trainer_heartbeat_timestamp_seconds"
@@ -39,11 +37,13 @@ CHECKPOINT_STEP = "rljob_checkpoint_step"
 class _Phase:
     name: str
     work_start: float  # progress clock when the phase began
+    entered: float  # wall clock when it began
 
 
 class TrainerModel:
     """One trainer rank's SDK exporter. Progress runs on its own clock, which stops while hung:
-    a cleared hang resumes where it stopped."""
+    a cleared hang resumes where it stopped. `rollout_wait`, when set (rljob.dev.sim.coupling),
+    replaces the profile's wait for rollouts."""
 
     role = "trainer"
 
@@ -54,11 +54,17 @@ class TrainerModel:
         *,
         step: int = 0,
         external_checkpoints: bool = False,
+        seed: str = "",
     ) -> None:
         self.profile = profile
         self.start = self.t = start
         self.work = 0.0
-        self.phase = _Phase(PHASE_WAITING_FOR_ROLLOUTS, 0.0)
+        self.phase = _Phase(first_phase(profile), 0.0, start)
+        self.phases_seen = set(SDK_PHASES) | {self.phase.name}
+        self.phase_seconds = PhaseSeconds(self.phase.name, start)
+        self.canaries = Canaries(seed, start)
+        self.regression = Regression(profile, start)
+        self.rollout_wait: float | None = None
         self.step = step
         self.generation = step
         self.checkpoint_step = step
@@ -70,29 +76,37 @@ class TrainerModel:
 
     def set_profile(self, profile: TrainerProfile) -> None:
         self.profile = profile
+        self.regression.update(profile, self.t)
 
-    def _duration(self, phase: str) -> float:
+    def _duration(self, phase: _Phase) -> float:
         profile = self.profile
-        return {
-            PHASE_WAITING_FOR_ROLLOUTS: profile.wait_for_rollouts,
-            PHASE_TRAINING: profile.step_seconds,
-        }.get(phase, profile.checkpoint_seconds)
+        wait = self.rollout_wait if profile.couple_rollouts else None
+        return duration(phase.name, profile, wait, self.regression.slower(phase.entered))
 
-    def _next(self) -> str:
+    def _next(self, at: float) -> str:
+        """Leaves the current phase at wall time `at`; returns the next."""
+        profile = self.profile
         match self.phase.name:
-            case "waiting_for_rollouts":
-                return PHASE_TRAINING
             case "training":
                 self.step += 1
-                self.generation += 1
-                if self.step % self.profile.checkpoint_every == 0:
-                    self.checkpoints_due.append(self.step)
-                    return PHASE_CHECKPOINTING
-                return PHASE_WAITING_FOR_ROLLOUTS
-            case _:
+                if profile.canaries:
+                    self.canaries.report(self.step, at, profile)
+                if profile.sync_seconds <= 0:
+                    self._synced(at)
+            case "syncing_weights":
+                self._synced(at)
+            case "checkpointing":
                 if not self.external_checkpoints:
                     self.checkpoint_step = self.step
-                return PHASE_WAITING_FOR_ROLLOUTS
+        following = next_phase(self.phase.name, self.step, profile)
+        if following == PHASE_CHECKPOINTING:
+            self.checkpoints_due.append(self.step)
+        return following
+
+    def _synced(self, at: float) -> None:
+        """New weights published: the policy generation changes."""
+        self.generation += 1
+        self.regression.synced(at)
 
     def committed(self, step: int) -> None:
         """A checkpoint of `step` was committed by a writer."""
@@ -118,14 +132,18 @@ class TrainerModel:
         span_start = self.work
         transitions = 0
         while remaining > 0 and transitions < 100_000:
-            end = self.phase.work_start + self._duration(self.phase.name)
+            # A shorter coupled wait may end the phase at once, never in the past.
+            end = max(self.work, self.phase.work_start + self._duration(self.phase))
             if self.work + remaining < end:
                 self.work += remaining
                 break
             remaining -= end - self.work
             self.work = end
-            self.phase = _Phase(self._next(), end)
-            self.heartbeat = now - remaining
+            at = now - remaining
+            self.phase = _Phase(self._next(at), end, at)
+            self.phases_seen.add(self.phase.name)
+            self.phase_seconds.enter(self.phase.name, at)
+            self.heartbeat = at
             transitions += 1
         interval = self.profile.heartbeat_interval
         if interval <= 0:  # beats at phase changes only
@@ -143,6 +161,8 @@ class TrainerModel:
             "checkpoint_step": self.checkpoint_step,
             "heartbeat": self.heartbeat,
             "hung": self.hung,
+            "rollout_wait": self.rollout_wait,
+            "generation_slower": self.regression.slower(self.t),
         }
 
     def render(self) -> str:
@@ -156,15 +176,18 @@ class TrainerModel:
             "1 for the phase the trainer is in.",
             [
                 (labels_text((("phase", phase),)), float(phase == self.phase.name))
-                for phase in SDK_PHASES
+                for phase in (*SDK_PHASES, *sorted(self.phases_seen - set(SDK_PHASES)))
             ],
         )
+        self.phase_seconds.render(page, self.t)
         page.gauge(
             POLICY_GENERATION, "Generation of the policy weights last published.", self.generation
         )
         page.gauge(
             CHECKPOINT_STEP, "Step of the newest committed checkpoint.", self.checkpoint_step
         )
+        if self.profile.canaries:
+            self.canaries.render(page)
         page.gauge(
             PROCESS_START, "Start time of the process since unix epoch in seconds.", self.start
         )
