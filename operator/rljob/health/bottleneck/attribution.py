@@ -121,9 +121,9 @@ def _rollout_side(
             "the verifiers hold rollouts back: add verifier replicas (or workers per replica) "
             "until their queue stays below one request per pod",
         )
-    at_knee = _at_knee(seen)
-    if saturated or at_knee:
-        why = engines if saturated else f"{engines}; running at the knee ({at_knee})"
+    operating = _at_operating_point(seen)
+    if saturated or operating:
+        why = engines if saturated else f"{engines}; {operating}"
         advice = _add_engines(seen, share)
         return Verdict(BottleneckRole.ROLLOUT, f"{waited}; {why}; {head}", advice)
     return _concurrency(seen, f"{waited}; {engines}; {head}")
@@ -177,15 +177,20 @@ def _verifier_backlog(verifier: VerifierWindow, rule: AttributionRule) -> bool:
     return deep or growing or verifier.slow
 
 
-def _at_knee(seen: Observations) -> str | None:
-    """Where the observed curve bends when the driver already runs at or past it."""
+def _at_operating_point(seen: Observations) -> str | None:
+    """The driver already runs at or past the curve's recommendation: more requests in flight
+    would only queue, so the engines are the limit although they do not queue yet."""
     curve, current = seen.curve, seen.in_flight
-    if curve is None or curve.extrapolated or current is None:
+    if curve is None or current is None or curve.recommended is None:
+        return None
+    if current < curve.recommended:
         return None
     knee = curve.knee.knee
-    if knee is None or current < knee:
-        return None
-    return f"{current:.0f} in flight, the knee at {knee:.0f}"
+    where = f", the knee at {knee:.0f}" if knee is not None else ""
+    return (
+        f"running at the curve's operating point: {current:.0f} in flight, at or past the "
+        f"recommended {curve.recommended:.0f}{where}"
+    )
 
 
 def describe_engines(engines: Sequence[EngineWindow], rule: AttributionRule) -> str:

@@ -104,8 +104,20 @@ CASES = [
     pytest.param(
         seen(points=BEND, in_flight=128.0),
         BottleneckRole.ROLLOUT,
-        "running at the knee (128 in flight, the knee at 64)",
+        "128 in flight, at or past the recommended 51, the knee at 64",
         id="at-the-knee-needs-engines",
+    ),
+    pytest.param(
+        seen(points=BEND, in_flight=56.0),
+        BottleneckRole.ROLLOUT,
+        "56 in flight, at or past the recommended 51",
+        id="between-the-recommendation-and-the-knee-never-advises-lowering",
+    ),
+    pytest.param(
+        seen(points=BEND, in_flight=40.0),
+        BottleneckRole.ROLLOUT_CONCURRENCY,
+        "4 engines unsaturated",
+        id="below-the-recommendation-raises",
     ),
     pytest.param(
         seen(breakdown=phases(waiting_for_rollouts=0.2, training=0.7, syncing_weights=0.1)),

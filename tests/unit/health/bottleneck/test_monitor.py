@@ -76,7 +76,7 @@ def test_running_past_the_knee_with_room_is_the_engines_limit() -> None:
     results = job.run(monitor(), 5 * hold + 600)
     last = results[-1]
     assert last.role is BottleneckRole.ROLLOUT
-    assert "running at the knee (128 in flight, the knee at 64)" in last.evidence
+    assert "128 in flight, at or past the recommended 51, the knee at 64" in last.evidence
 
 
 def sync_rollout(concurrency: float, generate: float, train: float) -> Job:
