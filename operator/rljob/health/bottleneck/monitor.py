@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from rljob.api.diagnosis import Bottleneck, BottleneckRole
 from rljob.api.durations import parse_duration
+from rljob.api.enums import RoleName
 from rljob.api.spec import Health
 from rljob.health.bottleneck.attribution import (
     DEFAULT_ATTRIBUTION,
@@ -44,6 +45,8 @@ class BottleneckConfig:
     rule: KneeRule = DEFAULT_RULE
     attribution: AttributionRule = field(default_factory=lambda: DEFAULT_ATTRIBUTION)
     confirmations: int = CONFIRMATIONS
+    # The engines fed to observe_engine: rollout, or trainer when they are colocated with it.
+    engine_role: RoleName = RoleName.ROLLOUT
 
     @classmethod
     def from_health(cls, health: Health) -> BottleneckConfig:
@@ -140,7 +143,8 @@ class BottleneckMonitor:
         self._breakdown = breakdown
         self._replaced, self._changed = tracked.replaced, tracked.changed
         bins = self._feeder.bins(now)
-        status = curve_status(curve, bins, self._feeder.current()) if curve else None
+        current = self._feeder.current()
+        status = curve_status(curve, bins, current, config.engine_role) if curve else None
         return to_status(tracked, now, seen, status)
 
     def _curve(

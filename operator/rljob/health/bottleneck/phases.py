@@ -31,6 +31,8 @@ MAX_PLAUSIBLE_STEP = 1e12
 # is garbage rather than clock skew between the scrape and the trainer's monotonic clock.
 ACCRUAL_TOLERANCE = 1.0
 ACCRUAL_SLACK = 60.0
+# Combined pods named in evidence; the rest are counted.
+NAMED_PODS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +90,9 @@ class PhaseBreakdown:
     def describe_pods(self) -> str:
         if len(self.pods) == 1:
             return f"trainer pod {self.pods[0]}"
-        return f"the mean of {len(self.pods)} trainer pods"
+        named = ", ".join(self.pods[:NAMED_PODS])
+        more = f" and {len(self.pods) - NAMED_PODS} more" if len(self.pods) > NAMED_PODS else ""
+        return f"the mean of {len(self.pods)} trainer pods: {named}{more}"
 
 
 def clean_sample(t: float, seconds: Mapping[str, float], step: float | None) -> PhaseSample | None:

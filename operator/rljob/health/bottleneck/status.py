@@ -77,7 +77,10 @@ def verifier_load(verifier: VerifierWindow) -> VerifierLoad:
 
 
 def curve_status(
-    verdict: CurveVerdict, bins: Sequence[tuple[float, float, float]], current: float | None
+    verdict: CurveVerdict,
+    bins: Sequence[tuple[float, float, float]],
+    current: float | None,
+    role: RoleName = RoleName.ROLLOUT,
 ) -> ConcurrencyCurveStatus:
     knee = verdict.knee
     kept = sorted(bins, key=lambda b: -b[2])[:MAX_CURVE_POINTS]
@@ -87,7 +90,7 @@ def curve_status(
         if all(math.isfinite(v) and v >= 0 for v in (c, t, s))
     ]
     return ConcurrencyCurveStatus(
-        role=RoleName.ROLLOUT,
+        role=role,
         points=points,
         current=_amount(current),
         knee=_amount(knee.knee),

@@ -132,7 +132,7 @@ def test_pods_are_combined_by_the_mean_of_their_shares_and_thin_ones_left_out() 
     assert found is not None
     assert found.pods == ("trainer-0", "trainer-1")
     assert found.shares["waiting_for_rollouts"] == pytest.approx((0.4 + 0.8) / 2)
-    assert found.describe_pods() == "the mean of 2 trainer pods"
+    assert found.describe_pods() == "the mean of 2 trainer pods: trainer-0, trainer-1"
     assert found.coverage == pytest.approx(1.0)
 
 
@@ -149,3 +149,15 @@ def test_the_ring_is_bounded_and_retain_drops_pods() -> None:
     assert phases.per_pod(1500, 10_000)[0].covered == pytest.approx(7 * 15)
     phases.retain({"trainer-9"})
     assert phases.pods() == []
+
+
+def test_many_pods_are_named_up_to_three_and_counted() -> None:
+    phases = PhaseLedger(capacity=100, min_spacing=1.0)
+    for pod in range(5):
+        for t, seconds, step in steady(6, 9):
+            phases.observe(f"trainer-{pod}", t, seconds, step)
+    found = phases.breakdown(900, 900, min_coverage=0.5)
+    assert found is not None
+    assert found.describe_pods() == (
+        "the mean of 5 trainer pods: trainer-0, trainer-1, trainer-2 and 2 more"
+    )
