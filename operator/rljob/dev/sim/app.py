@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rljob.dev.sim import faults as faultlib
 from rljob.dev.sim.control import ControlApi, ProfileRule
+from rljob.dev.sim.coupling import couple
 from rljob.dev.sim.exposition import CONTENT_TYPE
 from rljob.dev.sim.gang import GangEngines, attach_gang
 from rljob.dev.sim.httpserver import Listener, Request, Response, listen
@@ -336,6 +337,7 @@ class SimulatorApp:
     def advance(self, workload: Workload, now: float | None = None) -> faultlib.Active:
         active = self.faults_of(workload)
         now = self.clock() if now is None else now
+        couple(workload, self.workloads.values())
         workload.model.advance(now, active)
         if workload.gang is not None:
             workload.gang.advance(now, active)
