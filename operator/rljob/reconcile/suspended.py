@@ -29,7 +29,6 @@ def suspended_because(job: RLJob) -> str:
     if held is not None:
         rule = f" (rule {held.rule})" if held.rule else ""
         said.append(
-            f"suspended by the failure policy{rule} for {held.reason.value}: {held.message}; "
-            + resume_hint(job.metadata.name)
+            f"suspended by the failure policy{rule}: {held.message}; {resume_hint(job.metadata.name)}"
         )
     return "; ".join(said)

@@ -55,9 +55,9 @@ def suspended_event(job_name: str, status: RLJobStatus) -> tuple[str, EventSpec]
     held = status.suspension
     if held is None:
         return None
-    rule = f" by rule {held.rule}" if held.rule else ""
+    rule = f"rule {held.rule}: " if held.rule else ""
     message = (
-        f"{held.reason.value}{rule}: {held.message}; Deployments scaled to 0 and the trainer "
+        f"{rule}{held.message}; Deployments scaled to 0 and the trainer "
         f"Job deleted, state and checkpoints kept; {resume_hint(job_name)}"
     )
     name = f"{job_name}.suspended-{int(held.suspended_at.timestamp())}"

@@ -969,6 +969,7 @@ class Cluster(Kube):
             "attempt": labels.get(ATTEMPT_LABEL),
             "role": labels.get(ROLE_LABEL),
             "owner": owner,
+            "replicas": (body.get("spec") or {}).get("replicas"),
         }
 
     @staticmethod
@@ -980,6 +981,8 @@ class Cluster(Kube):
             "in_flight_after": copy.deepcopy(status.get("inFlight")),
             "attempt_after": status.get("attempt"),
             "restarts_after": (status.get("restarts") or {}).get("total", 0),
+            "suspension_after": copy.deepcopy(status.get("suspension")),
+            "resume_after": copy.deepcopy(status.get("lastResumeRequest")),
             "seen_jobs_after": {
                 record["attempt"]: record["jobUid"]
                 for record in status.get("attempts") or []

@@ -200,7 +200,8 @@ class InTurnChecks:
         role = (action.get("target") or {}).get("role", "")
         spec = self._role_spec(role)
         finished = (job.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        if not spec or job.get("spec", {}).get("suspend") or finished:
+        held = (job.get("status") or {}).get("suspension")  # the failure policy's Suspend
+        if not spec or job.get("spec", {}).get("suspend") or held or finished:
             return True
         replicas = int(spec.get("replicas", 1))
         deployment = self.cluster.peek("Deployment", f"{self.name}-{role}") or {"status": {}}

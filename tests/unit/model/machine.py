@@ -29,12 +29,13 @@ from rljob.api import FailureReason, parse_duration
 from rljob.api.labels import ATTEMPT_LABEL as ATTEMPT
 from rljob.api.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUEST
 from rljob.api.labels import RESTARTED_AT_ANNOTATION as RESTARTED_AT
+from rljob.api.labels import RESUME_REQUEST_ANNOTATION as RESUME_REQUEST
 from rljob.api.labels import ROLE_LABEL as ROLE
 from rljob.checkpoints.errors import StoreError
 from rljob.checkpoints.layout import CheckpointLocation, KeyKind, VersionId
 from rljob.checkpoints.models import AttemptMarker
 from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
-from tests.unit.model import harness, in_turn
+from tests.unit.model import harness, in_turn, suspension
 from tests.unit.model.cluster import (
     TEMPLATE_HASH_LABEL,
     WATCHED_KINDS,
@@ -56,6 +57,7 @@ KV_CACHE_DRIFT = FailureReason.KV_CACHE_DRIFT
 KV_FRAGMENTATION = FailureReason.KV_CACHE_FRAGMENTATION
 FLEET_KV_FRAGMENTATION = FailureReason.FLEET_KV_CACHE_FRAGMENTATION
 TRAINER_STALLED = FailureReason.TRAINER_STALLED
+REWARD_HACKING = FailureReason.REWARD_HACKING_SUSPECTED
 NCCL = (
     "[rank1]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: "
     "WorkNCCL(SeqNum=4242, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out."
@@ -92,7 +94,7 @@ SOFT_SUSPECTS = "suspect-nodes-are-expiring-preferences"
 ALL_CHECKS = frozenset(
     {ONE_ATTEMPT, NEXT_ATTEMPT, NO_DOUBLE_DELETE, LEDGER, FAILED_STOPS, FAILJOB_FAILS,
      RESUMES_NEWEST, KEEPS_LINEAGE, WITHIN_MAX_UNAVAILABLE, NO_PROGRESS_COUNTS_POLICY,
-     FORGETS_DELETED, LEASED_WRITES, SOFT_SUSPECTS, *in_turn.CHECKS}
+     FORGETS_DELETED, LEASED_WRITES, SOFT_SUSPECTS, *in_turn.CHECKS, *suspension.CHECKS}
 )  # fmt: skip
 FAIL_THE_JOB = "fail the job"  # how the failure policy's decision message ends for FailJob
 # The failure policy's note when gang restarts made no progress (policy/choose.py).
@@ -113,6 +115,11 @@ KV_FRAGMENTATION_RULES = [
     {"roles": ["rollout"], "onReasons": ["KVCacheFragmentation"], "action": "RestartPod"},
     {"onReasons": ["FleetKVCacheFragmentation"], "action": "RestartRoleInTurn"},
 ]
+# The failure policy's Suspend: on an RL canary's finding, and on a trainer rank OOMKilled.
+SUSPEND_RULES = [
+    {"onReasons": ["RewardHackingSuspected"], "action": "Suspend"},
+    {"roles": ["trainer"], "onReasons": ["OOMKilled"], "action": "Suspend"},
+]
 
 
 def job_body() -> JSON:
@@ -126,7 +133,11 @@ def job_body() -> JSON:
     body["spec"]["failurePolicy"]["suspectNodeTTL"] = SUSPECT_NODE_TTL
     # Engines inside the trainer gang too; a drifting one restarts the gang by this rule.
     roles["trainer"]["engines"] = {"exporter": "engine", "port": 8100}
-    body["spec"]["failurePolicy"]["rules"] += [GANG_ENGINE_RULE, *KV_FRAGMENTATION_RULES]
+    body["spec"]["failurePolicy"]["rules"] += [
+        GANG_ENGINE_RULE,
+        *KV_FRAGMENTATION_RULES,
+        *SUSPEND_RULES,
+    ]
     return body
 
 
@@ -217,7 +228,10 @@ class ActionEngine(RuleBasedStateMachine):
       (model/suspects.py);
     - the in-turn role restart's (model/in_turn.py): within maxUnavailable by its own deletes,
       each listed pod deleted once and only after its turn was journaled, one budget entry,
-      oldest first, settled once its role is ready.
+      oldest first, settled once its role is ready;
+    - the failure policy's Suspend and its resume (model/suspension.py): nothing created while
+      a suspension is journaled, a suspension kept and applied once, a resume nonce handled once
+      and ending only a suspension journaled before the user wrote it, no restart counted.
     """
 
     CHECKS: ClassVar[frozenset[str]] = ALL_CHECKS
@@ -248,6 +262,7 @@ class ActionEngine(RuleBasedStateMachine):
         self.unleased_store_writes: list[str] = []
         self.suspect_faults: list[str] = []  # what passes got wrong about suspect nodes
         self.in_turn = in_turn.InTurnChecks(self.cluster, NAME)
+        self.suspension = suspension.SuspensionChecks(self.cluster)
 
     def teardown(self) -> None:
         self._patches.close()
@@ -301,6 +316,8 @@ class ActionEngine(RuleBasedStateMachine):
     @rule(index=st.integers(0, 3), how=st.sampled_from(sorted(RANK_ENDINGS)))
     def trainer_rank_fails(self, index: int, how: str) -> None:
         pods = self._pods("trainer")
+        if how == "oom-killed":  # SUSPEND_RULES suspend on it
+            self.suspension.finding_fed()
         self.cluster.fail_pod(pods[index % len(pods)], *RANK_ENDINGS[how])
 
     @precondition(lambda self: bool(self._pods(*SERVING)))
@@ -339,6 +356,17 @@ class ActionEngine(RuleBasedStateMachine):
         message = f"every rollout engine ({len(engines)}) is down together: {' '.join(engines)}"
         fleet = finding(KV_DRIFT, target, FLEET_KV_FRAGMENTATION, message, {})
         harness.feed_health(self.operator, KEY, [fleet])
+        self._pass()
+
+    @precondition(lambda self: bool(self._pods("trainer")))
+    @rule()
+    def health_round_finds_reward_hacking(self) -> None:
+        """An RL canary: the trainer's reward rises while its evaluation stays flat. Suspended by
+        SUSPEND_RULES; the finding wakes the job at once (the health loop does)."""
+        message = "train reward +0.08/h over 2h while eval reward +0.001/h"
+        canary = finding("rl_canaries", "trainer", REWARD_HACKING, message, {})
+        self.suspension.finding_fed()
+        harness.feed_health(self.operator, KEY, [canary])
         self._pass()
 
     @rule(index=st.integers(0, 3), ready=st.booleans())
@@ -443,6 +471,19 @@ class ActionEngine(RuleBasedStateMachine):
 
         self.cluster.edit(KIND, NAME, annotate)
 
+    @precondition(lambda self: self._live_job() is not None)
+    @rule()
+    def user_requests_a_resume(self) -> None:
+        """`kubectl rljob resume`: a new nonce in rljob.io/resume-request, suspended or not."""
+        self.nonces += 1
+        nonce = f"r{self.nonces}"
+
+        def annotate(body: JSON) -> None:
+            body["metadata"].setdefault("annotations", {})[RESUME_REQUEST] = nonce
+
+        self.cluster.edit(KIND, NAME, annotate)
+        self.suspension.nonce_written(nonce)
+
     @rule(what=st.sampled_from(BY_HAND), index=st.integers(0, 7))
     def user_deletes_a_child(self, what: str, index: int) -> None:
         kind, names = self._by_hand(what)
@@ -486,6 +527,10 @@ class ActionEngine(RuleBasedStateMachine):
             ),
             SOFT_SUSPECTS: partial(_nothing_recorded, self.suspect_faults),
             **{check: partial(self._in_turn_holds, check) for check in in_turn.CHECKS},
+            **{
+                check: partial(_nothing_recorded, *[self.suspension.faults(check)])
+                for check in suspension.CHECKS
+            },
         }
         for name in sorted(self.CHECKS):
             checks[name]()

@@ -95,6 +95,9 @@ NCCL_FAILS = ("trainer_rank_fails", {"index": 0, "how": "nccl-timeout"})
 OOM_KILLED = ("serving_container_restarts", {"index": 0, "how": "oom-killed"})
 EXIT_93 = ("serving_container_restarts", {"index": 0, "how": "exit-93"})
 SETTLE = ("world_settles", {"rounds": 1})
+CANARY: Step = ("health_round_finds_reward_hacking", {})
+RESUME: Step = ("user_requests_a_resume", {})
+KIND = "RLJob"
 
 
 @pytest.mark.parametrize(
@@ -177,6 +180,37 @@ SETTLE = ("world_settles", {"rounds": 1})
                       ("user_requests_a_restart", {"role": "trainer"}),
                       ("world_settles", {"rounds": 6})],
                      3, 0, "Running", id="so-does-one-of-an-attempt-whose-job-was-not-seen-yet"),
+        # The failure policy's Suspend (SUSPEND_RULES) and the resume nonce:
+        pytest.param([CANARY, ("world_settles", {"rounds": 3}), RESUME,
+                      ("world_settles", {"rounds": 6})],
+                     2, 0, "Running", id="policy-suspend-then-resume-starts-the-next-attempt"),
+        pytest.param([RESUME, SETTLE, CANARY, ("world_settles", {"rounds": 4})],
+                     1, 0, "Suspended", id="a-nonce-handled-before-a-suspension-never-ends-it"),
+        pytest.param([("next_write_fails", {"status": 409}), CANARY,
+                      ("operator_restarts", {"dies_before_write": 1}),
+                      ("world_settles", {"rounds": 4})],
+                     1, 0, "Suspended", id="suspension-journaled-then-crashed-is-carried-out"),
+        pytest.param([CANARY, SETTLE, ("watches_lag", {"deliveries": 2, "kinds": (KIND,)}),
+                      RESUME, CANARY, ("world_settles", {"rounds": 6})],
+                     2, 0, "Running", id="a-finding-on-a-stale-view-suspends-nothing-twice"),
+        pytest.param([CANARY, SETTLE, ("user_sets_suspend", {"suspend": True}), RESUME, SETTLE,
+                      SETTLE, ("user_sets_suspend", {"suspend": False}),
+                      ("world_settles", {"rounds": 6})],
+                     2, 0, "Running", id="spec-suspend-holds-the-job-after-a-resume"),
+        pytest.param([("trainer_rank_fails", {"index": 0, "how": "oom-killed"}),
+                      ("world_settles", {"rounds": 3}), RESUME,
+                      ("world_settles", {"rounds": 6})],
+                     2, 0, "Running", id="a-trainer-failure-suspended-resumes-uncounted"),
+        pytest.param([CANARY, SETTLE, ("user_edits_a_role", {"edit": "rollout-env"}),
+                      ("world_settles", {"rounds": 3})],
+                     1, 0, "Suspended", id="a-role-edited-while-suspended-stays-at-zero"),
+        pytest.param([CANARY, RESUME, ("world_settles", {"rounds": 6})],
+                     2, 0, "Running", id="a-resume-right-after-the-suspension-applies-it-once"),
+        pytest.param([CANARY, SETTLE, RESUME, ("world_settles", {"rounds": 6}), CANARY,
+                      ("world_settles", {"rounds": 3})],
+                     2, 0, "Suspended", id="a-second-suspension-needs-a-new-nonce"),
+        pytest.param([NCCL_FAILS, SETTLE, CANARY, ("world_settles", {"rounds": 6})],
+                     2, 1, "Suspended", id="a-gang-restart-in-flight-completes-then-suspends"),
     ],
 )  # fmt: skip
 def test_controls_hold_every_invariant(
