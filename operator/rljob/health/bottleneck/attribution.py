@@ -5,11 +5,11 @@ rollouts, or generating them itself), training and syncing weights; evaluating a
 checkpointing are reported but never the bottleneck (they are the job's choice). The largest of
 the three is the bound. When it is the rollout side, the load says which part of it:
 
-- verifiers queueing (mean depth over VerifierRule.queue_per_pod per pod, or growing by that
+- verifiers queueing (mean depth over AttributionRule.queue_per_pod per pod, or growing by that
   much over the window) or slow by their own detector, while the engines are not saturated:
   Verifier;
-- most engines queueing most of the window, or their KV caches nearly full, or running at the
-  curve's knee: Rollout (more engines);
+- most engines queueing most of the window, or their KV caches nearly full, or the driver
+  already at or past the curve's recommended concurrency: Rollout (more engines);
 - otherwise the engines idle with room to spare: RolloutConcurrency (more requests in flight).
 
 Without phase counters covering `min_coverage` of the window the role is Unknown, and the
