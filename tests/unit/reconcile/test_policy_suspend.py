@@ -14,12 +14,14 @@ from rljob.api.spec import FailurePolicy
 from rljob.health.evaluation import finding
 from rljob.reconcile.attempt_start import attempt_to_start
 from rljob.reconcile.conditions import find
-from rljob.reconcile.decide import Decision, PassInputs, decide
+from rljob.reconcile.decide import Decision
 from rljob.reconcile.lifecycle import SUSPENDED_END
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.policy import Failure, choose_action
 from rljob.reconcile.steps import DeleteObject, PostEvent
-from tests.unit.reconcile.world import T0, World, example_body
+from tests.unit.reconcile.test_decide import decide_now
+from tests.unit.reconcile.test_decide import running_world as running_decided_world
+from tests.unit.reconcile.world import T0, World
 
 REWARD_HACKING = FailureReason.REWARD_HACKING_SUSPECTED
 EVIDENCE = "train reward +0.08/h over 2h while eval reward +0.001/h"
@@ -27,22 +29,12 @@ SUSPEND_RULE = {"onReasons": ["RewardHackingSuspected"], "action": "Suspend"}
 
 
 def running_world(*rules: dict[str, Any]) -> World:
-    body = example_body()
-    body["spec"].pop("checkpoint")  # attempts start without the store's answer
-    body["spec"]["failurePolicy"]["rules"] = list(rules)
-    w = World(body)
-    w.settle()
-    w.ready()
-    w.settle()
-    return w
+    """Without checkpoints, so that attempts start without the store's answer."""
+    return running_decided_world(checkpoint=None, failurePolicy={"rules": list(rules)})
 
 
 def canary(reason: FailureReason = REWARD_HACKING) -> Any:
     return finding("rl_canaries", "trainer", reason, EVIDENCE, {})
-
-
-def decide_now(w: World, **inputs: Any) -> Decision:
-    return decide(w.job, w.observed, PassInputs(now=w.now, **inputs))
 
 
 def carry_out(w: World, decision: Decision) -> None:
