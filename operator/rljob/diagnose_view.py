@@ -108,11 +108,8 @@ def unavailable_reason(job: Body) -> str | None:
         )
     health = (job.get("spec") or {}).get("health") or {}
     window = (health.get("bottleneck") or {}).get("window")
-    over = f" over spec.health.bottleneck.window ({window})" if window else ""
-    return (
-        f"not computed yet: the operator needs the trainer's phase seconds{over} "
-        "and refreshes the diagnosis with progress, at most every 5 minutes"
-    )
+    over = f", over spec.health.bottleneck.window ({window})" if window else ""
+    return f"not computed yet: the operator writes it with progress, at most every 5 minutes{over}"
 
 
 # ------------------------------------------------------------------------------ sections
