@@ -107,6 +107,7 @@ def test_printer_columns() -> None:
         "Phase": ("string", ".status.phase"),
         "Step": ("integer", ".status.progress.step"),
         "Restarts": ("integer", ".status.restarts.total"),
+        "Bottleneck": ("string", ".status.bottleneck.role"),
         "Checkpoint": ("date", ".status.checkpoint.latest.savedAt"),
         "Age": ("date", ".metadata.creationTimestamp"),
     }

@@ -405,7 +405,7 @@ async def test_source_down_makes_every_evaluation_insufficient() -> None:
     rounds = bed.recorder.for_job(("ns1", "dark"))
     assert len(rounds) == 82
     for _, evaluations in rounds:
-        assert len(evaluations) == 4 * 3 + 1 + 1
+        assert len(evaluations) == 4 * 3 + 1 + 1 + 2  # engines, trainer, verifier, canaries
         assert {e.outcome for e in evaluations} == {INSUFFICIENT_DATA}
         assert all("connection refused" in e.message for e in evaluations)
         assert all("source_error" in e.evidence for e in evaluations)
@@ -637,5 +637,6 @@ async def test_forget_leaves_nothing_of_the_job_even_while_its_round_runs() -> N
     # Registered again, it starts over: due at once, backfilled again.
     scheduler.register(job, pods)
     await second.round(asyncio.create_task(scheduler.tick()))
-    assert [kind for kind, _ in second.calls] == ["history"] * 3 + ["collect"]  # one per role
+    # One per role (rollout, trainer, verifier, diagnosis).
+    assert [kind for kind, _ in second.calls] == ["history"] * 4 + ["collect"]
     assert [k for _, k, _ in recorder.calls] == [key]

@@ -27,6 +27,12 @@ from rljob.health import (
     VerifierLatencyDetector,
 )
 from rljob.health.engine_group import GANG_ENGINES, ROLLOUT_ENGINES, EngineGroup
+from rljob.health.job_diagnosis import (
+    DIAGNOSIS_ROLE,
+    JobDiagnosis,
+    diagnosis_queries,
+    diagnosis_span,
+)
 from rljob.health.profiles import TRAINER, VERIFIER, Signal, TrainerReading
 from rljob.health.samples import MIN_SPACING_INTERVALS
 
@@ -83,6 +89,11 @@ def _active(pod: PodLike) -> bool:
     return pod.phase == "Running" and not getattr(pod, "deleting", False)
 
 
+def _colocated(job: RLJob) -> bool:
+    """No rollout role: the engines diagnosed are the trainer gang's own."""
+    return job.spec.roles.rollout is None
+
+
 def next_slot(now: float, interval: float) -> float:
     """The next multiple of `interval` after `now`."""
     return (math.floor(now / interval) + 1) * interval
@@ -130,8 +141,9 @@ class JobMonitor(Generic[S]):
         self.attempt_started_at = now
         self.trainer_readings: dict[str, TrainerReading] = {}
         self.has_verifier = False
+        self.colocated = False
         self.health: Health | None = None
-        self._configure(job.spec.health, job.spec.roles.verifier is not None)
+        self._configure(job.spec.health, job.spec.roles.verifier is not None, _colocated(job))
         self.restore(job, now)
 
     def restore(self, job: RLJob, now: float) -> None:
@@ -142,9 +154,12 @@ class JobMonitor(Generic[S]):
             for group in self.engine_groups:
                 group.restore(saved, now)
 
-    def _configure(self, health: Health, has_verifier: bool) -> None:
+    def _configure(self, health: Health, has_verifier: bool, colocated: bool) -> None:
         self.health = health
         self.has_verifier = has_verifier
+        self.colocated = colocated
+        # The bottleneck reads the rollout role's engines, else the trainer gang's own.
+        self.diagnosed_engines = GANG_ENGINES if colocated else ROLLOUT
         self.interval = max(1.0, parse_duration(health.interval))
         self.drift_config = DriftConfig.from_health(health)
         self.verifier_config = VerifierLatencyConfig.from_health(health)
@@ -153,6 +168,7 @@ class JobMonitor(Generic[S]):
         self.gang = EngineGroup(GANG_ENGINES, RoleName.TRAINER, health, self.drift_config)
         self.trainer = TrainerStallDetector(self.trainer_config, TRAINER_TARGET)
         self.verifier = VerifierLatencyDetector(self.verifier_config) if has_verifier else None
+        self.diagnosis = JobDiagnosis(health, colocated=colocated)
         self.seen_verifier: set[str] = set()
         # (role, pod) -> time of the newest sample fed to its detectors.
         self.fed: dict[tuple[str, str], float] = {}
@@ -175,6 +191,7 @@ class JobMonitor(Generic[S]):
             GANG_ENGINES: drift,
             VERIFIER_ROLE: self.verifier_config.window,
             TRAINER_ROLE: self.trainer_config.timeout,
+            DIAGNOSIS_ROLE: diagnosis_span(self.health or Health(), self.interval),
         }
         return {role: min(MAX_BACKFILL, span + 2 * self.interval) for role, span in spans.items()}
 
@@ -194,9 +211,13 @@ class JobMonitor(Generic[S]):
     ) -> None:
         """Takes the job's current spec, observed pods by role and metrics source; a changed
         health spec (or verifier role) starts the detectors over."""
-        has_verifier = job.spec.roles.verifier is not None
-        if job.spec.health != self.health or has_verifier != self.has_verifier:
-            self._configure(job.spec.health, has_verifier)
+        has_verifier, colocated = job.spec.roles.verifier is not None, _colocated(job)
+        if (job.spec.health, has_verifier, colocated) != (
+            self.health,
+            self.has_verifier,
+            self.colocated,
+        ):
+            self._configure(job.spec.health, has_verifier, colocated)
             self.restore(job, now)
         self.source = source
         rollout = [p.name for p in pods.get(ROLLOUT, ()) if _active(p)]
@@ -213,7 +234,9 @@ class JobMonitor(Generic[S]):
         self.seen_verifier &= set(self.verifier_pods)
         current = {(group.key, pod) for group in self.engine_groups for pod in group.pods}
         current |= {(VERIFIER_ROLE, pod) for pod in self.verifier_pods}
+        current |= {(DIAGNOSIS_ROLE, pod) for pod in (*self.trainer_pods, *self.verifier_pods)}
         self.fed = {key: t for key, t in self.fed.items() if key in current}
+        self.diagnosis.retain({pod for _, pod in current})
 
     def _update_trainer(self, job: RLJob, pods: list[PodLike], now: float) -> None:
         attempts = [a for p in pods if isinstance(a := getattr(p, "attempt", None), int)]
@@ -222,6 +245,7 @@ class JobMonitor(Generic[S]):
         if attempt != self.attempt:
             if self.attempt is not None:
                 self.trainer.note_restart(now)
+                self.diagnosis.note_restart(now)
             self.trainer_readings = {}
             self.attempt = attempt
             self.attempt_started_at = self._attempt_start(job, attempt, current, now)
@@ -260,6 +284,7 @@ class JobMonitor(Generic[S]):
             self.fed.pop((VERIFIER_ROLE, pod), None)
         elif role == TRAINER_ROLE:
             self.trainer.note_restart(at)
+            self.diagnosis.note_restart(at)
             self.trainer_readings = {}
 
     @property
@@ -291,6 +316,9 @@ class JobMonitor(Generic[S]):
             wanted[TRAINER_ROLE] = {s: set(targets.trainer) for s in TRAINER.signals().values()}
         if targets.verifier and self.verifier is not None:
             wanted[VERIFIER_ROLE] = {s: set(targets.verifier) for s in VERIFIER.signals().values()}
+        diagnosis = diagnosis_queries(targets.trainer, targets.verifier if self.verifier else ())
+        if diagnosis:
+            wanted[DIAGNOSIS_ROLE] = diagnosis
         return wanted
 
     def queries(self, targets: Targets) -> dict[Signal, set[str]]:

@@ -22,6 +22,12 @@ from rljob.health import (
     VERIFIER_LATENCY,
     Evaluation,
 )
+from rljob.health.canaries import (
+    REWARD_HACKING,
+    REWARD_HACKING_VALUE,
+    THROUGHPUT_REGRESSION,
+    THROUGHPUT_REGRESSION_VALUE,
+)
 from rljob.health.engine_group import GANG_ENGINES, EngineGroup
 from rljob.health.evaluation import (
     CHECKPOINT_STEP_EVIDENCE,
@@ -29,6 +35,7 @@ from rljob.health.evaluation import (
     TRAINER_STEP_EVIDENCE,
     insufficient,
 )
+from rljob.health.job_diagnosis import DIAGNOSIS_ROLE
 from rljob.health.monitor import (
     ROLLOUT,
     TRAINER_ROLE,
@@ -58,6 +65,8 @@ _VALUE_OF: Mapping[str, tuple[str, Callable[[Iterable[float]], float]]] = {
     ENGINE_STALL: ("flat_seconds", max),
     TRAINER_STALL: ("stale_seconds", max),
     VERIFIER_LATENCY: ("p99_seconds", max),
+    REWARD_HACKING: (REWARD_HACKING_VALUE, max),
+    THROUGHPUT_REGRESSION: (THROUGHPUT_REGRESSION_VALUE, min),
 }
 VALUED_DETECTORS: tuple[str, ...] = tuple(_VALUE_OF)
 
@@ -76,13 +85,14 @@ class Answers:
         return bool(self.data)
 
 
-def failure(signals: Iterable[Signal], answers: Answers) -> str | None:
-    """Why the first of `signals` that did not answer failed, or None when all answered."""
+def failure(signals: Iterable[Signal], answers: Answers, *, optional: bool = False) -> str | None:
+    """Why the first of `signals` that did not answer failed, or None when all answered; an
+    `optional` signal left unanswered is no failure, only one the source said failed."""
     for signal in signals:
         problem = answers.failed.get(signal)
         if problem is not None:
             return problem
-        if signal not in answers.data:
+        if signal not in answers.data and not optional:
             return f"no answer for {signal.metric}"
     return None
 
@@ -117,8 +127,17 @@ def feed(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> dict[str
         feeds.append(
             (VERIFIER_ROLE, VERIFIER.signals(), lambda: _feed_verifier(monitor, targets, answers))
         )
+    diagnosis = monitor.role_queries(targets).get(DIAGNOSIS_ROLE)
+    if diagnosis:
+        feeds.append(
+            (
+                DIAGNOSIS_ROLE,
+                {s.name: s for s in diagnosis},
+                lambda: _feed_diagnosis(monitor, targets, answers),
+            )
+        )
     for role, signals, feed_role in feeds:
-        problem = failure(signals.values(), answers)
+        problem = failure(signals.values(), answers, optional=role == DIAGNOSIS_ROLE)
         if problem is not None:
             failed[role] = problem
         else:
@@ -148,10 +167,13 @@ def _feed_engines(
             after=monitor.fed.get((group.key, pod), -math.inf),
             min_spacing=monitor.min_spacing,
         )
+        diagnosed = group.key == monitor.diagnosed_engines
         for sample in samples:
             group.drift.observe(pod, sample)
             group.fragmentation.observe(pod, sample)
             group.stall.observe(pod, sample)
+            if diagnosed:
+                monitor.diagnosis.observe_engine(pod, sample)
         if samples:
             group.seen.add(pod)
             monitor.fed[group.key, pod] = samples[-1].t
@@ -164,6 +186,25 @@ def _feed_trainer(monitor: JobMonitor[S], targets: Targets, answers: Answers) ->
         known = monitor.trainer_readings.get(pod)
         if reading is not None and (known is None or reading.t >= known.t):
             monitor.trainer_readings[pod] = reading
+
+
+def _feed_diagnosis(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> None:
+    signals = {signal.name: signal for signal in monitor.role_queries(targets)[DIAGNOSIS_ROLE]}
+    namespace, spacing = monitor.key[0], monitor.min_spacing
+    for pod in targets.trainer:
+        after = monitor.fed.get((DIAGNOSIS_ROLE, pod), -math.inf)
+        series = _pod_series(signals, answers, (namespace, pod))
+        newest = monitor.diagnosis.feed_trainer(
+            pod, series, monitor.staleness, after=after, min_spacing=spacing
+        )
+        if newest is not None:
+            monitor.fed[DIAGNOSIS_ROLE, pod] = newest
+    for pod in targets.verifier if monitor.verifier is not None else ():
+        after = monitor.fed.get((DIAGNOSIS_ROLE, pod), -math.inf)
+        series = _pod_series(signals, answers, (namespace, pod))
+        newest = monitor.diagnosis.feed_verifier(pod, series, after=after, min_spacing=spacing)
+        if newest is not None:
+            monitor.fed[DIAGNOSIS_ROLE, pod] = newest
 
 
 def _feed_verifier(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> None:
@@ -197,7 +238,8 @@ def evaluate(
     """Feeds the round's answers and evaluates every detector of the round's targets; `error`
     (the whole source failed) makes every evaluation insufficient data and feeds nothing."""
     if error is not None:
-        failed = dict.fromkeys((ROLLOUT, GANG_ENGINES, TRAINER_ROLE, VERIFIER_ROLE), error)
+        roles = (ROLLOUT, GANG_ENGINES, TRAINER_ROLE, VERIFIER_ROLE, DIAGNOSIS_ROLE)
+        failed = dict.fromkeys(roles, error)
     else:
         failed = feed(monitor, targets, answers)
     source = monitor.source.describe() if monitor.source is not None else "none"
@@ -210,7 +252,25 @@ def evaluate(
         evaluations.append(_trainer(monitor, failed.get(TRAINER_ROLE), source, now))
     if targets.verifier and monitor.verifier is not None:
         evaluations += _verifiers(monitor, targets.verifier, failed.get(VERIFIER_ROLE), source, now)
-    return evaluations
+    return evaluations + _diagnose(monitor, targets, evaluations, failed.get(DIAGNOSIS_ROLE), now)
+
+
+def _diagnose(
+    monitor: JobMonitor[S],
+    targets: Targets,
+    evaluations: Sequence[Evaluation],
+    problem: str | None,
+    now: float,
+) -> list[Evaluation]:
+    """The bottleneck (kept on the monitor's diagnosis) and the canaries' evaluations; a round
+    whose diagnosis series failed judges on what was fed before and finds nothing new."""
+    monitor.diagnosis.note_verifier_evaluations(evaluations)
+    watched = bool(targets.trainer or monitor.trainer_pods)
+    canaries = monitor.diagnosis.evaluate(now, trainer_watched=watched)
+    if problem is None:
+        return canaries
+    why = f"metrics source: {problem}"
+    return [insufficient(e.detector, e.target, why, {"source_error": why}) for e in canaries]
 
 
 def _unavailable(detectors: Sequence[str], pods: Iterable[str], why: str) -> list[Evaluation]:
@@ -305,7 +365,10 @@ def job_error(
     """Why the job's source failed this round (any of its signals), or None when it answered."""
     if error is not None:
         return error
-    return failure(monitor.queries(targets), answers)
+    wanted = monitor.role_queries(targets)
+    diagnosis = wanted.pop(DIAGNOSIS_ROLE, {})
+    required = {signal for signals in wanted.values() for signal in signals}
+    return failure(required, answers) or failure(diagnosis, answers, optional=True)
 
 
 def detector_values(evaluations: Iterable[Evaluation]) -> dict[str, float]:

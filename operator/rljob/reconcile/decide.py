@@ -22,9 +22,11 @@ from rljob.api import (
     RLJob,
     RLJobStatus,
 )
+from rljob.api.diagnosis import Bottleneck
 from rljob.api.status import EngineHealth
 from rljob.health.evaluation import Evaluation
 from rljob.reconcile.attempt_start import AttemptGathered, with_attempt_start
+from rljob.reconcile.bottleneck import bottleneck_event, with_bottleneck
 from rljob.reconcile.checkpoint_status import RETENTION_FAILED, with_latest
 from rljob.reconcile.conditions import ConditionState, with_condition
 from rljob.reconcile.engine_health import with_engine_health
@@ -74,6 +76,7 @@ class PassInputs:
     node_states: dict[str, str] = field(default_factory=dict)  # node -> Ready|NotReady|Gone|...
     retention_problem: str = ""  # the last retention apply's failure, to say in a condition
     engine_summaries: tuple[EngineHealth, ...] | None = None  # detector state to keep in status
+    bottleneck: Bottleneck | None = None  # the health loop's latest diagnosis
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class Decision:
 
 def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
     now = inputs.now
+    diagnosed = job.status.bottleneck
     job = _continued(job, inputs)
     job = _with_status(job, _refreshed(job, inputs))
     job = _with_status(job, settle_journal(job.status, observed, job.metadata.name))
@@ -103,6 +107,8 @@ def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
     job = _with_status(job, resume.status)
     extras = ReconcileExtras(policy_env=engine_policy_env(job))
     events: list[EventSpec] = []
+    if (changed := bottleneck_event(diagnosed, job.status.bottleneck)) is not None:
+        events.append(changed)
     if inputs.continued_attempt is not None and job.status.attempts == []:
         events.append(_continued_event(job))
     if _finished(job) or suspended(job):
@@ -271,6 +277,7 @@ def _refreshed(job: RLJob, inputs: PassInputs) -> RLJobStatus:
     refreshed = status.progress != job.status.progress
     if inputs.engine_summaries is not None and refreshed:  # rides the 5-minute refresh only
         status = with_engine_health(status, inputs.engine_summaries, inputs.now)
+    status = with_bottleneck(status, inputs.bottleneck, refreshed=refreshed)
     if inputs.latest_checkpoint is not None:
         checkpoint = with_latest(status.checkpoint, inputs.latest_checkpoint)
         status = status.model_copy(update={"checkpoint": checkpoint})

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -35,6 +35,7 @@ from rljob.adapters.metrics import (
     source_key,
 )
 from rljob.api import RLJob
+from rljob.api.diagnosis import Bottleneck
 from rljob.api.status import EngineHealth
 from rljob.health import Evaluation
 from rljob.health.monitor import (
@@ -48,14 +49,12 @@ from rljob.health.monitor import (
     round_queries,
 )
 from rljob.health.monitor_answers import (
-    VALUED_DETECTORS,
     Answers,
-    detector_values,
     evaluate,
     feed,
     job_error,
 )
-from rljob.observability import DETECTOR_EVALUATIONS, DETECTOR_VALUE
+from rljob.runtime.health_series import HealthSeries
 
 log = structlog.get_logger("rljob.health")
 
@@ -104,6 +103,7 @@ class HealthScheduler:
         self._inflight: dict[SourceKey | None, asyncio.Task[None]] = {}
         self._source_down: dict[SourceKey, str] = {}
         self._full_warned = False
+        self._series = HealthSeries()
 
     # ---------------------------------------------------------------- the caller's API
 
@@ -145,6 +145,11 @@ class HealthScheduler:
         uid = self._uids.get(key)
         monitor = self._jobs.get(uid) if uid is not None else None
         return None if monitor is None else monitor.engine_summaries(self._clock())
+
+    def bottleneck(self, key: JobKey) -> Bottleneck | None:
+        """The job's latest diagnosis for status.bottleneck; None while there is none."""
+        monitor = self._monitor(key)
+        return monitor.diagnosis.bottleneck if monitor is not None else None
 
     def forget(self, key: JobKey) -> None:
         """The job is gone (deleted, or finished): drop its state (detectors, source error,
@@ -228,9 +233,7 @@ class HealthScheduler:
             del self._uids[monitor.key]
             if self._addresses is not None:
                 self._addresses.forget(monitor.key)
-        for detector in VALUED_DETECTORS:
-            with contextlib.suppress(KeyError):
-                DETECTOR_VALUE.remove(monitor.key[0], monitor.key[1], detector)
+        self._series.forget(monitor.key)
 
     def _current(self, monitor: Monitor) -> bool:
         """False once the job was forgotten or replaced (while a round's queries ran)."""
@@ -296,7 +299,9 @@ class HealthScheduler:
             monitor.last_polled = now
             evaluations = evaluate(monitor, targets[monitor.uid], answers, error, now)
             monitor.source_error = job_error(monitor, targets[monitor.uid], answers, error)
-            self._count(monitor.key, evaluations)
+            self._series.count(monitor.key, evaluations)
+            diagnosis = monitor.diagnosis
+            self._series.diagnosis(monitor.key, diagnosis.role, diagnosis.step_phase_seconds())
             try:
                 await self._on_evaluations(monitor.key, evaluations)
             except Exception:
@@ -354,21 +359,6 @@ class HealthScheduler:
         elif was is not None:
             log.info("health source answering again", source=key.describe())
             del self._source_down[key]
-
-    @staticmethod
-    def _count(key: JobKey, evaluations: Sequence[Evaluation]) -> None:
-        for evaluation in evaluations:
-            DETECTOR_EVALUATIONS.labels(
-                detector=evaluation.detector, outcome=evaluation.outcome
-            ).inc()
-        values = detector_values(evaluations)
-        namespace, name = key
-        for detector in VALUED_DETECTORS:
-            if detector in values:
-                DETECTOR_VALUE.labels(namespace, name, detector).set(values[detector])
-            else:
-                with contextlib.suppress(KeyError):
-                    DETECTOR_VALUE.remove(namespace, name, detector)
 
 
 __all__ = [

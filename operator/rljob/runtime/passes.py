@@ -120,6 +120,7 @@ class Passes:
         summaries = self.health.engine_summaries(memory.key)
         if summaries is not None:
             inputs = replace(inputs, engine_summaries=tuple(summaries))
+        inputs = replace(inputs, bottleneck=self.health.bottleneck(memory.key))
         decision = decide(job, observed, inputs)
         self._watch(decision, memory)
         status = with_accepted(decision.plan.status, decision.job, now)

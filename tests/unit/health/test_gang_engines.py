@@ -12,6 +12,7 @@ from rljob.api import RLJob, parse_rljob
 from rljob.api.roles import GangEngines
 from rljob.health import FINDING, INSUFFICIENT_DATA, Evaluation
 from rljob.health.engine_group import GANG_ENGINES
+from rljob.health.job_diagnosis import DIAGNOSIS_ROLE
 from rljob.health.monitor import ROLLOUT, TRAINER_ROLE
 from rljob.health.monitor_answers import Answers, evaluate
 from rljob.health.profiles import VLLM, Series, Signal, engine_metrics
@@ -83,7 +84,7 @@ GANG = [
 def test_a_job_without_rollout_asks_for_the_gang_pods_engine_signals_by_rays_names() -> None:
     monitor = monitor_of(colocated_job(), GANG)
     queries = monitor.role_queries(monitor.targets())
-    assert set(queries) == {TRAINER_ROLE, GANG_ENGINES}
+    assert set(queries) == {TRAINER_ROLE, GANG_ENGINES, DIAGNOSIS_ROLE}
     gang = queries[GANG_ENGINES]
     assert {s.metric for s in gang} >= {"ray_vllm_generation_tokens_total"}
     assert all(pods == {p.name for p in GANG} for pods in gang.values())
@@ -95,7 +96,7 @@ def test_trainer_pods_are_no_engines_unless_the_trainer_says_so() -> None:
     roles = job.spec.roles.model_copy(update={"trainer": trainer})
     job = job.model_copy(update={"spec": job.spec.model_copy(update={"roles": roles})})
     monitor = monitor_of(job, GANG)
-    assert set(monitor.role_queries(monitor.targets())) == {TRAINER_ROLE}
+    assert set(monitor.role_queries(monitor.targets())) == {TRAINER_ROLE, DIAGNOSIS_ROLE}
 
 
 def engine_answers(t: float, tokens: dict[str, float], running: float = 4.0) -> Answers:

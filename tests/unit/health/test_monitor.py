@@ -14,6 +14,7 @@ import pytest
 from rljob.api import RLJob, parse_rljob
 from rljob.health import INSUFFICIENT_DATA, Evaluation
 from rljob.health.evaluation import TRAINER_STEP_EVIDENCE, insufficient
+from rljob.health.job_diagnosis import DIAGNOSIS_ROLE
 from rljob.health.monitor import (
     BACKFILL_ATTEMPTS,
     LOOKBACK_SLACK,
@@ -168,7 +169,7 @@ def test_queries_merge_the_jobs_pods_by_namespace_and_backfill_takes_the_longest
     heartbeat = TRAINER.signals()["trainer_heartbeat"]
     assert queries[heartbeat] == {"ns1": {"short-trainer-0"}}
     by_role = backfill_queries(jobs, targets)
-    assert set(by_role) == {ROLLOUT, TRAINER_ROLE}
+    assert set(by_role) == {ROLLOUT, TRAINER_ROLE, DIAGNOSIS_ROLE}
     span, rollout = by_role[ROLLOUT]
     assert span == 660.0 + 2 * 5.0
     assert rollout[tokens] == queries[tokens]
@@ -225,8 +226,8 @@ def test_a_source_error_makes_every_evaluation_insufficient_and_feeds_nothing() 
     monitor = monitor_of(make_job("dark"), [Pod("dark-rollout-0", ROLLOUT), trainer])
     answers = trainer_answers(trainer.name, 10.0, 7.0)
     evaluations = evaluate(monitor, monitor.targets(), answers, "connection refused", 10.0)
-    # Three engine detectors on the rollout pod and the trainer stall detector.
-    assert len(evaluations) == 4
+    # Three engine detectors on the rollout pod, the trainer stall detector and two canaries.
+    assert len(evaluations) == 6
     assert {e.outcome for e in evaluations} == {INSUFFICIENT_DATA}
     assert all("connection refused" in e.message for e in evaluations)
     assert monitor.trainer_readings == {}

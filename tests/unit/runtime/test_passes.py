@@ -74,6 +74,9 @@ class Health:
     def engine_summaries(self, key: Any) -> None:
         return None
 
+    def bottleneck(self, key: Any) -> None:
+        return None
+
 
 @pytest.mark.parametrize("conflicts", [pytest.param(0, id="written"), pytest.param(1, id="409")])
 async def test_a_finding_is_consumed_only_once_its_restart_is_journaled(conflicts: int) -> None:
