@@ -119,5 +119,5 @@ def test_crd_and_kubectl_plugin_run_from_the_clean_venv(venv: Path, tmp_path: Pa
     env = _isolated_env()
     assert _run([str(venv / "bin" / "rljob"), "crd"], cwd=tmp_path, env=env) == crd_yaml()
     out = _run([str(venv / "bin" / "kubectl-rljob"), "--help"], cwd=tmp_path, env=env)
-    for command in ("status", "restart", "checkpoints"):
+    for command in ("status", "restart", "checkpoints", "diagnose", "resume"):
         assert command in out
