@@ -231,25 +231,11 @@ def test_the_naive_drift_alert_fires_on_a_drift_the_operator_only_reports(
     assert victim in reports[0] and "report" in reports[0]
 
 
-# Series these scenarios do not produce, each covered elsewhere.
-_NO_CANARIES = "the bed's trainer does not emit the SDK's RL canary series yet"
+# Series these scenarios do not produce, each covered elsewhere. (The bed's trainers report the
+# RL canaries and phase seconds by default: rljob.dev.sim.models.canaries and phases.)
 NOT_EXERCISED_HERE = {
     "rljob_checkpoint_saved_timestamp_seconds": "no checkpoint store here "
     "(test_operator_checkpoints.py covers it)",
-    **{
-        f"rljob_rl_{name}": _NO_CANARIES
-        for name in (
-            "clip_fraction",
-            "generated_tokens_total",
-            "grad_norm",
-            "importance_ratio_tail",
-            "kl",
-            "response_length_mean",
-            "reward_eval",
-            "reward_train",
-        )
-    },
-    "rljob_trainer_phase_seconds_total": _NO_CANARIES,
     "rljob_verifier_queue_depth": "these scenarios run no verifier",
 }
 # Series that exist only once something went wrong (a failed API or store call, a rejected
