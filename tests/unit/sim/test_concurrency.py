@@ -109,7 +109,7 @@ def test_a_synchronous_rollout_decays_from_its_batch_to_nothing() -> None:
     assert all(load.tokens_per_second == curve.throughput(load.in_flight) for load in loads)
     assert all(load.running == min(load.in_flight, 64) for load in loads)
     # The batch's tokens: N requests of mean generation_length, however the tail falls.
-    period = driver._period
+    period = driver.period
     assert driver.tokens(0, period) == pytest.approx(96 * 100)
     assert driver.tokens(0, 3 * period) == pytest.approx(3 * 96 * 100)
     assert driver.tokens(period - 3, period) == 0  # idle while the trainer trains

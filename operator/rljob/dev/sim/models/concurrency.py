@@ -130,6 +130,11 @@ class Driver:
     def synchronous(self) -> bool:
         return bool(self._segments)
 
+    @property
+    def period(self) -> float:
+        """Seconds from one synchronous batch's start to the next's (0: a steady driver)."""
+        return self._period
+
     def load(self, age: float) -> Load:
         if not self.synchronous:
             running = self.curve.running(self.concurrency)
