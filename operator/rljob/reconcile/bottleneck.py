@@ -19,7 +19,7 @@ def with_bottleneck(
     """`status` with the diagnosis, when the refresh is due or the advice moved; else itself."""
     if diagnosis is None:
         return status
-    if not refreshed and not _moved(status.bottleneck, diagnosis):
+    if not refreshed and not advice_moved(status.bottleneck, diagnosis):
         return status
     return status.model_copy(update={"bottleneck": diagnosis})
 
@@ -35,7 +35,8 @@ def bottleneck_event(before: Bottleneck | None, after: Bottleneck | None) -> Eve
     )
 
 
-def _moved(before: Bottleneck | None, after: Bottleneck) -> bool:
+def advice_moved(before: Bottleneck | None, after: Bottleneck) -> bool:
+    """Another role, or a recommended concurrency that appeared, went or moved materially."""
     if before is None or before.role != after.role:
         return True
     old, new = before.recommended_concurrency, after.recommended_concurrency

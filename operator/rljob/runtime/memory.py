@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rljob.api.diagnosis import Bottleneck
 from rljob.health.evaluation import Evaluation
 from rljob.health.termination import CrashRepeatTracker
 from rljob.reconcile.events import REPORT_REPEAT_SECONDS
@@ -31,6 +32,7 @@ class JobMemory:
     crash_tracker: CrashRepeatTracker = field(default_factory=CrashRepeatTracker)
     progress: ProgressReading | None = None
     saved_step: int | None = None  # the trainer's checkpoint-step metric
+    diagnosis: Bottleneck | None = None  # the last diagnosis a health round woke the job for
     listed_step: int | None = None  # the saved step the store was last listed for
     step_window: list[StepSample] = field(default_factory=list)
     reported: Recent = field(default_factory=lambda: Recent(REPORT_REPEAT_SECONDS))

@@ -17,6 +17,7 @@ from rljob.adapters.metrics import MetricsSources, PodAddresses, SourceKey
 from rljob.adapters.observe import JobKey, observed_from
 from rljob.health.evaluation import CHECKPOINT_STEP_EVIDENCE, Evaluation
 from rljob.observability import JOBS_BY_PHASE, TRAINER_STEP, TRAINER_STEP_RATE
+from rljob.reconcile.bottleneck import advice_moved
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.progress import StepSample, progress_reading, step_rate, step_window
 from rljob.runtime.health_loop import HealthScheduler
@@ -168,6 +169,14 @@ class Runtime:
         if findings or memory.findings:
             memory.findings = findings
             self.workers.wake(key)
+        self._note_diagnosis(memory)
+
+    def _note_diagnosis(self, memory: JobMemory) -> None:
+        """A diagnosis whose advice moved wakes the job to write it (and say a new role)."""
+        diagnosis = self.health.bottleneck(memory.key)
+        if diagnosis is not None and advice_moved(memory.diagnosis, diagnosis):
+            memory.diagnosis = diagnosis
+            self.workers.wake(memory.key)
 
     def _note_saved_step(self, memory: JobMemory, evaluations: list[Evaluation]) -> None:
         """The trainer's checkpoint-step metric: a new save wakes the job to refresh latest."""

@@ -55,6 +55,7 @@ class Health:
 
     def __init__(self) -> None:
         self.restarted: list[tuple[str, str | None]] = []
+        self.diagnosis: Any = None
 
     def register(self, job: Any, pods: Any) -> None:
         pass
@@ -74,8 +75,8 @@ class Health:
     def engine_summaries(self, key: Any) -> None:
         return None
 
-    def bottleneck(self, key: Any) -> None:
-        return None
+    def bottleneck(self, key: Any) -> Any:
+        return self.diagnosis
 
 
 @pytest.mark.parametrize("conflicts", [pytest.param(0, id="written"), pytest.param(1, id="409")])
@@ -158,3 +159,40 @@ async def test_a_standby_forgets_the_worker_of_an_rljob_a_relist_no_longer_shows
     runtime.prune()
 
     assert len(runtime.workers) == 0
+
+
+def _diagnosis(role: str, recommended: int | None = None) -> Any:
+    from datetime import UTC, datetime
+
+    from rljob.api.diagnosis import Bottleneck, BottleneckRole
+
+    at = datetime(2026, 11, 24, tzinfo=UTC)
+    return Bottleneck(
+        role=BottleneckRole(role),
+        since=at,
+        updated_at=at,
+        window_seconds=900.0,
+        recommended_concurrency=recommended,
+    )
+
+
+async def test_a_health_round_wakes_the_job_only_when_the_diagnosis_advice_moved() -> None:
+    world = World(example_body())
+    health = Health()
+    runtime = Runtime(Kube(world, 0), RuntimeOptions(), Leadership(None, None), health=health)  # type: ignore[arg-type]
+    key = ("rl", "grpo-demo")
+    runtime.memories.of(world.body["metadata"]["uid"], key)
+    woken: list[Any] = []
+    runtime.workers.wake = woken.append  # type: ignore[method-assign,assignment]
+    rounds = [
+        (None, 0),  # no diagnosis yet
+        (_diagnosis("Rollout"), 1),  # the first one
+        (_diagnosis("Rollout"), 1),  # the same advice
+        (_diagnosis("RolloutConcurrency", 40), 2),  # another role
+        (_diagnosis("RolloutConcurrency", 42), 2),  # 5%: not worth a write
+        (_diagnosis("RolloutConcurrency", 51), 3),  # 28%
+    ]
+    for diagnosis, wakes in rounds:
+        health.diagnosis = diagnosis
+        await runtime._on_health(key, [])
+        assert len(woken) == wakes, diagnosis
