@@ -1,20 +1,15 @@
 """Bottleneck diagnosis (status.bottleneck) judged over a matrix of simulated RL jobs whose
-bounding role is known by construction (bench.diagnosis_job), several seeds each.
+bounding role is known by construction, several seeds each.
 
     .venv/bin/python -m bench.diagnosis --seeds 8 --hours 3 --output bench/DIAGNOSIS.md
+    .venv/bin/python -m bench.diagnosis --smoke        # one seed of each, 1.5 h (a few s)
 
 Each run feeds rljob.health.bottleneck.BottleneckMonitor a round per health interval (30 s,
-window 15 min: the spec's defaults) as the health loop does and evaluates every round. A
-scenario says which role is right from when (`Scenario.expected`; None: not judged, e.g. during
-the published sweep). Per seed: whether the last evaluation names the right role; the share of
-judged evaluations naming it, counted from the first answer that is not Unknown (from the first
-evaluation when Unknown is right), so the transition after a mid-run change counts against it;
-the time to a confident answer, from the moment the last expected role starts (0, or the
-change) to the first evaluation from which every later one is right (none if the last is
-wrong). Where the truth is known, the last evaluation's recommended concurrency and the
-curve's knee (or extrapolated peak) against it: the test bed's knee_truth for the synchronous
-rollouts (80% of the lowest concurrency within 5% of the throughput at the KV capacity, times
-the engines), 64 and 51 for the published sweep.
+window 15 min: the spec's defaults; `--interval` for another) from a job of bench.diagnosis_job,
+as the health loop does, and evaluates every round; bench.diagnosis_judge says how a run is
+judged. Where the truth is known: the test bed's knee_truth for the synchronous rollouts (80% of
+the lowest concurrency within 5% of the throughput at the KV capacity, times the engines, and
+that concurrency as the peak), 51 and 64 for the published sweep.
 """
 
 from __future__ import annotations
@@ -22,62 +17,45 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import random
-import statistics
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 
 from bench.diagnosis_job import (
+    INTERVAL,
+    WINDOW,
     Engines,
     Garbage,
     Job,
     Pipeline,
-    Reading,
+    Scrapes,
     SyncRollout,
     Trainer,
     Verifiers,
     batch_seconds,
 )
-from rljob.api.diagnosis import Bottleneck, BottleneckRole
+from bench.diagnosis_judge import (
+    Cell,
+    Role,
+    Scenario,
+    Truth,
+    Verdict,
+    cell,
+    cell_text,
+    judge,
+    summary,
+    table,
+    verdict,
+)
 from rljob.dev.sim.models.concurrency import Driver, curve_of, knee_truth
 from rljob.dev.sim.profiles import EngineProfile
 from rljob.health.bottleneck import BottleneckConfig, BottleneckMonitor
-from rljob.health.samples import EngineSample
 
-Role = BottleneckRole
 HOUR, MINUTE = 3600.0, 60.0
-INTERVAL, WINDOW = 30.0, 900.0
 HEADING = (
     "# Bottleneck diagnosis over a scenario matrix\n\n"
-    "Written by `python -m bench.diagnosis` (its docstring says how each cell is counted; "
-    "bench/diagnosis_job.py what the simulated job models)."
+    "Written by `python -m bench.diagnosis`: bench/diagnosis_job.py says what the simulated "
+    "jobs model, bench/diagnosis_judge.py how each cell is counted."
 )
-
-
-@dataclass(frozen=True)
-class Truth:
-    recommended: float
-    peak: float  # the lowest concurrency within 5% of the highest throughput
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    build: Callable[[str, float], Job]  # (seed, hours) -> the job
-    expected: tuple[tuple[float, Role | None], ...]  # (from, role): the last one from <= t
-    truth: Truth | None = None
-    garbage: Garbage = field(default_factory=Garbage)
-
-    def role_at(self, t: float) -> Role | None:
-        role = None
-        for start, expected in self.expected:
-            if t >= start:
-                role = expected
-        return role
-
-    @property
-    def since(self) -> float:
-        return self.expected[-1][0]
 
 
 # ---------------------------------------------------------------- the jobs
@@ -249,119 +227,6 @@ def _garbage(hours: float) -> dict[str, Garbage]:
 # ---------------------------------------------------------------- running one job
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """One evaluation, as much of it as the bench judges."""
-
-    t: float
-    role: Role
-    recommended: int | None
-    knee: float | None  # the curve's peak (observed or extrapolated), else its knee
-
-
-def _verdict(t: float, found: Bottleneck) -> Verdict:
-    curve = found.curve
-    knee = None
-    if curve is not None:
-        knee = curve.peak if curve.peak is not None else curve.knee
-    return Verdict(t, found.role, found.recommended_concurrency, knee)
-
-
-@dataclass
-class _Counters:
-    """What a restarted process's counters read: they start over at the restart."""
-
-    at: float | None
-    tokens: float | None = None
-    seconds: dict[str, float] | None = None
-    step: float = 0.0
-
-    def engine(self, t: float, tokens: float) -> float:
-        if self.at is None or t < self.at:
-            return tokens
-        if self.tokens is None:
-            self.tokens = tokens
-        return tokens - self.tokens
-
-    def trainer(
-        self, t: float, seconds: dict[str, float], step: float
-    ) -> tuple[dict[str, float], float]:
-        if self.at is None or t < self.at:
-            return seconds, step
-        if self.seconds is None:
-            self.seconds, self.step = dict(seconds), step
-        since = {phase: value - self.seconds.get(phase, 0.0) for phase, value in seconds.items()}
-        return since, max(0.0, step - 2)  # resumed from a checkpoint two steps back
-
-
-class Scrapes:
-    """Feeds `monitor` one round per health interval from `job`, through `garbage`."""
-
-    def __init__(self, job: Job, garbage: Garbage, seed: int, interval: float = INTERVAL) -> None:
-        self.job, self.garbage, self.interval = job, garbage, interval
-        self.rng = random.Random(f"{seed}:scrapes")
-        self.engines = [f"rollout-{i}" for i in range(len(job.tokens))]
-        trainer = job.trainer.spec
-        self.trainers = [f"trainer-{i}" for i in range(trainer.pods)] if trainer.phases else []
-        verifiers = job.verifiers
-        self.verifiers = [f"verifier-{i}" for i in range(verifiers.pods)] if verifiers else []
-        self.engine_counters = _Counters(garbage.engine_restart)
-        self.trainer_counters = _Counters(garbage.trainer_restart)
-
-    def rounds(self, monitor: BottleneckMonitor, duration: float) -> Iterator[float]:
-        """Advances the job round by round; yields each round's end once it was fed."""
-        end = float(self.rng.randint(1, int(self.interval)))
-        while end <= duration:
-            planned = self._plan(end)
-            while self.job.t < end:
-                self.job.tick()
-                for pod in planned.get(self.job.t, []):
-                    self._scrape(monitor, pod)
-            yield end
-            end += self.interval
-
-    def _plan(self, end: float) -> dict[float, list[str]]:
-        garbage, planned = self.garbage, dict[float, list[str]]()
-        for pod in self.engines + self.trainers + self.verifiers:
-            at = end - math.floor(self.rng.uniform(0, garbage.jitter))
-            lost = self.rng.random() < garbage.missed
-            if lost or _in_outage(at, garbage.outage):
-                continue
-            planned.setdefault(at, []).append(pod)
-        return planned
-
-    def _scrape(self, monitor: BottleneckMonitor, pod: str) -> None:
-        job, t = self.job, self.job.t
-        kind, index = pod.rsplit("-", 1)
-        if kind == "rollout":
-            reading: Reading = job.engine(int(index))
-            tokens = reading.tokens
-            if index == "0":
-                tokens = self.engine_counters.engine(t, tokens)
-            sample = EngineSample(
-                t=t,
-                generated_tokens_total=tokens,
-                running=reading.running,
-                waiting=reading.waiting,
-                kv_usage=reading.kv_usage,
-                sleeping=False,
-            )
-            monitor.observe_engine(pod, sample)
-        elif kind == "trainer":
-            seconds, step = dict(job.trainer.seconds), job.trainer.step
-            if index == "0":
-                seconds, step = self.trainer_counters.trainer(t, seconds, step)
-            monitor.observe_trainer(pod, t, seconds, step)
-        elif isinstance(job, Pipeline):
-            monitor.observe_verifier(pod, t, job.verifier_depth())
-            if index == "0":
-                monitor.note_verifier_latency(*job.verifier_latency())
-
-
-def _in_outage(t: float, outage: tuple[float, float] | None) -> bool:
-    return outage is not None and outage[0] <= t < outage[0] + outage[1]
-
-
 def run(scenario: Scenario, seed: int, hours: float, interval: float = INTERVAL) -> list[Verdict]:
     """Every evaluation of one seeded job, scraped and evaluated every `interval` seconds."""
     job = scenario.build(str(seed), hours)
@@ -370,92 +235,8 @@ def run(scenario: Scenario, seed: int, hours: float, interval: float = INTERVAL)
     for now in Scrapes(job, scenario.garbage, seed, interval).rounds(monitor, hours * HOUR):
         found = monitor.evaluate(now)
         if found is not None:
-            verdicts.append(_verdict(now, found))
+            verdicts.append(verdict(now, found))
     return verdicts
-
-
-# ---------------------------------------------------------------- judging
-
-
-@dataclass(frozen=True)
-class Judged:
-    """One seed's evaluations against the scenario."""
-
-    last_role: Role | None
-    right_at_end: bool
-    share_right: float | None  # judged evaluations right, from the first answer on
-    confident_after: float | None  # seconds from `since` to the answer that stays right
-    recommended: int | None
-    knee: float | None
-
-
-def judge(scenario: Scenario, verdicts: Sequence[Verdict]) -> Judged:
-    if not verdicts:
-        return Judged(None, False, None, None, None, None)
-    last = verdicts[-1]
-    right_at_end = last.role == scenario.role_at(last.t)
-    unknown_right = scenario.expected[-1][1] is Role.UNKNOWN
-    first = next(
-        (i for i, v in enumerate(verdicts) if unknown_right or v.role is not Role.UNKNOWN),
-        len(verdicts),
-    )
-    judged = [v for v in verdicts[first:] if scenario.role_at(v.t) is not None]
-    right = [v for v in judged if v.role == scenario.role_at(v.t)]
-    share = len(right) / len(judged) if judged else None
-    return Judged(
-        last.role,
-        right_at_end,
-        share,
-        _confident_after(scenario, verdicts) if right_at_end else None,
-        last.recommended,
-        last.knee,
-    )
-
-
-def _confident_after(scenario: Scenario, verdicts: Sequence[Verdict]) -> float | None:
-    since = scenario.since
-    settled = None
-    for verdict in reversed(verdicts):
-        if verdict.t < since or verdict.role != scenario.role_at(verdict.t):
-            break
-        settled = verdict
-    return settled.t - since if settled is not None else None
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One scenario over every seed."""
-
-    seeds: int
-    right_at_end: int
-    shares: tuple[float, ...]
-    confident: tuple[float, ...]  # seconds, the seeds right at the end
-    wrong_roles: tuple[str, ...]  # the last role of each seed that ended wrong
-    recommendation_errors: tuple[float, ...]  # relative, signed
-    knee_errors: tuple[float, ...]
-    recommended: tuple[int, ...]
-
-
-def cell(scenario: Scenario, results: Sequence[Judged]) -> Cell:
-    truth = scenario.truth
-    recommended = tuple(r.recommended for r in results if r.recommended is not None)
-    knees = tuple(r.knee for r in results if r.knee is not None)
-    return Cell(
-        seeds=len(results),
-        right_at_end=sum(r.right_at_end for r in results),
-        shares=tuple(r.share_right for r in results if r.share_right is not None),
-        confident=tuple(r.confident_after for r in results if r.confident_after is not None),
-        wrong_roles=tuple(
-            r.last_role.value if r.last_role else "none" for r in results if not r.right_at_end
-        ),
-        recommendation_errors=_errors(recommended, truth.recommended) if truth else (),
-        knee_errors=_errors(knees, truth.peak) if truth else (),
-        recommended=recommended,
-    )
-
-
-def _errors(values: Sequence[float], truth: float) -> tuple[float, ...]:
-    return tuple((value - truth) / truth for value in values)
 
 
 def matrix(
@@ -472,107 +253,16 @@ def matrix(
             continue
         judged = [judge(scenario, run(scenario, seed, hours, interval)) for seed in range(seeds)]
         rows.append((scenario, cell(scenario, judged)))
-        log(f"  {scenario.name}: {_cell_text(scenario, rows[-1][1])}")
+        log(f"  {scenario.name}: {cell_text(scenario, rows[-1][1])}")
     return rows
-
-
-# ---------------------------------------------------------------- the table
-
-
-def _expected_text(scenario: Scenario) -> str:
-    return " -> ".join(role.value for _, role in scenario.expected if role is not None)
-
-
-def _minutes(seconds: Sequence[float]) -> str:
-    if not seconds:
-        return "-"
-    median, worst = statistics.median(seconds) / MINUTE, max(seconds) / MINUTE
-    return f"{median:.1f} / {worst:.1f} min"
-
-
-def _share(values: Sequence[float]) -> str:
-    if not values:
-        return "-"
-    return f"{statistics.mean(values):.0%} (min {min(values):.0%})"
-
-
-def _relative(errors: Sequence[float]) -> str:
-    if not errors:
-        return "-"
-    worst = max(errors, key=abs)
-    return f"{statistics.median(abs(e) for e in errors):.1%} / {worst:+.1%}"
-
-
-def _recommended(scenario: Scenario, c: Cell) -> str:
-    if scenario.truth is None:
-        return "-"
-    found = f"{statistics.median(c.recommended):.0f}" if c.recommended else "none"
-    return f"{found} vs {scenario.truth.recommended:.1f}"
-
-
-def _right(c: Cell) -> str:
-    wrong = f" (else {', '.join(sorted(set(c.wrong_roles)))})" if c.wrong_roles else ""
-    return f"{c.right_at_end}/{c.seeds}{wrong}"
-
-
-def _cell_text(scenario: Scenario, c: Cell) -> str:
-    return (
-        f"right {_right(c)}, share {_share(c.shares)}, confident after {_minutes(c.confident)}, "
-        f"recommended {_recommended(scenario, c)} (error {_relative(c.recommendation_errors)}), "
-        f"knee error {_relative(c.knee_errors)}"
-    )
-
-
-COLUMNS = (
-    "scenario",
-    "right role",
-    "right at the end",
-    "share right after the first answer: mean (min)",
-    "time to a confident answer: median / worst",
-    "recommended (median) vs truth",
-    "recommendation error: median / worst",
-    "knee or peak error: median / worst",
-)
-
-
-def table(
-    rows: Sequence[tuple[Scenario, Cell]], seeds: int, hours: float, interval: float = INTERVAL
-) -> str:
-    defaults = " (the spec's defaults)" if interval == INTERVAL else ""
-    lines = [
-        f"Seeds 0..{seeds - 1}, {hours:g} h of simulated job per seed, a scrape round and an "
-        f"evaluation every {interval:g} s, window {WINDOW / MINUTE:.0f} min{defaults}; a "
-        "mid-run change at half the run. Errors are relative to the truth (signed for the "
-        "worst).",
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
-    ]
-    for scenario, c in rows:
-        values = (
-            scenario.name,
-            _expected_text(scenario),
-            _right(c),
-            _share(c.shares),
-            _minutes(c.confident),
-            _recommended(scenario, c),
-            _relative(c.recommendation_errors),
-            _relative(c.knee_errors),
-        )
-        lines.append("| " + " | ".join(values) + " |")
-    return "\n".join(lines)
 
 
 SMOKE_HOURS = 1.5
-SMOKE_ONLY = ("rollout-bound: 4 engines saturated", "16 of 256", "verifier slows", "all three")
 
 
 def smoke(log: Callable[[str], None] = print) -> list[tuple[Scenario, Cell]]:
-    """One seed of a few scenarios over a short run: proves the matrix runs (CI)."""
-    rows: list[tuple[Scenario, Cell]] = []
-    for only in SMOKE_ONLY:
-        rows += matrix(1, SMOKE_HOURS, only, log)
-    return rows
+    """One seed of every scenario over a short run: proves the matrix runs (CI, a few s)."""
+    return matrix(1, SMOKE_HOURS, log=log)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -591,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds, hours = args.seeds, args.hours
     text = table(rows, seeds, hours, args.interval)
     print(text)
+    print(summary(rows))
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:
             out.write(f"{HEADING}\n\n{text}\n")

@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from rljob.dev.sim.models.concurrency import Driver
 from rljob.dev.sim.profiles import EngineProfile
+from rljob.health.bottleneck import BottleneckMonitor
+from rljob.health.samples import EngineSample
 
 Schedule = Callable[[float], float]
+# The spec's defaults: spec.health.interval and spec.health.bottleneck.window.
+INTERVAL, WINDOW = 30.0, 900.0
 WAITING, TRAINING, SYNCING = "waiting_for_rollouts", "training", "syncing_weights"
 # VerifierSlow's defaults (spec.health.verifierLatency): p99 over 10 s for 10 min.
 VERIFIER_P99_BOUND = 10.0
@@ -258,3 +262,98 @@ def batch_seconds(driver: Driver, resolution: float = 0.5) -> float:
 
 
 Job = Pipeline | SyncRollout
+
+
+@dataclass
+class _Counters:
+    """What a restarted process's counters read: they start over at the restart."""
+
+    at: float | None
+    tokens: float | None = None
+    seconds: dict[str, float] | None = None
+    step: float = 0.0
+
+    def engine(self, t: float, tokens: float) -> float:
+        if self.at is None or t < self.at:
+            return tokens
+        if self.tokens is None:
+            self.tokens = tokens
+        return tokens - self.tokens
+
+    def trainer(
+        self, t: float, seconds: dict[str, float], step: float
+    ) -> tuple[dict[str, float], float]:
+        if self.at is None or t < self.at:
+            return seconds, step
+        if self.seconds is None:
+            self.seconds, self.step = dict(seconds), step
+        since = {phase: value - self.seconds.get(phase, 0.0) for phase, value in seconds.items()}
+        return since, max(0.0, step - 2)  # resumed from a checkpoint two steps back
+
+
+class Scrapes:
+    """Feeds `monitor` one round per health interval from `job`, through `garbage`."""
+
+    def __init__(self, job: Job, garbage: Garbage, seed: int, interval: float = INTERVAL) -> None:
+        self.job, self.garbage, self.interval = job, garbage, interval
+        self.rng = random.Random(f"{seed}:scrapes")
+        self.engines = [f"rollout-{i}" for i in range(len(job.tokens))]
+        trainer = job.trainer.spec
+        self.trainers = [f"trainer-{i}" for i in range(trainer.pods)] if trainer.phases else []
+        verifiers = job.verifiers
+        self.verifiers = [f"verifier-{i}" for i in range(verifiers.pods)] if verifiers else []
+        self.engine_counters = _Counters(garbage.engine_restart)
+        self.trainer_counters = _Counters(garbage.trainer_restart)
+
+    def rounds(self, monitor: BottleneckMonitor, duration: float) -> Iterator[float]:
+        """Advances the job round by round; yields each round's end once it was fed."""
+        end = float(self.rng.randint(1, int(self.interval)))
+        while end <= duration:
+            planned = self._plan(end)
+            while self.job.t < end:
+                self.job.tick()
+                for pod in planned.get(self.job.t, []):
+                    self._scrape(monitor, pod)
+            yield end
+            end += self.interval
+
+    def _plan(self, end: float) -> dict[float, list[str]]:
+        garbage, planned = self.garbage, dict[float, list[str]]()
+        for pod in self.engines + self.trainers + self.verifiers:
+            at = end - math.floor(self.rng.uniform(0, garbage.jitter))
+            lost = self.rng.random() < garbage.missed
+            if lost or _in_outage(at, garbage.outage):
+                continue
+            planned.setdefault(at, []).append(pod)
+        return planned
+
+    def _scrape(self, monitor: BottleneckMonitor, pod: str) -> None:
+        job, t = self.job, self.job.t
+        kind, index = pod.rsplit("-", 1)
+        if kind == "rollout":
+            reading: Reading = job.engine(int(index))
+            tokens = reading.tokens
+            if index == "0":
+                tokens = self.engine_counters.engine(t, tokens)
+            sample = EngineSample(
+                t=t,
+                generated_tokens_total=tokens,
+                running=reading.running,
+                waiting=reading.waiting,
+                kv_usage=reading.kv_usage,
+                sleeping=False,
+            )
+            monitor.observe_engine(pod, sample)
+        elif kind == "trainer":
+            seconds, step = dict(job.trainer.seconds), job.trainer.step
+            if index == "0":
+                seconds, step = self.trainer_counters.trainer(t, seconds, step)
+            monitor.observe_trainer(pod, t, seconds, step)
+        elif isinstance(job, Pipeline):
+            monitor.observe_verifier(pod, t, job.verifier_depth())
+            if index == "0":
+                monitor.note_verifier_latency(*job.verifier_latency())
+
+
+def _in_outage(t: float, outage: tuple[float, float] | None) -> bool:
+    return outage is not None and outage[0] <= t < outage[0] + outage[1]
