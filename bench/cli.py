@@ -1,8 +1,9 @@
 """`python -m bench [--smoke]`: every benchmark, then bench/RESULTS.md.
 
-Pure parts first (detection corpus, direct scrape against a loopback server) while the machine
-is idle; then a bench-profile control plane in a temporary folder with the operator, a fleet
-grown through the sizes, and the recovery scenarios. The bed is always torn down.
+Pure parts first (detection corpus, direct scrape against a loopback server; with --smoke also
+the bottleneck-diagnosis matrix and the model soak, whose full runs are their own commands)
+while the machine is idle; then a bench-profile control plane in a temporary folder with the
+operator, a fleet grown through the sizes, and the recovery scenarios. The bed is always torn down.
 """
 
 from __future__ import annotations
@@ -22,7 +23,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench import detection, model_soak, profile, recovery, scale, scrape
+from bench import (
+    detection,
+    diagnosis,
+    diagnosis_judge,
+    model_soak,
+    profile,
+    recovery,
+    scale,
+    scrape,
+)
 from bench.bed import PROBE_NAMESPACE, BenchBed
 from bench.procfs import git_sha, machine
 from bench.report import Results, render
@@ -118,6 +128,9 @@ def _pure(results: Results, mode: Mode) -> None:
     results.scrape = scrape.measure(REPO, mode.endpoints, mode.scrape_rounds)
     for r in results.scrape:
         log(f"  {r.mode}: {r.endpoints_per_second:.0f} endpoints/s")
+    if mode is SMOKE:  # proves the matrix runs; bench/DIAGNOSIS.md is `python -m bench.diagnosis`
+        log(f"bottleneck diagnosis matrix, 1 seed, {diagnosis.SMOKE_HOURS:g} h")
+        log(f"  {diagnosis_judge.summary(diagnosis.smoke(lambda _: None))}")
     if mode is SMOKE:  # proves the soak runs; its long runs are `python -m bench.model_soak`
         log(f"action-engine model soak, {model_soak.SMOKE_SECONDS:.0f} s")
         soaked = model_soak.soak(model_soak.SMOKE_SECONDS, log)

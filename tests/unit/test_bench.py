@@ -1,4 +1,5 @@
-"""The pure parts of bench/: percentiles, growth classes, write counting and RESULTS.md."""
+"""The pure parts of bench/: percentiles, growth classes, write counting and RESULTS.md, the
+KV-drift matrix's cells and the bottleneck-diagnosis matrix's jobs and judging."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 from collections import Counter
 
 import pytest
-from bench import operating_point
+from bench import diagnosis, diagnosis_job, diagnosis_judge, operating_point
 from bench.procfs import Usage
 from bench.report import Results, render
 from bench.scale import OPERATOR, QueryCounts, SizeResult
@@ -15,6 +16,8 @@ from bench.stats import growth, percentile, size_at
 from bench.writes import WriteCount, count_writes
 
 from rljob.dev.audit import AuditWrite
+from rljob.dev.sim.models.concurrency import knee_truth
+from rljob.dev.sim.profiles import EngineProfile
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 OPERATOR_USER = "system:serviceaccount:rljob-system:rljob-operator"
@@ -247,3 +250,146 @@ def test_an_operating_point_run_writes_a_table_row_per_scenario() -> None:
     assert [s.driver for s, _ in rows] == ["sync", "async"]
     assert text.count("| 1-engine job fragments |") == 2
     assert "| RL | scenario | operating point | today | naive rule |" in text
+
+
+# ---------------------------------------------------------------- bottleneck diagnosis matrix
+
+ROLLOUT, VERIFIER, UNKNOWN = (
+    diagnosis_judge.Role.ROLLOUT,
+    diagnosis_judge.Role.VERIFIER,
+    diagnosis_judge.Role.UNKNOWN,
+)
+
+
+def _scenario(*expected: tuple[float, diagnosis_judge.Role | None]) -> diagnosis_judge.Scenario:
+    return diagnosis_judge.Scenario(
+        "x", lambda seed, hours: pytest.fail("not built"), expected, diagnosis_judge.Truth(50, 64)
+    )
+
+
+def _verdicts(*roles: diagnosis_judge.Role) -> list[diagnosis_judge.Verdict]:
+    return [diagnosis_judge.Verdict(60.0 * i, role, None, None) for i, role in enumerate(roles)]
+
+
+@pytest.mark.parametrize(
+    ("expected", "roles", "right_at_end", "share", "confident_after"),
+    [
+        pytest.param(
+            ((0.0, ROLLOUT),),
+            (UNKNOWN, UNKNOWN, ROLLOUT, ROLLOUT),
+            True,
+            1.0,
+            120.0,
+            id="unknown-warm-up-is-before-the-first-answer",
+        ),
+        pytest.param(
+            ((0.0, ROLLOUT),),
+            (ROLLOUT, VERIFIER, ROLLOUT, ROLLOUT),
+            True,
+            0.75,
+            120.0,
+            id="a-wrong-answer-in-between-delays-confidence",
+        ),
+        pytest.param(
+            ((0.0, ROLLOUT),), (ROLLOUT, ROLLOUT, VERIFIER), False, 2 / 3, None, id="wrong-at-end"
+        ),
+        pytest.param(
+            ((0.0, ROLLOUT), (100.0, VERIFIER)),
+            (ROLLOUT, ROLLOUT, ROLLOUT, VERIFIER, VERIFIER),
+            True,
+            0.8,
+            80.0,
+            id="after-a-change-confidence-counts-from-the-change",
+        ),
+        pytest.param(
+            ((0.0, None), (100.0, ROLLOUT)),
+            (VERIFIER, VERIFIER, ROLLOUT, ROLLOUT),
+            True,
+            1.0,
+            20.0,
+            id="unjudged-stretch-is-not-counted",
+        ),
+        pytest.param(((0.0, UNKNOWN),), (UNKNOWN, UNKNOWN), True, 1.0, 0.0, id="unknown-right"),
+    ],
+)
+def test_a_diagnosis_run_is_judged_by_the_expected_role_over_time(
+    expected: tuple[tuple[float, diagnosis_judge.Role | None], ...],
+    roles: tuple[diagnosis_judge.Role, ...],
+    right_at_end: bool,
+    share: float,
+    confident_after: float | None,
+) -> None:
+    judged = diagnosis_judge.judge(_scenario(*expected), _verdicts(*roles))
+    assert judged.right_at_end is right_at_end
+    assert judged.share_right == pytest.approx(share)
+    assert judged.confident_after == confident_after
+
+
+def test_a_diagnosis_cell_reports_relative_errors_against_the_truth() -> None:
+    scenario = _scenario((0.0, ROLLOUT))
+    judged = [
+        diagnosis_judge.Judged(ROLLOUT, True, 1.0, 0.0, 40, 64.0),
+        diagnosis_judge.Judged(VERIFIER, False, 0.5, None, 60, None),
+    ]
+    cell = diagnosis_judge.cell(scenario, judged)
+    assert cell.right_at_end == 1
+    assert cell.wrong_roles == ("Verifier",)
+    assert cell.recommendation_errors == pytest.approx((-0.2, 0.2))
+    assert cell.knee_errors == pytest.approx((0.0,))
+
+
+@pytest.mark.parametrize(
+    ("c", "rollouts"),
+    [
+        pytest.param(8, 2.1, id="8"),
+        pytest.param(16, 4.0, id="16"),
+        pytest.param(64, 8.1, id="64-the-knee"),
+        pytest.param(128, 8.3, id="128"),
+        pytest.param(512, 8.3, id="flat-past-the-last-point"),
+    ],
+)
+def test_the_published_sweep_is_replayed_at_its_points(c: float, rollouts: float) -> None:
+    assert diagnosis.published(c) == pytest.approx(1000 * rollouts)
+
+
+def test_the_diagnosis_matrix_names_every_role_and_the_issue_scenarios() -> None:
+    matrix = diagnosis.scenarios(3.0)
+    roles = {role for s in matrix for _, role in s.expected if role is not None}
+    assert roles == set(diagnosis_judge.Role)
+    names = " ".join(s.name for s in matrix)
+    for part in ("published doubling sweep", "verifier slows", "no SDK phase counters"):
+        assert part in names
+    clean = [s for s in matrix if s.garbage == diagnosis_job.Garbage()]
+    assert sum("under-driven" in s.name for s in clean) >= 3
+
+
+def test_an_under_driven_sync_job_waits_on_rollouts_and_has_the_test_beds_truth() -> None:
+    scenario = diagnosis.under_driven(16, 4)
+    truth = knee_truth(EngineProfile(concurrency=16, knee=256, throughput=5000.0))
+    assert scenario.truth == diagnosis_judge.Truth(4 * truth.recommended, 4 * truth.plateau_from)
+    job = scenario.build("0", 1.0)
+    for _ in range(3600):
+        job.tick()
+    seconds = job.trainer.seconds
+    assert seconds["waiting_for_rollouts"] > seconds["training"] > seconds["syncing_weights"]
+
+
+def test_a_slow_verifier_starves_the_engines_of_a_coupled_job() -> None:
+    scenario = next(s for s in diagnosis.scenarios(2.0) if "verifier slows" in s.name)
+    job = scenario.build("0", 2.0)
+    assert isinstance(job, diagnosis_job.Pipeline)
+    readings = {}
+    for t in range(7200):
+        job.tick()
+        if t in (3500, 7100):
+            readings[t] = (job.engine(0).running, job.verifier_depth())
+    (running_before, depth_before), (running_after, depth_after) = readings[3500], readings[7100]
+    assert running_before == 256 and depth_before == 0  # saturated, nothing queued
+    assert running_after < 64 and depth_after > 100
+
+
+def test_a_diagnosis_smoke_run_judges_every_scenario() -> None:
+    rows = diagnosis.matrix(1, 1.0, only="trainer-bound; all three", log=lambda _: None)
+    text = diagnosis_judge.table(rows, 1, 1.0)
+    assert "| trainer-bound; all three | Trainer | 1/1 |" in text
+    assert diagnosis_judge.summary(rows) == "1 of 1 scenario-seeds right at the end"
