@@ -203,9 +203,23 @@ def serving_port(role_name: RoleName, role: Role) -> int:
     return _engine_port(role)
 
 
-def container_ports(role_name: RoleName, role: Role) -> list[dict[str, Any]]:
+# Where rljob.sdk serves /metrics unless RLJOB_METRICS_PORT says otherwise: the trainer's progress
+# exporter (sdk/progress.py) and the verifier helper (sdk/verifier.py).
+SDK_METRICS_PORTS = {RoleName.TRAINER: 9400, RoleName.VERIFIER: 9100}
+
+
+def metrics_port(role_name: RoleName, role: Role) -> int | None:
+    """The port the role's metrics are read on: spec's `metrics.port`, else the SDK's default
+    for the trainer and verifiers (an HTTP engine serves them on its own port)."""
     if role.metrics is not None:
-        return [{"name": "metrics", "containerPort": role.metrics.port, "protocol": "TCP"}]
+        return role.metrics.port
+    return SDK_METRICS_PORTS.get(role_name)
+
+
+def container_ports(role_name: RoleName, role: Role) -> list[dict[str, Any]]:
+    port = metrics_port(role_name, role)
+    if port is not None:
+        return [{"name": "metrics", "containerPort": port, "protocol": "TCP"}]
     if _is_http_engine(role_name, role):
         return [{"name": "http", "containerPort": _engine_port(role), "protocol": "TCP"}]
     return []

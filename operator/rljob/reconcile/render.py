@@ -24,7 +24,7 @@ from rljob.checkpoints.layout import (
     ENV_S3_ENDPOINT,
     ENV_S3_REGION,
 )
-from rljob.reconcile import names
+from rljob.reconcile import names, pods
 from rljob.reconcile.launchers import Launch, LaunchInputs, launch
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.pods import PodInputs, container_ports, pod_template, probes, serving_port
@@ -140,8 +140,8 @@ def _serving_children(
 
 def _trainer_children(job: RLJob, role: TrainerRole, ctx: RenderContext) -> list[DesiredChild]:
     ports = {"master": ctx.trainer_master_port}
-    if role.metrics is not None:
-        ports["metrics"] = role.metrics.port
+    if (port := pods.metrics_port(RoleName.TRAINER, role)) is not None:
+        ports["metrics"] = port
     service = _service(
         ctx,
         RoleName.TRAINER,

@@ -28,7 +28,6 @@ def suspended_because(job: RLJob) -> str:
     said = [SPEC_SUSPENDED] if job.spec.suspend else []
     if held is not None:
         rule = f" (rule {held.rule})" if held.rule else ""
-        said.append(
-            f"suspended by the failure policy{rule}: {held.message}; {resume_hint(job.metadata.name)}"
-        )
+        hint = resume_hint(job.metadata.name)
+        said.append(f"suspended by the failure policy{rule}: {held.message}; {hint}")
     return "; ".join(said)

@@ -598,3 +598,25 @@ def test_the_main_container_gets_safe_security_defaults_a_user_can_override(
     trainer = render(job_of(body))[("Job", trainer_job_name(JOB, 1))]
     (main,) = trainer.body["spec"]["template"]["spec"]["containers"]
     assert main["securityContext"] == expected
+
+
+@pytest.mark.parametrize(
+    ("kind", "child", "metrics", "port"),
+    [
+        pytest.param("Job", f"{JOB}-trainer-a1", None, 9400, id="trainer-sdk-default"),
+        pytest.param("Deployment", f"{JOB}-verifier", None, 9100, id="verifier-sdk-default"),
+        pytest.param("Job", f"{JOB}-trainer-a1", {"port": 9500}, 9500, id="trainer-declared"),
+    ],
+)
+def test_the_sdk_roles_declare_their_metrics_port_for_direct_scraping(
+    kind: str, child: str, metrics: dict[str, Any] | None, port: int
+) -> None:
+    """Where rljob.sdk serves /metrics (the progress exporter 9400, the verifier helper 9100)
+    unless the role says otherwise: the chart's default direct scraping reads that port."""
+    body = example_body()
+    role = "trainer" if kind == "Job" else "verifier"
+    if metrics is not None:
+        body["spec"]["roles"][role]["metrics"] = metrics
+    container = main_container(render(parse_rljob(body))[(kind, child)])
+    declared = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert declared["metrics"] == port
