@@ -6,7 +6,9 @@ once every engine reporting lately has passed its end (or fell silent for MAX_SI
 each engine covering at least half of it gives its mean requests in flight and tokens per
 second there. A round every active engine covers teaches the pooled curve (its totals) and each
 engine's; a round missing one (asleep, paused, late) teaches only the engines' own curves, as
-the pool's totals would understate the role.
+the pool's totals would understate the role. Only steady intervals (`LoadInterval.steady`: the
+ends' requests in flight agree) teach the curve; every judged one counts for the rounds' in-flight
+counts, so a synchronous batch's decaying tail still shows the driver's setting.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ MAX_OPEN_SLOTS = 512
 @dataclass(slots=True)
 class _Piece:
     seconds: float = 0.0
-    tokens: float = 0.0
     in_flight: float = 0.0  # integral of requests in flight over the seconds
     peak: float = 0.0  # the most requests in flight a sample showed
+    # The same over the steady intervals only: what the curve learns from.
+    steady_seconds: float = 0.0
+    steady_tokens: float = 0.0
+    steady_in_flight: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +73,12 @@ class CurveFeeder:
             if high > low:
                 piece = self._slots.setdefault(index, {}).setdefault(engine, _Piece())
                 piece.seconds += high - low
-                piece.tokens += interval.tokens * (high - low) / interval.duration
                 piece.in_flight += interval.in_flight * (high - low)
                 piece.peak = max(piece.peak, interval.peak_in_flight)
+                if interval.steady:
+                    piece.steady_seconds += high - low
+                    piece.steady_tokens += interval.tokens * (high - low) / interval.duration
+                    piece.steady_in_flight += interval.in_flight * (high - low)
             index += 1
         while len(self._slots) > MAX_OPEN_SLOTS:
             del self._slots[min(self._slots)]
@@ -96,18 +104,24 @@ class CurveFeeder:
 
     def _feed(self, index: int, pieces: dict[str, _Piece], active: Collection[str]) -> None:
         end = (index + 1) * self._slot
+        enough = MIN_SLOT_COVERAGE * self._slot
+        covered = [engine for engine, piece in pieces.items() if piece.seconds >= enough]
+        if covered and all(engine in covered for engine in active):
+            in_flight = sum(pieces[e].in_flight / pieces[e].seconds for e in covered)
+            self._rounds.append(Round(end, in_flight, sum(pieces[e].peak for e in covered)))
         readings = {
-            engine: (piece.in_flight / piece.seconds, piece.tokens / piece.seconds)
+            engine: (
+                piece.steady_in_flight / piece.steady_seconds,
+                piece.steady_tokens / piece.steady_seconds,
+            )
             for engine, piece in pieces.items()
-            if piece.seconds >= MIN_SLOT_COVERAGE * self._slot
+            if piece.steady_seconds >= enough
         }
         if not readings:
             return
-        seconds = sum(pieces[engine].seconds for engine in readings) / len(readings)
+        seconds = sum(pieces[engine].steady_seconds for engine in readings) / len(readings)
         if all(engine in readings for engine in active):
             self.curve.observe_round(readings, seconds, end)
-            peak = sum(pieces[engine].peak for engine in readings)
-            self._rounds.append(Round(end, sum(c for c, _ in readings.values()), peak))
             return
         for engine, (concurrency, throughput) in readings.items():
             self.curve.observe(engine, concurrency, throughput, seconds, end)

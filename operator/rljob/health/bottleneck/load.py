@@ -24,6 +24,10 @@ from rljob.health.samples import EngineSample, EngineSeries
 # KV usage below this says too little about what fills the cache to divide by it.
 MIN_KV_FOR_CAPACITY = 0.01
 MAX_PLAUSIBLE_DEPTH = 1e9
+# Ends within this factor bound the two-end mean's error to 20% of the time mean (which lies
+# between them); ends this few requests apart are steady at any count (one arrival moves a few).
+STEADY_FACTOR = 1.5
+STEADY_SLACK = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,9 @@ class LoadInterval:
     saturated: bool
     judged: bool  # serving throughout, no gap: counts toward load and the curve
     peak_in_flight: float = 0.0  # the larger end's requests in flight
+    # The ends' requests in flight agree: their mean is the interval's, so it may teach the
+    # curve (a synchronous batch's decaying tail does not; it still counts for load).
+    steady: bool = True
 
     @property
     def duration(self) -> float:
@@ -98,6 +105,9 @@ class EngineLedger:
             saturated=interval.saturated,
             judged=not interval.excluded and not interval.gap and interval.duration > 0,
             peak_in_flight=max(s.running + s.waiting for s in (previous, current)),
+            steady=steady_in_flight(
+                previous.running + previous.waiting, current.running + current.waiting
+            ),
         )
         ring = self._intervals.setdefault(pod, deque(maxlen=self._capacity))
         ring.append(load)
@@ -119,6 +129,13 @@ class EngineLedger:
             if (w := engine_window(pod, ring, now - window, now)) is not None
         ]
         return sorted(found, key=lambda w: (-w.in_flight, -w.tokens_per_second, w.pod))
+
+
+def steady_in_flight(first: float, second: float) -> bool:
+    """Whether two readings of requests in flight are close enough that their mean stands for
+    the time between them (a count falling steeply within it makes the mean say little)."""
+    low, high = sorted((first, second))
+    return high - low <= STEADY_SLACK or high <= STEADY_FACTOR * low
 
 
 def _mean_kv(a: float | None, b: float | None) -> float | None:

@@ -6,13 +6,18 @@ from __future__ import annotations
 import pytest
 
 from rljob.health.bottleneck.curve import CurveFeeder
-from rljob.health.bottleneck.load import LoadInterval
+from rljob.health.bottleneck.load import LoadInterval, steady_in_flight
 
 SLOT = 15.0
 
 
 def interval(
-    start: float, end: float, in_flight: float, rate: float, judged: bool = True
+    start: float,
+    end: float,
+    in_flight: float,
+    rate: float,
+    judged: bool = True,
+    peak: float | None = None,
 ) -> LoadInterval:
     return LoadInterval(
         start=start,
@@ -23,7 +28,8 @@ def interval(
         kv_usage=None,
         saturated=False,
         judged=judged,
-        peak_in_flight=in_flight,
+        peak_in_flight=peak if peak is not None else in_flight,
+        steady=steady_in_flight(in_flight, 2 * in_flight - peak) if peak is not None else True,
     )
 
 
@@ -86,3 +92,37 @@ def test_retain_forgets_engines() -> None:
     feed.flush()
     assert feed.curve.engines() == []
     assert feed.bins(15) == []
+
+
+@pytest.mark.parametrize(
+    ("peak", "pooled"),
+    [
+        pytest.param(None, [(16, 1600)], id="steady-ends-teach-the-curve"),
+        pytest.param(9.5, [(16, 1600)], id="ends-within-the-factor-teach-the-curve"),
+        pytest.param(30, [], id="a-steep-tail-teaches-nothing"),
+    ],
+)
+def test_only_steady_intervals_teach_the_curve_but_all_count_in_flight(
+    peak: float | None, pooled: list[tuple[float, float]]
+) -> None:
+    feed = feeder()
+    for k in range(10):
+        for engine in ("a", "b"):  # ends `peak` and 2*8 - `peak`: a mean of 8 either way
+            feed.add(engine, interval(15 * k, 15 * k + 15, 8, 800, peak=peak))
+    feed.flush()
+    assert feed.curve.points(150) == [pytest.approx(p) for p in pooled]
+    assert feed.current() == pytest.approx(16)
+    assert feed.highest(150, 900) == pytest.approx(2 * (peak or 8))
+
+
+def test_a_round_with_one_engines_tail_teaches_only_the_steady_engine() -> None:
+    feed = feeder()
+    for k in range(10):
+        feed.add("a", interval(15 * k, 15 * k + 15, 8, 800))
+        feed.add("b", interval(15 * k, 15 * k + 15, 8, 800, peak=15))  # ends 15 and 1
+    feed.flush()
+    assert feed.curve.points(150) == []
+    assert feed.curve.points(150, "b") == []
+    (own,) = feed.curve.points(150, "a")
+    assert own == pytest.approx((8, 800))
+    assert feed.current() == pytest.approx(16)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from rljob.health.bottleneck.load import EngineLedger, VerifierLedger
+from rljob.health.bottleneck.load import EngineLedger, VerifierLedger, steady_in_flight
 from rljob.health.samples import EngineSample
 
 
@@ -150,3 +150,33 @@ def test_verifier_garbage_is_refused_and_latency_sanitized() -> None:
     ledger.retain(set())
     found = ledger.window(10, 900)
     assert found is not None and found.queue_depth is None and found.p99 == 2.5
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "steady"),
+    [
+        pytest.param(20, 20, True, id="unchanged"),
+        pytest.param(20, 29, True, id="within-the-factor"),
+        pytest.param(20, 31, False, id="past-the-factor"),
+        pytest.param(64, 10, False, id="a-batch-draining"),
+        pytest.param(0, 2, True, id="a-few-requests-apart-at-small-counts"),
+        pytest.param(1, 4, False, id="past-the-slack-at-small-counts"),
+    ],
+)
+def test_steady_in_flight(first: float, second: float, steady: bool) -> None:
+    assert steady_in_flight(first, second) is steady
+    assert steady_in_flight(second, first) is steady
+
+
+def test_a_steep_tail_is_unsteady_but_counts_for_load() -> None:
+    # A synchronous batch: 64 in flight, then 16 at the next scrape, while tokens flow on.
+    ledger = EngineLedger(interval=15.0, capacity=100)
+    closed = [
+        ledger.observe("engine-0", sample(t, 1500 * i, running, kv_usage=0.25, sleeping=False))
+        for i, (t, running) in enumerate([(0, 64), (15, 64), (30, 16)])
+    ]
+    assert [c.steady if c else None for c in closed] == [None, True, False]
+    (found,) = ledger.windows(now=30, window=900)
+    assert found.judged_seconds == pytest.approx(30)
+    assert found.running == pytest.approx((64 * 15 + 40 * 15) / 30)
+    assert found.tokens_per_second == pytest.approx(100)
