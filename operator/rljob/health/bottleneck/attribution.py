@@ -9,7 +9,8 @@ the three is the bound. When it is the rollout side, the load says which part of
   much over the window) or slow by their own detector, while the engines are not saturated:
   Verifier;
 - most engines queueing most of the window, or their KV caches nearly full, or the driver
-  already at or past the curve's recommended concurrency: Rollout (more engines);
+  already at or past the recommended concurrency of a knee the curve placed with confidence
+  (not too few bins, not extrapolated): Rollout (more engines);
 - otherwise the engines idle with room to spare: RolloutConcurrency (more requests in flight).
 
 Without phase counters covering `min_coverage` of the window the role is Unknown, and the
@@ -133,13 +134,18 @@ def _concurrency(seen: Observations, evidence: str) -> Verdict:
     curve = seen.curve
     recommended = curve.recommended if curve is not None else None
     current = seen.in_flight
+    why = f" ({curve.summary})" if curve is not None and curve.summary else ""
     unusable = recommended is None or not math.isfinite(recommended) or recommended < 1
+    # Only an untrusted curve reaches here with the driver past its recommendation (see
+    # _at_operating_point): it cannot say how far to raise, so double.
+    if not unusable and recommended is not None and current is not None and current >= recommended:
+        unusable = True
+        why = f" (the curve's {recommended:.0f}{why} is below what already runs: not trusted)"
     if unusable and current is not None and current > 0:
         recommended = 2 * current
     target = max(1, round(recommended)) if recommended is not None else None
     now = f"from about {current:.0f} requests in flight " if current else ""
     to = f"to {target}" if target is not None else "and watch the curve"
-    why = f" ({curve.summary})" if curve is not None and curve.summary else ""
     advice = (
         f"the engines have room: raise the rollout driver's concurrency (e.g. "
         f"num_samples_in_parallel) {now}{to}{why}"
@@ -181,16 +187,22 @@ def _at_operating_point(seen: Observations) -> str | None:
     """The driver already runs at or past the curve's recommendation: more requests in flight
     would only queue, so the engines are the limit although they do not queue yet."""
     curve, current = seen.curve, seen.in_flight
-    if curve is None or current is None or curve.recommended is None:
+    if curve is None or current is None or not _placed_knee(curve):
         return None
-    if current < curve.recommended:
+    if curve.recommended is None or current < curve.recommended:
         return None
-    knee = curve.knee.knee
-    where = f", the knee at {knee:.0f}" if knee is not None else ""
+    where = f", the knee at {curve.knee.knee:.0f}"
     return (
         f"running at the curve's operating point: {current:.0f} in flight, at or past the "
         f"recommended {curve.recommended:.0f}{where}"
     )
+
+
+def _placed_knee(curve: CurveVerdict) -> bool:
+    """The curve bent where it was observed, on the knee rule's bins, coverage and doubling.
+    Too few bins, or a recommendation extrapolated or doubled past what ran, says nothing about
+    the engines being the limit: the driver's in-flight count may be under it."""
+    return curve.knee.knee is not None and not curve.extrapolated
 
 
 def describe_engines(engines: Sequence[EngineWindow], rule: AttributionRule) -> str:

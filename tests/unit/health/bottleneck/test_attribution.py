@@ -199,6 +199,35 @@ def test_advice(observations: Observations, advice: str, recommended: int | None
         assert verdict.recommended_concurrency == recommended
 
 
+# Unsaturated engines whose curve cannot place a knee where the driver runs: the curve's
+# recommendation (none, or one below the driver's in-flight count) never reads as Rollout.
+UNTRUSTED = [
+    pytest.param(
+        seen(points=CLIMBING[:2], in_flight=128.0),
+        "to 256 (2 bins with enough time",
+        256,
+        id="too-few-bins-doubles",
+    ),
+    pytest.param(
+        seen(points=CLIMBING, in_flight=1000.0, capacity=256.0),
+        "to 2000 (the curve's 163 (80% of the peak extrapolated",
+        2000,
+        id="extrapolated-below-the-driver-doubles",
+    ),
+    pytest.param(seen(points=[], in_flight=64.0), "to 128", 128, id="no-bins-doubles"),
+]
+
+
+@pytest.mark.parametrize(("observations", "advice", "recommended"), UNTRUSTED)
+def test_an_untrusted_curve_never_makes_unsaturated_engines_rollout(
+    observations: Observations, advice: str, recommended: int
+) -> None:
+    verdict = attribute(observations)
+    assert verdict.role is BottleneckRole.ROLLOUT_CONCURRENCY
+    assert advice in verdict.advice
+    assert verdict.recommended_concurrency == recommended
+
+
 def test_extrapolated_recommendation_is_set() -> None:
     verdict = attribute(seen(points=CLIMBING, in_flight=16.0, capacity=256.0))
     assert verdict.role is BottleneckRole.ROLLOUT_CONCURRENCY
