@@ -24,9 +24,9 @@ from rljob.health.samples import EngineSample, EngineSeries
 # KV usage below this says too little about what fills the cache to divide by it.
 MIN_KV_FOR_CAPACITY = 0.01
 MAX_PLAUSIBLE_DEPTH = 1e9
-# Ends within this factor bound the two-end mean's error to 20% of the time mean (which lies
-# between them); ends this few requests apart are steady at any count (one arrival moves a few).
-STEADY_FACTOR = 1.5
+
+
+STEADY_FACTOR = 2.0
 STEADY_SLACK = 2.0
 
 
