@@ -84,7 +84,16 @@ def handle_resume(job: RLJob, now: datetime) -> ResumeOutcome:
     Resumed Event is the Suspended condition's own transition (reconcile/events.py); what else
     there is to say is a report, said once per nonce."""
     status = job.status
+    written = job.metadata.annotations.get(RESUME_REQUEST_ANNOTATION)
     nonce = pending_resume(job.metadata.annotations, status)
+    if written is not None and not _NONCE.match(written):
+        refused = EventSpec(
+            "Warning",
+            RESUME_REQUESTED,
+            f"{RESUME_REQUEST_ANNOTATION}={written[:80]!r} is not a nonce (1 to 64 of "
+            "A-Z a-z 0-9 . _ -): ignored; write a new one, e.g. $(date +%s)",
+        )
+        return ResumeOutcome(status, ((f"resume-refused-{written[:64]}", refused),))
     if nonce is None:
         return ResumeOutcome(status)
     held = status.suspension

@@ -252,3 +252,24 @@ def test_the_store_is_read_for_the_attempt_a_pending_resume_starts() -> None:
     request_resume(w, "n1")
 
     assert attempt_to_start(w.job, w.observed, w.now) == 2
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        pytest.param("resume now", id="a-space"),
+        pytest.param("x" * 65, id="too-long"),
+        pytest.param("", id="empty"),
+    ],
+)
+def test_a_malformed_nonce_is_said_and_changes_nothing(written: str) -> None:
+    w = running_world(SUSPEND_RULE)
+    suspended_by_policy(w)
+    request_resume(w, written)
+
+    decision = decide_now(w)
+
+    assert decision.plan.status.suspension is not None, "still suspended"
+    assert decision.plan.status.last_resume_request is None, "nothing handled"
+    (said,) = [e for _, e in decision.reports if e.reason == "ResumeRequested"]
+    assert said.type == "Warning" and "is not a nonce" in said.message
