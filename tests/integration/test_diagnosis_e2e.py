@@ -136,6 +136,7 @@ def test_an_under_driven_rollout_is_told_to_raise_its_concurrency_near_the_true_
 
     found = wait_for(advised, 360, "raise-concurrency advice with a recommended value")
     recommended = found["recommendedConcurrency"]
+    print(f"recommended {recommended} in flight against the true {expected:.1f}")  # -rP shows it
     assert abs(recommended - expected) <= 0.15 * expected, (recommended, expected, found)
     assert str(recommended) in found["advice"], found["advice"]
     screen = render_diagnose(get_rljob(cluster, namespace, NAME))
