@@ -640,3 +640,25 @@ async def test_forget_leaves_nothing_of_the_job_even_while_its_round_runs() -> N
     # One per role (rollout, trainer, verifier, diagnosis).
     assert [kind for kind, _ in second.calls] == ["history"] * 4 + ["collect"]
     assert [k for _, k, _ in recorder.calls] == [key]
+
+
+async def test_a_detector_defect_costs_its_job_the_round_not_the_other_jobs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import rljob.runtime.health_loop as health_loop
+
+    real = health_loop.evaluate
+
+    def broken_for_one(monitor: Any, *args: Any) -> list[Evaluation]:
+        if monitor.key[1] == "broken":
+            raise ZeroDivisionError("a detector's defect")
+        return real(monitor, *args)
+
+    monkeypatch.setattr(health_loop, "evaluate", broken_for_one)
+    bed = Bed()
+    for name in ("broken", "sound"):
+        job = make_job(name)
+        bed.scheduler.register(job, {"rollout": bed.add_engines(job, count=1)})
+    await bed.run_until(10)
+    assert len(bed.recorder.for_job(("ns1", "sound"))) == 3  # t=0, 5, 10
+    assert bed.recorder.for_job(("ns1", "broken")) == []

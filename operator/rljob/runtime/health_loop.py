@@ -297,7 +297,13 @@ class HealthScheduler:
             if not self._current(monitor):
                 continue
             monitor.last_polled = now
-            evaluations = evaluate(monitor, targets[monitor.uid], answers, error, now)
+            try:
+                evaluations = evaluate(monitor, targets[monitor.uid], answers, error, now)
+            except Exception:  # a detector's defect costs its job this round, not the others
+                log.exception(
+                    "health evaluation failed", namespace=monitor.key[0], name=monitor.key[1]
+                )
+                continue
             monitor.source_error = job_error(monitor, targets[monitor.uid], answers, error)
             self._series.count(monitor.key, evaluations)
             diagnosis = monitor.diagnosis
