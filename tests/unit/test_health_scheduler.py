@@ -645,9 +645,8 @@ async def test_forget_leaves_nothing_of_the_job_even_while_its_round_runs() -> N
 async def test_a_detector_defect_costs_its_job_the_round_not_the_other_jobs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import rljob.runtime.health_loop as health_loop
-
-    real = health_loop.evaluate
+    from rljob.health.monitor_answers import evaluate as real
+    from rljob.runtime import health_loop
 
     def broken_for_one(monitor: Any, *args: Any) -> list[Evaluation]:
         if monitor.key[1] == "broken":
