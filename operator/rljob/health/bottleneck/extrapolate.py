@@ -22,10 +22,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rljob.health.bottleneck.line import least_squares
-
 # The knee's own number formats, so both messages read alike.
 from rljob.health.knee import Knee, KneeRule, _amount, _count
+from rljob.health.line import least_squares
 
 Point = tuple[float, float]
 

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from rljob.health.bottleneck.line import least_squares
+from rljob.health.line import least_squares
 from rljob.health.samples import EngineSample, EngineSeries
 
 # KV usage below this says too little about what fills the cache to divide by it.

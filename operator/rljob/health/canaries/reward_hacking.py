@@ -38,6 +38,7 @@ from rljob.health.evaluation import (
     healthy,
     insufficient,
 )
+from rljob.health.line import least_squares
 from rljob.health.samples import ring_capacity
 
 REWARD_HACKING = "reward_hacking"
@@ -80,15 +81,9 @@ class RewardHackingConfig:
 
 def slope(points: Sequence[tuple[float, float]]) -> float | None:
     """The least-squares slope of value over time (PromQL's deriv), per second; None without
-    two distinct times. Times are centred so that unix seconds keep their precision."""
-    if len(points) < 2:
-        return None
-    mean_t = math.fsum(t for t, _ in points) / len(points)
-    mean_v = math.fsum(v for _, v in points) / len(points)
-    spread = math.fsum((t - mean_t) ** 2 for t, _ in points)
-    if not spread > 0:
-        return None
-    return math.fsum((t - mean_t) * (v - mean_v) for t, v in points) / spread
+    two distinct times."""
+    line = least_squares(points)
+    return line[1] if line is not None else None
 
 
 def evaluations(values: Sequence[float]) -> int:

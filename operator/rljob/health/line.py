@@ -1,5 +1,5 @@
 """The least-squares line through (x, y) points, centred so that unix seconds keep their
-precision (rljob.health.canaries.reward_hacking.slope computes the same slope)."""
+precision: the bottleneck's queue trend and step-time fit, the reward-hacking canary's slopes."""
 
 from __future__ import annotations
 
