@@ -27,7 +27,7 @@ from typing import Any
 from rljob.api.diagnosis import BottleneckRole
 from rljob.api.enums import JobPhase
 from rljob.api.labels import RESUME_REQUEST_ANNOTATION
-from rljob.health.knee import Confidence, Knee, plot
+from rljob.health.knee import Confidence, Knee, format_count, plot
 from rljob.kubectl_text import Body, format_age, job_name, namespace_flag, table, when
 
 DOCUMENT_KIND = "RLJobDiagnosis"
@@ -68,9 +68,8 @@ def _number(value: object, digits: int = 1) -> str:
 
 def _count(value: object) -> str:
     """Requests in flight: whole numbers from ten up, two significant digits below."""
-    if (number := _real(value)) is None:
-        return "-"
-    return f"{number:.0f}" if number >= 10 else f"{number:.2g}"
+    number = _real(value)
+    return "-" if number is None else format_count(number)
 
 
 def _percent(value: object) -> str:

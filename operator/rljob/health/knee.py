@@ -127,7 +127,7 @@ def find_knee(
         fallen = next(t for c, t in curve if c == degrading)
         message += (
             f"; past the peak throughput falls {1 - fallen / top:.0%} below its highest "
-            f"by {_count(degrading)} in flight"
+            f"by {format_count(degrading)} in flight"
         )
     knee_c = curve[knee][0]
     return Knee(knee_c, peak_c, peak_t, degrading, recommended, confidence, False, message)
@@ -194,29 +194,30 @@ def _step_text(curve: Sequence[Point], i: int, direction: int) -> str | None:
     if (step := _step(curve, i, direction)) is None or step[0][1] <= 0:
         return None
     (c0, t0), (c1, t1) = step
-    return f"{format_percent_change(t1 / t0)} from {_count(c0)} to {_count(c1)}"
+    return f"{format_percent_change(t1 / t0)} from {format_count(c0)} to {format_count(c1)}"
 
 
 def _at(curve: Sequence[Point], i: int, unit: str, directions: Sequence[int]) -> str:
     """throughput T unit at C in flight, +X% from A to C and +Y% from C to B."""
     c, t = curve[i]
     steps = [s for d in directions if (s := _step_text(curve, i, d)) is not None]
-    head = f"throughput {_amount(t)} {unit} at {_count(c)} in flight"
+    head = f"throughput {format_amount(t)} {unit} at {format_count(c)} in flight"
     return f"{head}, {' and '.join(steps)}" if steps else head
 
 
 def _knee_message(curve: Sequence[Point], knee: int, peak: int, rule: KneeRule, unit: str) -> str:
-    at = _count(curve[knee][0])
+    at = format_count(curve[knee][0])
     where = f"the knee is at {at}" if knee else f"the knee is at or below {at}, the lowest observed"
-    peak_text = f"the peak's {_count(curve[peak][0])}"
+    peak_text = f"the peak's {format_count(curve[peak][0])}"
     if peak != knee:
-        peak_text += f" at {_amount(curve[peak][1])} {unit}"
-    run = f"run at {_count(rule.headroom * curve[peak][0])} ({rule.headroom:.0%} of {peak_text})"
+        peak_text += f" at {format_amount(curve[peak][1])} {unit}"
+    headroom = format_count(rule.headroom * curve[peak][0])
+    run = f"run at {headroom} ({rule.headroom:.0%} of {peak_text})"
     return f"{_at(curve, knee, unit, (-1, +1))}: {where}; {run}"
 
 
 def _beyond_message(curve: Sequence[Point], unit: str) -> str:
-    top = _count(curve[-1][0])
+    top = format_count(curve[-1][0])
     return (
         f"{_at(curve, len(curve) - 1, unit, (-1,))}: the knee lies beyond {top}: "
         f"the job never ran above {top} in flight"
@@ -228,17 +229,19 @@ def _too_few(confidence: Confidence, rule: KneeRule) -> str:
         return "no concurrency has enough time observed to place the knee"
     return (
         f"{confidence.bins} bins with enough time, covering {confidence.coverage:.0%} of "
-        f"{_count(confidence.lowest)}-{_count(confidence.highest)} in flight: too few to place "
+        f"{format_count(confidence.lowest)}-{format_count(confidence.highest)} in flight: "
+        "too few to place "
         f"the knee (a claim takes {rule.min_points} bins over at least "
         f"{rule.min_octaves:g} doubling, covering {rule.min_coverage:.0%} of the span)"
     )
 
 
-def _count(concurrency: float) -> str:
+def format_count(concurrency: float) -> str:
+    """Requests in flight: whole from ten up, two significant digits below."""
     return f"{concurrency:.0f}" if concurrency >= 10 else f"{concurrency:.2g}"
 
 
-def _amount(throughput: float) -> str:
+def format_amount(throughput: float) -> str:
     return f"{throughput:.0f}" if throughput >= 100 else f"{throughput:.3g}"
 
 
@@ -318,14 +321,15 @@ class ConcurrencyCurve:
 
     def points(self, now: float, engine: str | None = None) -> list[Point]:
         """(mean concurrency, mean throughput) of the bins with enough time; the pool's for None."""
-        return [(c, t) for c, t, seconds in self._means(now, engine) if seconds >= self.min_seconds]
+        return [(c, t) for c, t, seconds in self.means(now, engine) if seconds >= self.min_seconds]
 
     def knee(self, now: float, engine: str | None = None) -> Knee:
-        seen = [c for c, _, s in self._means(now, engine) if s >= SEEN_SHARE * self.min_seconds]
+        seen = [c for c, _, s in self.means(now, engine) if s >= SEEN_SHARE * self.min_seconds]
         span = (min(seen), max(seen)) if seen else None
         return find_knee(self.points(now, engine), span=span, rule=self.rule, unit=self.unit)
 
-    def _means(self, now: float, engine: str | None) -> list[tuple[float, float, float]]:
+    def means(self, now: float, engine: str | None) -> list[tuple[float, float, float]]:
+        """Every bin's (mean concurrency, mean throughput, decayed seconds); the pool's for None."""
         bins = self._pooled if engine is None else self._engines.get(engine, {})
         return [
             (b.concurrency / b.seconds, b.throughput / b.seconds, b.seconds_at(now))
@@ -376,7 +380,7 @@ def plot(
     grid = [[" "] * width for _ in range(height)]
     for c, t in curve:
         grid[height - 1 - round(max(t, 0.0) / top * (height - 1))][column(c)] = "*"
-    labels = [_amount(top), *[""] * (height - 2), "0"]
+    labels = [format_amount(top), *[""] * (height - 2), "0"]
     pad = max(len(label) for label in labels)
     lines = [f"{label:>{pad}} |{''.join(row)}" for label, row in zip(labels, grid, strict=True)]
     axis = ["-"] * width
@@ -385,6 +389,6 @@ def plot(
         # K and R a column apart at worst: the recommendation yields, it is the knee's shadow.
         axis[spot if axis[spot] == "-" else max(spot - 1, 0)] = mark
     lines.append(f"{' ' * pad} +{''.join(axis)}")
-    left, right = _count(2**low), f"{_count(2**high)} in flight"
+    left, right = format_count(2**low), f"{format_count(2**high)} in flight"
     lines.append(f"{' ' * (pad + 2)}{left}{right.rjust(width - len(left))}")
     return lines

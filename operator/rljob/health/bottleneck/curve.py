@@ -138,6 +138,5 @@ class CurveFeeder:
 
     def bins(self, now: float) -> list[tuple[float, float, float]]:
         """The pooled curve's bins with enough time: (concurrency, throughput, seconds)."""
-        # knee.py keeps the bins' seconds to itself (it is at its size limit): read them there.
-        means = self.curve._means(now, None)
+        means = self.curve.means(now, None)
         return [m for m in means if m[2] >= self.curve.min_seconds]

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 # The knee's own number formats, so both messages read alike.
-from rljob.health.knee import Knee, KneeRule, _amount, _count
+from rljob.health.knee import Knee, KneeRule, format_amount, format_count
 from rljob.health.line import least_squares
 
 Point = tuple[float, float]
@@ -107,7 +107,7 @@ def judge_curve(
     if not knee.beyond:
         peak = knee.peak_concurrency
         summary = (
-            f"{rule.headroom:.0%} of the peak's {_count(peak)} in flight"
+            f"{rule.headroom:.0%} of the peak's {format_count(peak)} in flight"
             if knee.recommended is not None and peak is not None
             else knee.message
         )
@@ -123,20 +123,21 @@ def judge_curve(
     peak = fit.peak(capacity, rule.peak_tolerance)
     if peak <= top:
         reason = (
-            f"the fit ({fit.describe()}) with the KV capacity of about {_count(capacity)} in "
-            f"flight peaks at {_count(peak)}, within what was observed"
+            f"the fit ({fit.describe()}) with the KV capacity of about {format_count(capacity)} in "
+            f"flight peaks at {format_count(peak)}, within what was observed"
         )
         return _double(knee, current or top, reason, fit, capacity)
     recommended = rule.headroom * peak
     message = (
         f"{knee.message}; extrapolated from the engines' step time: {fit.describe()}, the KV "
-        f"cache fills at about {_count(capacity)} in flight, so throughput peaks near "
-        f"{_count(peak)} in flight at {_amount(fit.throughput(peak, capacity))} {unit}: run at "
-        f"{_count(recommended)} ({rule.headroom:.0%} of it)"
+        f"cache fills at about {format_count(capacity)} in flight, so throughput peaks near "
+        f"{format_count(peak)} in flight at "
+        f"{format_amount(fit.throughput(peak, capacity))} {unit}: run at "
+        f"{format_count(recommended)} ({rule.headroom:.0%} of it)"
     )
     summary = (
-        f"{rule.headroom:.0%} of the peak extrapolated near {_count(peak)} in flight from the "
-        f"engines' step time, the KV cache filling at about {_count(capacity)}"
+        f"{rule.headroom:.0%} of the peak extrapolated near {format_count(peak)} in flight "
+        f"from the engines' step time, the KV cache filling at about {format_count(capacity)}"
     )
     return CurveVerdict(knee, recommended, peak, True, message, summary, fit, capacity)
 
@@ -149,9 +150,10 @@ def _double(
     capacity: float | None,
 ) -> CurveVerdict:
     doubled = 2 * current if current > 0 else None
-    advice = f"double it to {_count(doubled)} and look again" if doubled else "raise it"
+    advice = f"double it to {format_count(doubled)} and look again" if doubled else "raise it"
     message = (
-        f"{knee.message}; {reason}: the knee lies beyond {_count(current)} in flight, {advice}"
+        f"{knee.message}; {reason}: the knee lies beyond {format_count(current)} in flight, "
+        f"{advice}"
     )
-    summary = f"the knee lies beyond {_count(current)} in flight"
+    summary = f"the knee lies beyond {format_count(current)} in flight"
     return CurveVerdict(knee, doubled, None, True, message, summary, fit, capacity)
