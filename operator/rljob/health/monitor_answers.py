@@ -35,7 +35,7 @@ from rljob.health.evaluation import (
     TRAINER_STEP_EVIDENCE,
     insufficient,
 )
-from rljob.health.job_diagnosis import DIAGNOSIS_ROLE
+from rljob.health.job_diagnosis import DIAGNOSIS_ROLE, diagnosis_queries
 from rljob.health.monitor import (
     ROLLOUT,
     TRAINER_ROLE,
@@ -127,13 +127,14 @@ def feed(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> dict[str
         feeds.append(
             (VERIFIER_ROLE, VERIFIER.signals(), lambda: _feed_verifier(monitor, targets, answers))
         )
-    diagnosis = monitor.role_queries(targets).get(DIAGNOSIS_ROLE)
+    verifiers = targets.verifier if monitor.verifier is not None else ()
+    diagnosis = {s.name: s for s in diagnosis_queries(targets.trainer, verifiers)}
     if diagnosis:
         feeds.append(
             (
                 DIAGNOSIS_ROLE,
-                {s.name: s for s in diagnosis},
-                lambda: _feed_diagnosis(monitor, targets, answers),
+                diagnosis,
+                lambda: _feed_diagnosis(monitor, targets, answers, diagnosis),
             )
         )
     for role, signals, feed_role in feeds:
@@ -188,8 +189,9 @@ def _feed_trainer(monitor: JobMonitor[S], targets: Targets, answers: Answers) ->
             monitor.trainer_readings[pod] = reading
 
 
-def _feed_diagnosis(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> None:
-    signals = {signal.name: signal for signal in monitor.role_queries(targets)[DIAGNOSIS_ROLE]}
+def _feed_diagnosis(
+    monitor: JobMonitor[S], targets: Targets, answers: Answers, signals: Mapping[str, Signal]
+) -> None:
     namespace, spacing = monitor.key[0], monitor.min_spacing
     for pod in targets.trainer:
         after = monitor.fed.get((DIAGNOSIS_ROLE, pod), -math.inf)
