@@ -36,10 +36,10 @@ from rljob.health.profiles.diagnosis import (
 )
 from rljob.health.profiles.signals import Series, Signal
 from rljob.health.samples import EngineSample
+from rljob.health.verifier import P99_EVIDENCE
 
 DIAGNOSIS_ROLE = "diagnosis"
 GENERATING = "generating"
-P99_EVIDENCE = "p99_seconds"
 
 
 def diagnosis_queries(trainer: Sequence[str], verifier: Sequence[str]) -> dict[Signal, set[str]]:

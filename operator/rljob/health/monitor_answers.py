@@ -55,6 +55,7 @@ from rljob.health.profiles import (
     trainer_signals,
     verifier_samples,
 )
+from rljob.health.verifier import P99_EVIDENCE
 
 PodKey = tuple[str, str]  # (namespace, pod)
 
@@ -64,7 +65,7 @@ _VALUE_OF: Mapping[str, tuple[str, Callable[[Iterable[float]], float]]] = {
     KV_FRAGMENTATION: ("change", min),
     ENGINE_STALL: ("flat_seconds", max),
     TRAINER_STALL: ("stale_seconds", max),
-    VERIFIER_LATENCY: ("p99_seconds", max),
+    VERIFIER_LATENCY: (P99_EVIDENCE, max),
     REWARD_HACKING: (REWARD_HACKING_VALUE, max),
     THROUGHPUT_REGRESSION: (THROUGHPUT_REGRESSION_VALUE, min),
 }

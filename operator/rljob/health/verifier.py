@@ -83,6 +83,10 @@ def bucket_increase(start: Sequence[float], end: Sequence[float]) -> list[float]
     return [b - a for a, b in zip(start, end, strict=True)]
 
 
+# The evidence key of the p99 (rljob_detector_value; the bottleneck reads it too).
+P99_EVIDENCE = "p99_seconds"
+
+
 @dataclass(frozen=True, slots=True)
 class VerifierSample:
     """One scrape of a verifier's latency histogram: (upper bound, cumulative count) pairs in
@@ -283,7 +287,7 @@ class VerifierLatencyDetector:
         window = format_duration(config.window)
         evidence: Evidence = {"requests": whole.requests, "window_seconds": config.window}
         if whole.p99 is not None:
-            evidence["p99_seconds"] = whole.p99
+            evidence[P99_EVIDENCE] = whole.p99
         if whole.error_rate is not None:
             evidence["error_rate"] = whole.error_rate
         slow = all(s.slow for s in judged)
