@@ -10,11 +10,13 @@ from rljob.api.enums import (
     ConditionType,
     Engine,
     EngineExporter,
+    EngineState,
     FailureAction,
     FailureReason,
     JobPhase,
     Launcher,
     RoleName,
+    WeightSync,
 )
 from rljob.api.reserved import RESERVED_ENV_NAMES
 from rljob.api.resource import (
@@ -51,6 +53,7 @@ from rljob.api.status import (
     CheckpointRef,
     CheckpointStatus,
     Condition,
+    EngineMember,
     InFlightAction,
     Progress,
     RestartRecord,
@@ -87,6 +90,8 @@ __all__ = [
     "Duration",
     "Engine",
     "EngineExporter",
+    "EngineMember",
+    "EngineState",
     "FailureAction",
     "FailurePolicy",
     "FailureReason",
@@ -117,6 +122,7 @@ __all__ = [
     "StoreCapabilities",
     "SuspectNode",
     "TrainerRole",
+    "WeightSync",
     "crd_manifest",
     "crd_yaml",
     "field_path",

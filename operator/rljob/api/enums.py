@@ -42,6 +42,23 @@ class EngineExporter(StrEnum):
     ENGINE = "engine"
 
 
+class WeightSync(StrEnum):
+    """How a rollout engine the operator replaces rejoins the driver's loop: Ungated (deleted at
+    once; its replacement turns Ready on its probes alone) or Gated (drained first; Ready only
+    once it reports the job's current policy generation, behind a readiness gate)."""
+
+    UNGATED = "Ungated"
+    GATED = "Gated"
+
+
+class EngineState(StrEnum):
+    """A rollout engine's place in the roster (status.roles.rollout.engines[].state)."""
+
+    JOINING = "joining"  # running, not Ready yet (Gated: not serving the current policy yet)
+    SERVING = "serving"  # Ready: the driver may send to it
+    DRAINING = "draining"  # the operator is replacing it: send nothing new, let it finish
+
+
 class FailureReason(StrEnum):
     """Why a workload is considered failed; what failure-policy rules match on."""
 
@@ -156,6 +173,7 @@ RoleNameField = Annotated[RoleName, Strict(False)]
 EngineField = Annotated[Engine, Strict(False)]
 LauncherField = Annotated[Launcher, Strict(False)]
 EngineExporterField = Annotated[EngineExporter, Strict(False)]
+WeightSyncField = Annotated[WeightSync, Strict(False)]
 FailureReasonField = Annotated[FailureReason, Strict(False)]
 FailureActionField = Annotated[FailureAction, Strict(False)]
 AddressingStyleField = Annotated[AddressingStyle, Strict(False)]

@@ -25,3 +25,6 @@ RESUME_REQUEST_ANNOTATION = "rljob.io/resume-request"
 RENDER_MARKER_ANNOTATION = "rljob.io/render-marker"
 # Set by the Job controller on each pod of an Indexed Job: the trainer rank.
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+# A rollout pod's readiness gate in weightSync Gated mode: set True by the operator (pods/status)
+# once the engine reports the job's current policy generation.
+POLICY_CURRENT_GATE = "rljob.io/policy-current"

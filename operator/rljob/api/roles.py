@@ -16,6 +16,8 @@ from rljob.api.enums import (
     EngineField,
     Launcher,
     LauncherField,
+    WeightSync,
+    WeightSyncField,
 )
 from rljob.api.kube_names import ImageRef, NodeSelector
 from rljob.api.kube_types import (
@@ -207,6 +209,20 @@ class RolloutRole(ServingRole):
     metric_names: EngineMetricNames | None = Field(
         default=None,
         description="Metric names overriding the engine's; required for engine custom.",
+    )
+    weight_sync: WeightSyncField = Field(
+        default=WeightSync.UNGATED,
+        description="Ungated: an engine the operator replaces is deleted at once and its "
+        "replacement serves when its probes pass. Gated: it is drained first (the roster says "
+        "draining; deleted once its running requests reach zero or drainTimeout passes) and "
+        "its replacement turns Ready only behind the rljob.io/policy-current readiness gate, "
+        "once it reports the job's current policy generation (rljob_engine_policy_generation). "
+        "Switching modes rolls the engines once.",
+    )
+    drain_timeout: Duration = Field(
+        default="2m",
+        description="Gated: how long a draining engine may finish its running requests before "
+        "it is deleted anyway.",
     )
 
     cel_rules = (MAX_UNAVAILABLE_WITHIN_REPLICAS, CUSTOM_ENGINE_NEEDS_METRIC_NAMES)

@@ -13,6 +13,7 @@ from rljob.api.diagnosis import Bottleneck, PolicySuspension, ResumeRequest
 from rljob.api.enums import (
     ActionKind,
     ConditionStatus,
+    EngineState,
     FailureAction,
     FailureReason,
     JobPhase,
@@ -84,12 +85,34 @@ class Condition(StatusModel):
     )
 
 
+class EngineMember(StatusModel):
+    """One rollout engine in the roster a driver follows (rljob.sdk.EngineRoster)."""
+
+    pod: Name = Field(description="Pod name.")
+    address: Annotated[str, Field(max_length=64)] = Field(
+        default="", description="Pod IP; empty until the pod has one."
+    )
+    state: EngineState = Field(
+        description="joining (not Ready yet), serving (Ready: send to it) or draining (being "
+        "replaced: send nothing new)."
+    )
+    generation: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Policy generation the engine reported when its state last changed.",
+    )
+
+
 class RoleStatus(StatusModel):
     """Pod counts of one role."""
 
     desired: Count = Field(default=0, description="Pods the role should have.")
     ready: Count = Field(default=0, description="Pods ready now.")
     restarts: Count = Field(default=0, description="Restarts of the role's pods by the operator.")
+    engines: Annotated[list[EngineMember], Field(max_length=MAX_REPLICAS)] | None = Field(
+        default=None,
+        description="Rollout only: the engine roster, by pod name; written when membership or "
+        "a state changes.",
+    )
 
 
 class RolesStatus(StatusModel):
@@ -198,6 +221,11 @@ class ActionPod(StatusModel):
 
     name: Name = Field(description="Pod name.")
     uid: Uid = Field(description="Its uid, used as the delete precondition.")
+    drain_started_at: datetime | None = Field(
+        default=None,
+        description="weightSync Gated: when its drain began (the roster says draining); it is "
+        "deleted once its running requests reach zero or drainTimeout passes.",
+    )
     deleted_at: datetime | None = Field(
         default=None,
         description="When its turn came: journaled before its delete. Empty: not yet (a pod "
