@@ -29,6 +29,7 @@ from rljob.reconcile.attempt_start import AttemptGathered, with_attempt_start
 from rljob.reconcile.bottleneck import bottleneck_event, with_bottleneck
 from rljob.reconcile.checkpoint_status import RETENTION_FAILED, with_latest
 from rljob.reconcile.conditions import ConditionState, with_condition
+from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.engine_health import with_engine_health
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.findings import crash_remedy, finding_remedy
@@ -77,6 +78,7 @@ class PassInputs:
     retention_problem: str = ""  # the last retention apply's failure, to say in a condition
     engine_summaries: tuple[EngineHealth, ...] | None = None  # detector state to keep in status
     bottleneck: Bottleneck | None = None  # the health loop's latest diagnosis
+    engine_readings: tuple[EngineReading, ...] = ()  # rollout engines: running, generation
 
 
 @dataclass(frozen=True)
