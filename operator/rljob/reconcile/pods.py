@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rljob.api import Engine, Role, RoleName, RolloutRole
+from rljob.api import Engine, Role, RoleName, RolloutRole, WeightSync
+from rljob.api.labels import POLICY_CURRENT_GATE
 from rljob.reconcile.merge import merge_overrides
 
 # Each engine's default server port: vLLM's `vllm serve --port` (vllm/entrypoints/openai/
@@ -50,11 +51,14 @@ class PodInputs:
     env_from_secrets: tuple[str, ...] = ()  # Secrets exposed as env by reference, never read
     # A launcher's entrypoint replacing the role's command and args (None: the role's own).
     entrypoint: tuple[list[str], list[str]] | None = None
+    # Readiness gate condition types the operator sets itself (pods/status): added to the user's.
+    readiness_gates: tuple[str, ...] = ()
 
 
 def pod_template(inputs: PodInputs) -> dict[str, Any]:
     """The pod template: rendered fields, then the user's podTemplate, then what the operator
-    relies on (its labels, the nodes to avoid), which the podTemplate cannot remove."""
+    relies on (its labels, readiness gates, the nodes to avoid), which the podTemplate cannot
+    remove."""
     template: dict[str, Any] = {
         "metadata": {"labels": dict(inputs.labels)},
         "spec": _pod_spec(inputs),
@@ -65,9 +69,19 @@ def pod_template(inputs: PodInputs) -> dict[str, Any]:
     metadata = template.setdefault("metadata", {}) or {}
     template["metadata"] = metadata
     metadata["labels"] = {**(metadata.get("labels") or {}), **inputs.labels}
+    if inputs.readiness_gates:
+        _add_readiness_gates(template.setdefault("spec", {}), inputs.readiness_gates)
     if inputs.avoid_nodes:
         _avoid_nodes(template.setdefault("spec", {}), inputs.avoid_nodes)
     return template
+
+
+def _add_readiness_gates(spec: dict[str, Any], condition_types: tuple[str, ...]) -> None:
+    """Appends the operator's gates after the user's own, each condition type once."""
+    gates = list(spec.get("readinessGates") or [])
+    present = {gate.get("conditionType") for gate in gates if isinstance(gate, Mapping)}
+    gates += [{"conditionType": kind} for kind in condition_types if kind not in present]
+    spec["readinessGates"] = gates
 
 
 def _pod_spec(inputs: PodInputs) -> dict[str, Any]:
@@ -247,6 +261,13 @@ def probes(role_name: RoleName, role: Role) -> dict[str, Any]:
         check = {"tcpSocket": {"port": role.metrics.port}}
         return {"readinessProbe": _probe(check, READINESS_FAILURE_THRESHOLD)}
     return {}
+
+
+def readiness_gates(role_name: RoleName, role: Role) -> tuple[str, ...]:
+    """The gates the operator sets on a role's pods: Gated engines turn Ready only once the
+    operator has seen them report the job's current policy generation."""
+    gated = isinstance(role, RolloutRole) and role.weight_sync == WeightSync.GATED
+    return (POLICY_CURRENT_GATE,) if role_name == RoleName.ROLLOUT and gated else ()
 
 
 def _probe(

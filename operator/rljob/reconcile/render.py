@@ -217,6 +217,7 @@ def _deployment(
             env=[*_common_env(job, role_name, ctx), *_plain_env(policy_env)],
             ports=container_ports(role_name, role),
             probes=probes(role_name, role),
+            readiness_gates=pods.readiness_gates(role_name, role),
         )
     )
     spec = {

@@ -620,3 +620,41 @@ def test_the_sdk_roles_declare_their_metrics_port_for_direct_scraping(
     container = main_container(render(parse_rljob(body))[(kind, child)])
     declared = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert declared["metrics"] == port
+
+
+USER_GATE = {"conditionType": "example.com/warm-cache"}
+POLICY_GATE = {"conditionType": "rljob.io/policy-current"}
+
+
+@pytest.mark.parametrize(
+    ("weight_sync", "user_gates", "expected"),
+    [
+        pytest.param(None, None, None, id="default-ungated-has-none"),
+        pytest.param("Ungated", None, None, id="ungated-has-none"),
+        pytest.param("Gated", None, [POLICY_GATE], id="gated-adds-policy-current"),
+        pytest.param("Ungated", [USER_GATE], [USER_GATE], id="ungated-keeps-the-users-own"),
+        pytest.param("Gated", [USER_GATE], [USER_GATE, POLICY_GATE], id="gated-adds-after-users"),
+        pytest.param("Gated", [POLICY_GATE], [POLICY_GATE], id="gated-user-gave-it-kept-once"),
+        pytest.param("Gated", [], [POLICY_GATE], id="gated-over-an-empty-list"),
+    ],
+)
+def test_gated_rollout_pods_wait_for_the_policy_current_gate(
+    weight_sync: str | None, user_gates: list[dict[str, str]] | None, expected: Any
+) -> None:
+    fields: dict[str, Any] = {}
+    if weight_sync is not None:
+        fields["weightSync"] = weight_sync
+    if user_gates is not None:
+        fields["podTemplate"] = {"spec": {"readinessGates": user_gates}}
+    rollout = render(job_of(with_role(example_body(), "rollout", **fields)))
+    assert pod_spec(rollout[("Deployment", f"{JOB}-rollout")]).get("readinessGates") == expected
+
+
+def test_only_the_rollout_role_is_gated() -> None:
+    children = render(job_of(with_role(example_body(), "rollout", weightSync="Gated")))
+    gated = {
+        child.name
+        for child in children.values()
+        if child.kind in ("Deployment", "Job") and "readinessGates" in pod_spec(child)
+    }
+    assert gated == {f"{JOB}-rollout"}
