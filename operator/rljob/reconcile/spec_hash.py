@@ -15,6 +15,9 @@ from typing import Any
 from pydantic import BaseModel
 
 HASH_LENGTH = 16
+# Role fields only the operator reads, which shape no pod template: editing one rolls nothing.
+# (weightSync is not one: Gated adds a readiness gate, so switching it rolls the engines once.)
+OPERATOR_ONLY_FIELDS = frozenset({"drain_timeout"})
 
 
 def spec_hash(inputs: Mapping[str, Any]) -> str:
@@ -23,9 +26,10 @@ def spec_hash(inputs: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:HASH_LENGTH]
 
 
-def canonical_model(model: BaseModel) -> dict[str, Any]:
-    """The model as the user wrote it, minus defaults, in wire (camelCase) form."""
-    return model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+def canonical_model(model: BaseModel, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The model as the user wrote it, minus defaults and `exclude` (field names), in wire
+    (camelCase) form."""
+    return model.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude=set(exclude))
 
 
 def serving_role_hash(
@@ -36,11 +40,12 @@ def serving_role_hash(
     scaled_to_zero: bool,
     policy_env: Mapping[str, str],
 ) -> str:
-    """The hash of a Deployment: its role spec, effective image, whether it is scaled to zero
-    (suspended or finished) and, for engines, the policy the engines must serve."""
+    """The hash of a Deployment: its role spec (but its operator-only fields), effective image,
+    whether it is scaled to zero (suspended or finished) and, for engines, the policy the
+    engines must serve."""
     inputs: dict[str, Any] = {
         "role": role_name,
-        "spec": canonical_model(role),
+        "spec": canonical_model(role, exclude=OPERATOR_ONLY_FIELDS),
         "image": image,
         "scaledToZero": scaled_to_zero,
     }

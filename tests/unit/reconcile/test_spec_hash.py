@@ -66,6 +66,21 @@ def test_explicit_defaults_hash_like_omitted_ones() -> None:
             set(),
             id="health-settings-roll-nothing",
         ),
+        pytest.param(
+            lambda b: with_role(b, "rollout", weightSync="Gated"),
+            {"rollout"},
+            id="gating-the-engines-rolls-them-once",
+        ),
+        pytest.param(
+            lambda b: with_role(b, "rollout", drainTimeout="10m"),
+            set(),
+            id="drain-timeout-rolls-nothing",
+        ),
+        pytest.param(
+            lambda b: with_role(b, "rollout", weightSync="Ungated", drainTimeout="2m"),
+            set(),
+            id="explicit-ungated-default-rolls-nothing",
+        ),
     ],
 )
 def test_a_change_rolls_only_its_role(edit: Any, rolled: set[str]) -> None:
@@ -139,3 +154,10 @@ def test_rendering_changes_do_not_change_hashes(monkeypatch: pytest.MonkeyPatch)
     rollout = next(c for c in render_children(job, context) if c.kind == "Deployment")
     assert rollout.body["spec"]["template"]["spec"]["volumes"][0]["name"] == "shared-memory"
     assert after == before
+
+
+def test_drain_timeout_of_a_gated_job_leaves_the_gated_hash() -> None:
+    gated = with_role(BASE, "rollout", weightSync="Gated")
+    longer = with_role(gated, "rollout", drainTimeout="15m")
+    rollout = ("Deployment", "grpo-demo-rollout")
+    assert hashes(longer)[rollout] == hashes(gated)[rollout] != hashes(BASE)[rollout]
