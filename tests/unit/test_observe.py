@@ -97,3 +97,17 @@ def test_a_pods_termination_time(
     status = {"phase": "Failed", "containerStatuses": containers}
     observed = summarize_pod({"metadata": META, "spec": {}, "status": status})
     assert (observed.exit_code, observed.finished_at) == (exit_code, finished_at)
+
+
+@pytest.mark.parametrize(
+    ("conditions", "current"),
+    [
+        pytest.param([], False, id="no-gate-condition"),
+        pytest.param([{"type": "rljob.io/policy-current", "status": "False"}], False, id="false"),
+        pytest.param([{"type": "rljob.io/policy-current", "status": "True"}], True, id="true"),
+        pytest.param([{"type": "Ready", "status": "True"}], False, id="ready-is-not-the-gate"),
+    ],
+)
+def test_a_pods_policy_current_gate(conditions: list[dict[str, str]], current: bool) -> None:
+    body = {"metadata": META, "spec": {}, "status": {"conditions": conditions}}
+    assert summarize_pod(body).policy_current is current

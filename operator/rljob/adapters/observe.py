@@ -13,6 +13,7 @@ from rljob.api.labels import (
     JOB_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    POLICY_CURRENT_GATE,
     RESTARTED_AT_ANNOTATION,
     ROLE_LABEL,
     SPEC_HASH_ANNOTATION,
@@ -140,6 +141,7 @@ def summarize_pod(body: Body) -> ObservedPod:
         ip=str(status.get("podIP", "") or ""),
         metrics_port=_metrics_port(spec),
         finished_at=_time(terminated.get("finishedAt")),
+        policy_current=_condition(status, POLICY_CURRENT_GATE).get("status") == "True",
     )
 
 

@@ -29,8 +29,8 @@ from rljob.reconcile.attempt_start import AttemptGathered, with_attempt_start
 from rljob.reconcile.bottleneck import bottleneck_event, with_bottleneck
 from rljob.reconcile.checkpoint_status import RETENTION_FAILED, with_latest
 from rljob.reconcile.conditions import ConditionState, with_condition
-from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.engine_health import with_engine_health
+from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.findings import crash_remedy, finding_remedy
 from rljob.reconcile.in_turn import InTurnPass, advance_in_turn
@@ -107,7 +107,9 @@ def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
     job = _with_status(job, turn.status)
     resume = handle_resume(job, now)
     job = _with_status(job, resume.status)
-    extras = ReconcileExtras(policy_env=engine_policy_env(job))
+    extras = ReconcileExtras(
+        policy_env=engine_policy_env(job), engine_readings=inputs.engine_readings
+    )
     events: list[EventSpec] = []
     if (changed := bottleneck_event(diagnosed, job.status.bottleneck)) is not None:
         events.append(changed)

@@ -58,6 +58,7 @@ class ObservedPod:
     metrics_port: int | None = None  # the container port named metrics (else http)
     # The container's termination time (finishedAt): the first observed failure across pods.
     finished_at: datetime | None = None
+    policy_current: bool = False  # its rljob.io/policy-current condition is True (Gated)
 
     @property
     def terminal(self) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 
 from rljob.api import ActionKind, RLJob, RLJobStatus, RoleName
 from rljob.api.durations import parse_duration
+from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec, transition_events
 from rljob.reconcile.lifecycle import (
     TERMINAL_PHASES,
@@ -87,6 +88,8 @@ class ReconcileExtras:
     trainer_master_port: int = DEFAULT_MASTER_PORT
     # The failure policy holds a failed trainer attempt for its backoff before the gang restart.
     trainer_hold: TrainerHold | None = None
+    # The health loop's latest reading of each rollout engine (the roster's generations).
+    engine_readings: tuple[EngineReading, ...] = ()
 
 
 def reconcile(
@@ -109,6 +112,7 @@ def reconcile(
         now,
         has_children=bool(apply or observed.children),
         resume_env=extras.resume_env,
+        engine_readings=extras.engine_readings,
     )
     events = transition_events(job.metadata.name, job.status, status, decision, apply)
     requeue_after, delete_job = _timing(job, decision, status, now)

@@ -24,6 +24,7 @@ from rljob.reconcile.conditions import (
     find,
     merge_conditions,
 )
+from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.lifecycle import (
     TERMINAL_PHASES,
     TrainerDecision,
@@ -32,6 +33,7 @@ from rljob.reconcile.lifecycle import (
 )
 from rljob.reconcile.names import ROLE_ORDER, role_child_name
 from rljob.reconcile.observed import Observed, ObservedPod
+from rljob.reconcile.roster import engine_roster
 from rljob.reconcile.suspects import active_suspects, suspect_in_use_state, suspect_ttl
 
 NOT_SUSPENDED = "spec.suspend is false and the failure policy holds no suspension"
@@ -55,9 +57,10 @@ def build_status(
     *,
     has_children: bool,
     resume_env: Mapping[str, str],
+    engine_readings: tuple[EngineReading, ...] = (),
 ) -> RLJobStatus:
     old = job.status
-    roles = role_statuses(job, observed, decision)
+    roles = role_statuses(job, observed, decision, engine_readings)
     phase = _phase(job, decision, roles)
     generation = job.metadata.generation
     suspects = active_suspects(old.suspect_nodes, now, suspect_ttl(job))
@@ -92,8 +95,14 @@ def build_status(
     )
 
 
-def role_statuses(job: RLJob, observed: Observed, decision: TrainerDecision) -> RolesStatus:
-    """Desired and ready pods per role; restarts are the failure policy's and carried over."""
+def role_statuses(
+    job: RLJob,
+    observed: Observed,
+    decision: TrainerDecision,
+    engine_readings: tuple[EngineReading, ...] = (),
+) -> RolesStatus:
+    """Desired and ready pods per role; restarts are the failure policy's and carried over;
+    the rollout role's engine roster (reconcile/roster.py)."""
     previous = job.status.roles or RolesStatus()
     counts: dict[str, RoleStatus] = {}
     for role_name in ROLE_ORDER:
@@ -107,6 +116,10 @@ def role_statuses(job: RLJob, observed: Observed, decision: TrainerDecision) -> 
             ready=_ready(job, observed, decision, role_name),
             restarts=old.restarts,
         )
+    if (rollout := counts.get(RoleName.ROLLOUT.value)) is not None:
+        previous_engines = previous.rollout.engines if previous.rollout else None
+        engines = engine_roster(job, observed, engine_readings, previous_engines)
+        counts[RoleName.ROLLOUT.value] = rollout.model_copy(update={"engines": engines})
     return RolesStatus(**counts)
 
 
