@@ -2,7 +2,9 @@
 and may not do (SelfSubjectAccessReviews and real dry-run requests, and the complete list of
 what it is granted), and a job whose checkpoints use real S3 credentials from a Secret: the
 operator, run under the chart's ServiceAccount, reconciles it while the credentials appear
-nowhere it writes or serves. Also: the pod-security defaults of the children."""
+nowhere it writes or serves. Also: the pod-security defaults of the children, and the chart's
+workload-reader ClusterRole, which a RoleBinding lets a trainer read (only) its namespace's RLJobs
+with."""
 
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from rljob.dev.bed import OperatorProcess, ensure_namespace
-from rljob.dev.kubeapi import ApiError, KubeApi
+from rljob.dev.bed import OperatorProcess, ensure_namespace, service_account_token
+from rljob.dev.kubeapi import ApiError, Credentials, KubeApi
 from rljob.dev.processes import free_ports
 from rljob.dev.s3server import S3Server
 from tests.integration.chart_release import (
@@ -259,6 +261,9 @@ ACCESS = [
     _case(True, "create", "services"),
     _case(True, "list", "pods"),
     _case(True, "delete", "pods"),
+    # A Gated engine's rljob.io/policy-current readiness gate, and nothing else of a pod's status.
+    _case(True, "patch", "pods", subresource="status"),
+    _case(False, "update", "pods", subresource="status"),
     _case(True, "list", "nodes", **NODES),
     _case(True, "watch", "nodes", **NODES),
     _case(True, "create", "events"),
@@ -304,6 +309,87 @@ def test_the_account_is_granted_exactly_the_rules_file(account: KubeApi) -> None
     assert granted == expected
     assert not any("*" in triple for triple in granted)
     assert not any(resource == "secrets" for _, resource, _ in granted)
+
+
+# ------------------------------------------------------------------ the workload reader
+
+TRAINER_ACCOUNT = "trainer"
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A trainer's ServiceAccount bound by a RoleBinding in its namespace to the chart's
+    workload-reader ClusterRole, as docs/weight-sync.md tells users to bind it."""
+
+    api: KubeApi
+    namespace: str
+
+
+@pytest.fixture(scope="module")
+def reader(cluster: Cluster, release: Release) -> Iterator[Reader]:
+    roles = [o["metadata"]["name"] for o in release.find("ClusterRole")]
+    (role,) = [name for name in roles if name.endswith("-workload-reader")]
+    namespace = f"reader-{secrets.token_hex(3)}"
+    ensure_namespace(cluster.api, namespace)
+    try:
+        account = {"metadata": {"name": TRAINER_ACCOUNT}}
+        cluster.api.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", account)
+        binding = {
+            "metadata": {"name": "trainer-reads-rljobs"},
+            "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": TRAINER_ACCOUNT,
+                          "namespace": namespace}],
+        }  # fmt: skip
+        cluster.api.create(f"/apis/{RBAC}/v1/namespaces/{namespace}/rolebindings", binding)
+        token = service_account_token(cluster.api, namespace, TRAINER_ACCOUNT)
+        api = KubeApi(Credentials(cluster.server, cluster.api.creds.ca_file, token=token))
+        yield Reader(api, namespace)
+    finally:
+        delete_namespace(cluster, namespace)
+
+
+READER_ACCESS = [
+    *(_case(True, verb, "rljobs", group="rljob.io") for verb in ("get", "list", "watch")),
+    *(_case(False, verb, "rljobs", group="rljob.io") for verb in ("create", "patch", "delete")),
+    _case(False, "patch", "rljobs", group="rljob.io", subresource="status"),
+    _case(False, "get", "secrets"),
+    _case(False, "list", "pods"),
+    _case(False, "get", "rljobs", group="rljob.io", namespaced=False),  # not cluster-wide
+]
+
+
+@pytest.mark.parametrize(("access", "allow"), READER_ACCESS)
+def test_a_bound_workload_reader_reads_the_rljobs_of_its_namespace_only(
+    reader: Reader, access: Access, allow: bool
+) -> None:
+    own, other = reader.namespace, f"elsewhere-{secrets.token_hex(3)}"
+    assert allowed(reader.api, access.verb, access.resource, **access.attributes(own)) is allow
+    assert not allowed(reader.api, access.verb, access.resource, **access.attributes(other))
+    status = access.request(reader.api, own)
+    if status is not None:
+        assert (status != 403) is allow, f"real request answered {status}"
+    if status is not None and access.namespaced:
+        assert access.request(reader.api, other) == 403
+
+
+@pytest.mark.parametrize(
+    ("where", "allow"),
+    [pytest.param("own", True, id="own-namespace"), pytest.param("other", False, id="other")],
+)
+def test_a_bound_workload_reader_can_watch_one_rljob_as_the_roster_does(
+    reader: Reader, where: str, allow: bool
+) -> None:
+    """A real watch of one RLJob by name (rljob.sdk.EngineRoster's request), which the API
+    server ends after a second (no RLJob there: no event, an empty answer)."""
+    namespace = reader.namespace if where == "own" else f"elsewhere-{secrets.token_hex(3)}"
+    query = "?watch=1&fieldSelector=metadata.name%3Dgrpo&timeoutSeconds=1"
+    try:
+        reader.api.get(rljob_path(namespace) + query)
+        status = 200
+    except ApiError as exc:
+        status = exc.status
+    assert (status == 200) is allow, status
+    assert status in (200, 403)
 
 
 # ------------------------------------------------------------------ credentials by reference

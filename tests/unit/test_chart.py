@@ -285,6 +285,35 @@ def test_rules_are_least_privilege() -> None:
     assert finalizers and "update" in finalizers[0]["verbs"]
 
 
+WORKLOAD_READER = f"{RELEASE}-workload-reader"
+
+
+@pytest.mark.parametrize("fixture", ["default", "namespaced"])
+def test_a_workload_reader_role_reads_rljobs_and_nothing_else(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    """For a trainer's EngineRoster to watch its own RLJob: read-only, bound by the user in the
+    job's namespace (a RoleBinding), never by the chart."""
+    objects: list[Obj] = request.getfixturevalue(fixture)
+    reader = one(objects, "ClusterRole", WORKLOAD_READER)
+    assert reader["rules"] == [
+        {"apiGroups": ["rljob.io"], "resources": ["rljobs"], "verbs": ["get", "list", "watch"]}
+    ]
+    bindings = find(objects, "ClusterRoleBinding") + find(objects, "RoleBinding")
+    assert WORKLOAD_READER not in {binding["roleRef"]["name"] for binding in bindings}
+
+
+def test_without_rbac_the_chart_ships_no_roles(helm: Path) -> None:
+    objects = render(helm, {"rbac.create": "false"})
+    assert not {o["kind"] for o in objects} & {"ClusterRole", "Role", "RoleBinding"}
+
+
+def test_the_operator_may_set_a_pods_readiness_gate_and_nothing_else_on_it() -> None:
+    """pods/status patch for the rljob.io/policy-current gate; never create or patch pods."""
+    pod_rules = {r["resources"][0]: r["verbs"] for r in file_rules() if "pods" in r["resources"][0]}
+    assert pod_rules == {"pods": ["get", "list", "watch", "delete"], "pods/status": ["patch"]}
+
+
 # ------------------------------------------------------------------------------ Deployment
 
 
