@@ -1,5 +1,7 @@
 """What workloads import. Checkpoints: `CheckpointWriter`, `CheckpointReader`, `resolve_resume`
-(see rljob.sdk.checkpoint for an example).
+(see rljob.sdk.checkpoint for an example). Rollout engines: `EngineRoster` (a driver follows
+the engines' roster, rljob.sdk.roster) and `set_policy_generation` (an engine reports the
+policy generation it serves, rljob.sdk.engine_generation); docs/weight-sync.md.
 
 The names load on first use (PEP 562): `python -m rljob.sdk.entrypoint` imports this package
 first and must run under a trainer image's Python that lacks the checkpoint dependencies."""
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
         ResumePoint,
         resolve_resume,
     )
+    from rljob.sdk.roster import Engine, EngineRoster
 
 _HOMES = {
     "CheckpointError": "rljob.checkpoints.errors",
@@ -42,6 +45,8 @@ _HOMES = {
     "PendingVersion": "rljob.sdk.checkpoint",
     "ResumePoint": "rljob.sdk.checkpoint",
     "resolve_resume": "rljob.sdk.checkpoint",
+    "Engine": "rljob.sdk.roster",
+    "EngineRoster": "rljob.sdk.roster",
 }
 
 __all__ = [
@@ -49,6 +54,8 @@ __all__ = [
     "CheckpointReader",
     "CheckpointWriter",
     "ChecksumMismatch",
+    "Engine",
+    "EngineRoster",
     "CommitRefused",
     "InvalidCheckpoint",
     "Manifest",
