@@ -43,6 +43,7 @@ from rljob.dev.sim.profiles import (
 )
 from rljob.dev.sim.sim_metrics import SimMetrics
 from rljob.dev.sim.targets import Target, file_sd, write_json_atomic
+from rljob.dev.sim.weights import LostRequests
 
 if TYPE_CHECKING:
     from rljob.dev.sim.checkpoints import CheckpointSink
@@ -113,6 +114,7 @@ class SimulatorApp:
         self.workloads: dict[str, Workload] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
         self.metrics = SimMetrics()
+        self.lost = LostRequests()
         self.api = ControlApi(self)
         self.control: Listener | None = None
         self.polls_ok = 0
@@ -298,6 +300,7 @@ class SimulatorApp:
         now = self.clock()
         if self.sink is not None:
             self.sink.forget(workload.instance)
+        self._abandon(workload, now)
         workload.model, workload.writes_checkpoints = self._model(pod, now)
         if workload.gang is not None:
             workload.gang.restart(pod, now)
@@ -308,6 +311,7 @@ class SimulatorApp:
 
     async def _detach(self, key: str, why: str) -> None:
         workload = self.workloads.pop(key)
+        self._abandon(workload, self.clock())
         await workload.listener.close()
         if workload.gang is not None:
             await workload.gang.close()
@@ -316,6 +320,16 @@ class SimulatorApp:
         self.metrics.lifecycle.labels("detached").inc()
         self.event("detached", workload.pod, why=why)
         log.info("detached %s (%s)", key, why)
+
+    def _abandon(self, workload: Workload, now: float) -> None:
+        """An engine process ends: the requests a driver still had on it are lost."""
+        if not isinstance(workload.model, EngineModel):
+            return
+        pod = workload.pod
+        lost = workload.model.weights.requests.abandon(now)
+        self.lost.record(pod.namespace, pod.job, pod.name, lost)
+        if lost:
+            self.event("requests-lost", pod, lost=lost)
 
     def publish(self) -> None:
         targets = [t for w in self.workloads.values() for t in w.targets()]
@@ -349,31 +363,8 @@ class SimulatorApp:
             self.advance(workload, now)
 
     def _checkpoints(self) -> None:
-        if self.sink is None:
-            return
-        for workload in self.workloads.values():
-            model = workload.model
-            if not isinstance(model, TrainerModel) or not workload.writes_checkpoints:
-                continue
-            pending = workload.pending_write
-            if pending is not None and pending.done():
-                workload.pending_write = None
-                try:
-                    model.committed(pending.result())
-                    self.metrics.checkpoints.labels("committed").inc()
-                except Exception as exc:
-                    self.metrics.checkpoints.labels("failed").inc()
-                    log.warning("%s: checkpoint failed: %s", workload.pod.key, exc)
-            if workload.pending_write is None and model.checkpoints_due and not model.hung:
-                step = model.checkpoints_due.pop()
-                model.checkpoints_due.clear()
-                workload.pending_write = self.sink.submit(
-                    workload.instance,
-                    workload.pod.env,
-                    step,
-                    model.generation,
-                    model.profile.shard_bytes,
-                )
+        if self.sink is not None:
+            self.sink.tick(self.workloads.values(), self.metrics)
 
     def _scrape_handler(self, key: str, uid: str) -> Callable[[Request], Any]:
         async def handle(request: Request) -> Response:

@@ -12,9 +12,15 @@ import json
 import logging
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from rljob.dev.sim.models import TrainerModel
+
+if TYPE_CHECKING:
+    from rljob.dev.sim.app import Workload
+    from rljob.dev.sim.sim_metrics import SimMetrics
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +67,32 @@ class CheckpointSink:
             state = {"step": step, "policy_generation": generation, "simulated": True}
             version.write_bytes("train_state.json", json.dumps(state).encode())
         return step
+
+    def tick(self, workloads: Iterable[Workload], metrics: SimMetrics) -> None:
+        """Collects finished writes and starts the next due one of each writing trainer."""
+        for workload in workloads:
+            model = workload.model
+            if not isinstance(model, TrainerModel) or not workload.writes_checkpoints:
+                continue
+            pending = workload.pending_write
+            if pending is not None and pending.done():
+                workload.pending_write = None
+                try:
+                    model.committed(pending.result())
+                    metrics.checkpoints.labels("committed").inc()
+                except Exception as exc:
+                    metrics.checkpoints.labels("failed").inc()
+                    log.warning("%s: checkpoint failed: %s", workload.pod.key, exc)
+            if workload.pending_write is None and model.checkpoints_due and not model.hung:
+                step = model.checkpoints_due.pop()
+                model.checkpoints_due.clear()
+                workload.pending_write = self.submit(
+                    workload.instance,
+                    workload.pod.env,
+                    step,
+                    model.generation,
+                    model.profile.shard_bytes,
+                )
 
     def forget(self, instance: str) -> None:
         self._writers.pop(instance, None)

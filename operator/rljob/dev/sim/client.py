@@ -137,6 +137,12 @@ class SimClient:
         result: dict[str, Any] = self._call("POST", "/sync")
         return result
 
+    def push_weights(self, generation: int, *, namespace: str, pod: str) -> dict[str, Any]:
+        """Sets the policy generation one engine serves (rljob_engine_policy_generation)."""
+        body = {"namespace": namespace, "pod": pod, "generation": generation}
+        result: dict[str, Any] = self._call("POST", "/weights", body)
+        return result
+
     def targets(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/targets")
         return result

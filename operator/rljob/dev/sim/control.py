@@ -16,6 +16,7 @@ from prometheus_client import generate_latest
 from rljob.dev.sim import faults as faultlib
 from rljob.dev.sim.exposition import CONTENT_TYPE
 from rljob.dev.sim.httpserver import Request, Response
+from rljob.dev.sim.models import EngineModel
 from rljob.dev.sim.profiles import ProfileError, as_json, override
 from rljob.dev.sim.targets import file_sd
 
@@ -102,6 +103,7 @@ class ControlApi:
             ("GET", "/addresses"): self._addresses,
             ("GET", "/events"): self._events,
             ("POST", "/sync"): self._sync,
+            ("POST", "/weights"): self._push_weights,
             ("GET", "/metrics"): self._own_metrics,
         }
         route = routes.get((method, path))
@@ -246,6 +248,21 @@ class ControlApi:
 
     async def _events(self, _: Request) -> Response:
         return Response.json(list(self.app.events))
+
+    async def _push_weights(self, request: Request) -> Response:
+        """{namespace, pod, generation}: a weight update of one engine (as a driver's push)."""
+        body = request.json()
+        generation = body.get("generation") if isinstance(body, dict) else None
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+            raise faultlib.FaultError("generation must be a whole number >= 0")
+        selector = faultlib.parse_selector({k: body.get(k) for k in ("namespace", "pod")})
+        engines = [w for w in self._matching(selector) if isinstance(w.model, EngineModel)]
+        if not engines:
+            return Response.json({"error": "no attached rollout engine matches"}, 404)
+        for workload in engines:
+            assert isinstance(workload.model, EngineModel)
+            workload.model.weights.push(generation)
+        return Response.json({"pushed": [w.pod.key for w in engines], "generation": generation})
 
     async def _sync(self, _: Request) -> Response:
         ok = await self.app.sync()

@@ -23,6 +23,11 @@ from rljob.dev.sim.faults import NO_FAULTS, Active
 from rljob.dev.sim.models.base import PROCESS_START, noisy, steps
 from rljob.dev.sim.models.concurrency import Driver, Load
 from rljob.dev.sim.profiles import EngineProfile
+from rljob.dev.sim.weights import (
+    ENGINE_POLICY_GENERATION,
+    ENGINE_POLICY_GENERATION_HELP,
+    EngineWeights,
+)
 
 # Exposed series names; counters carry `_total`.
 VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
@@ -91,6 +96,7 @@ class EngineModel:
         self._log: SGLangLog | None = None
         self._last_log = self._last_finish = start
         self._logged_tokens = 0.0
+        self.weights = EngineWeights()  # generation 0: the weights on its command line
         self._gauges(start, NO_FAULTS)
 
     def set_profile(self, profile: EngineProfile) -> None:
@@ -187,6 +193,7 @@ class EngineModel:
             if profile.exporter == "sglang":
                 self._stats_log(t + step, faults)
         self.t = now
+        self.weights.requests.settle(now)
         self._gauges(now, faults)
 
     def _mean_rate(self, t: float, step: float, faults: Active) -> float:
@@ -287,6 +294,7 @@ class EngineModel:
             "waiting": self.waiting,
             "paused": self.paused,
             "kv_cache_usage_perc": round(self.kv_usage, 4),
+            **self.weights.state(),
         }
 
     def render(self) -> str:
@@ -300,6 +308,7 @@ class EngineModel:
             labels = (("model_name", profile.model_name), ("engine", profile.engine))
             totals, gauges = self._totals(), self._now_gauges()
             page = vllm_page(version, labels, totals, gauges, self.start, operating=self.operating)
+        page.gauge(ENGINE_POLICY_GENERATION, ENGINE_POLICY_GENERATION_HELP, self.weights.generation)
         page.gauge(
             PROCESS_START, "Start time of the process since unix epoch in seconds.", self.start
         )
@@ -321,7 +330,8 @@ class EngineModel:
         )
 
     def _now_gauges(self) -> Gauges:
-        return Gauges(self.running, self.waiting, self.kv_usage, self.last_rate, self.sleep_level)
+        running, waiting = self.weights.served(self.running, self.waiting)
+        return Gauges(running, waiting, self.kv_usage, self.last_rate, self.sleep_level)
 
     def _stats_log(self, t: float, faults: Active) -> None:
         """SGLang's scheduler logs stats (gauges, realtime counters) every `stats_interval`

@@ -1,0 +1,133 @@
+"""Simulated engines' weights and a driver's requests on them (issue #17): the generation an
+engine serves and exports, the running gauge a driver's requests cap, and the requests lost
+when the engine process goes away."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rljob.dev.sim.client import SimError
+from rljob.dev.sim.models import EngineModel
+from rljob.dev.sim.profiles import EngineProfile
+from rljob.dev.sim.weights import ENGINE_POLICY_GENERATION, EngineRequests, EngineWeights
+from tests.unit.sim.test_app import NS, T0, Bed, make_pod
+
+ON_SESSION_LOOP = pytest.mark.asyncio(loop_scope="session")  # the app fixtures' loop
+
+
+def _page(model: EngineModel) -> dict[str, float]:
+    return {
+        s.name: s.value
+        for family in text_string_to_metric_families(model.render())
+        for s in family.samples
+        if not s.labels.get("sleep_state")
+    }
+
+
+@pytest.mark.parametrize(
+    ("sends", "at", "in_flight", "completed"),
+    [
+        pytest.param([(0.0, 3.0, 2)], 2.9, 2, 0, id="running-before-their-end"),
+        pytest.param([(0.0, 3.0, 2)], 3.0, 0, 2, id="done-at-their-end"),
+        pytest.param([(0.0, 3.0, 1), (1.0, 3.0, 1)], 3.5, 1, 1, id="only-the-earlier-ended"),
+        pytest.param([(1.0, 1.0, 1), (0.0, 5.0, 1)], 2.5, 1, 1, id="ends-out-of-send-order"),
+    ],
+)
+def test_requests_end_after_their_duration(
+    sends: list[tuple[float, float, int]], at: float, in_flight: int, completed: int
+) -> None:
+    requests = EngineRequests()
+    for now, seconds, count in sends:
+        requests.send(now, seconds, count)
+    requests.settle(at)
+    assert (requests.in_flight(), requests.completed) == (in_flight, completed)
+    assert requests.sent == sum(count for _, _, count in sends)
+
+
+def test_an_abandoned_engine_loses_the_requests_not_yet_ended() -> None:
+    requests = EngineRequests()
+    requests.send(0.0, 1.0, 3)
+    requests.send(0.5, 4.0, 2)
+    assert requests.abandon(2.0) == 2
+    assert (requests.in_flight(), requests.completed) == (0, 3)
+
+
+@pytest.mark.parametrize(
+    ("driven", "held", "model", "gauges"),
+    [
+        pytest.param(False, 0, (64.0, 16.0), (64.0, 16.0), id="undriven-the-model-says"),
+        pytest.param(True, 200, (64.0, 16.0), (64.0, 16.0), id="driven-past-a-batch"),
+        pytest.param(True, 70, (64.0, 16.0), (64.0, 6.0), id="few-waiting"),
+        pytest.param(True, 5, (64.0, 16.0), (5.0, 0.0), id="draining"),
+        pytest.param(True, 0, (64.0, 16.0), (0.0, 0.0), id="drained-or-not-yet-sent-to"),
+    ],
+)
+def test_a_driven_engine_shows_only_the_driver_requests(
+    driven: bool, held: int, model: tuple[float, float], gauges: tuple[float, float]
+) -> None:
+    weights = EngineWeights(driven=driven)
+    weights.requests.send(0.0, 10.0, held)
+    assert weights.served(*model) == gauges
+
+
+def test_an_engine_page_exports_its_generation_and_the_driver_running_gauge() -> None:
+    model = EngineModel(EngineProfile(noise=0.0), "e1", T0)
+    model.advance(T0 + 5)
+    assert _page(model)[ENGINE_POLICY_GENERATION] == 0.0  # the weights on its command line
+    assert _page(model)["vllm:num_requests_running"] == 64.0
+    model.weights.push(7)
+    model.weights.driven = True
+    model.weights.requests.send(T0 + 5, 2.0, 3)
+    page = _page(model)
+    assert (page[ENGINE_POLICY_GENERATION], page["vllm:num_requests_running"]) == (7.0, 3.0)
+    model.advance(T0 + 8)
+    assert _page(model)["vllm:num_requests_running"] == 0.0  # the requests ended: drained
+
+
+@pytest.fixture
+async def bed(tmp_path: Path) -> AsyncIterator[Bed]:
+    bed = Bed(tmp_path)
+    await bed.app.start()
+    await bed.app.sync()
+    yield bed
+    await bed.app.close()
+
+
+@ON_SESSION_LOOP
+async def test_a_push_sets_the_generation_and_a_deleted_engine_loses_its_requests(
+    bed: Bed,
+) -> None:
+    pushed = await bed.call("push_weights", 4, namespace=NS, pod="r1")
+    assert pushed == {"pushed": [f"{NS}/r1"], "generation": 4}
+    assert (await bed.scrape("r1"))[ENGINE_POLICY_GENERATION] == 4.0
+    with pytest.raises(SimError, match="404"):
+        await bed.call("push_weights", 4, namespace=NS, pod="t0")  # a trainer has none
+    engine = bed.app.workloads[f"{NS}/r1"].model
+    assert isinstance(engine, EngineModel)
+    engine.weights.requests.send(bed.clock.now, 3.0, 5)
+    bed.clock.now += 1
+    bed.pods = [p for p in bed.pods if p["metadata"]["name"] != "r1"]
+    bed.pods.append(make_pod("r1b", "rollout", "u9"))
+    await bed.app.sync()
+    assert bed.app.lost.of(NS, "job1") == {"r1": 5}
+    newcomer = bed.app.workloads[f"{NS}/r1b"].model
+    assert isinstance(newcomer, EngineModel) and newcomer.weights.generation == 0
+    lost = [e for e in bed.app.events if e["event"] == "requests-lost"]
+    assert [(e["pod"], e["lost"]) for e in lost] == [(f"{NS}/r1", 5)]
+
+
+@ON_SESSION_LOOP
+async def test_a_restarted_engine_container_loses_its_requests_and_weights(bed: Bed) -> None:
+    engine = bed.app.workloads[f"{NS}/r2"].model
+    assert isinstance(engine, EngineModel)
+    engine.weights.push(3)
+    engine.weights.requests.send(bed.clock.now, 3.0, 2)
+    bed.pods[1] = make_pod("r2", "rollout", "u2", restarts=1)
+    await bed.app.sync()
+    restarted = bed.app.workloads[f"{NS}/r2"].model
+    assert isinstance(restarted, EngineModel) and restarted.weights.generation == 0
+    assert bed.app.lost.of(NS, "job1") == {"r2": 2}
