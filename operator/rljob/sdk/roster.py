@@ -14,8 +14,9 @@ calls back on transitions:
 Within one update the callbacks fire in the order on_drain, on_leave, on_join, on_serving (by
 pod name within each), so a group shrinks before it grows. A pod first seen already serving
 gets on_join then on_serving; first seen draining, only on_drain. serving -> joining (lost
-readiness) fires nothing: serving() simply stops listing it. A pod whose address changed left
-and joined again. docs/weight-sync.md has the whole loop and the RBAC it needs."""
+readiness) fires nothing: serving() simply stops listing it. A pod without an address yet gets
+no callback until it has one; a pod whose address changed left and joined again.
+docs/weight-sync.md has the whole loop and the RBAC it needs."""
 
 from __future__ import annotations
 
@@ -81,10 +82,11 @@ def engines_of(job: Mapping[str, Any] | None) -> Snapshot:
 def transitions(
     before: Mapping[str, Engine], after: Mapping[str, Engine]
 ) -> list[tuple[str, Engine]]:
-    """(event, engine) pairs, event in EVENTS order, from one roster to the next."""
+    """(event, engine) pairs, event in EVENTS order, from one roster to the next. An engine
+    without an address yet is unreachable: callbacks see it once it has one."""
     found: dict[str, list[Engine]] = {event: [] for event in EVENTS}
     for pod in sorted(before.keys() | after.keys()):
-        old, new = before.get(pod), after.get(pod)
+        old, new = _reachable(before.get(pod)), _reachable(after.get(pod))
         if old is not None and (new is None or new.address != old.address):
             found["leave"].append(old)
             old = None
@@ -99,6 +101,10 @@ def transitions(
         if new.state == SERVING and (old is None or old.state != SERVING):
             found["serving"].append(new)
     return [(event, engine) for event in EVENTS for engine in found[event]]
+
+
+def _reachable(engine: Engine | None) -> Engine | None:
+    return engine if engine is not None and engine.address else None
 
 
 class EngineRoster:
