@@ -29,10 +29,12 @@ from rljob.reconcile.attempt_start import AttemptGathered, with_attempt_start
 from rljob.reconcile.bottleneck import bottleneck_event, with_bottleneck
 from rljob.reconcile.checkpoint_status import RETENTION_FAILED, with_latest
 from rljob.reconcile.conditions import ConditionState, with_condition
+from rljob.reconcile.drain import recheck_after
 from rljob.reconcile.engine_health import with_engine_health
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.findings import crash_remedy, finding_remedy
+from rljob.reconcile.gate import gate_recheck_after
 from rljob.reconcile.in_turn import InTurnPass, advance_in_turn
 from rljob.reconcile.journal import settle_journal, unknown_format
 from rljob.reconcile.lifecycle import FAIL_JOB_END, TrainerHold, close_attempt
@@ -103,7 +105,7 @@ def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
     job = _continued(job, inputs)
     job = _with_status(job, _refreshed(job, inputs))
     job = _with_status(job, settle_journal(job.status, observed, job.metadata.name))
-    turn = advance_in_turn(job, observed, now)
+    turn = advance_in_turn(job, observed, now, inputs.engine_readings)
     job = _with_status(job, turn.status)
     resume = handle_resume(job, now)
     job = _with_status(job, resume.status)
@@ -230,7 +232,9 @@ def _decided(
         node_states=inputs.node_states,
         now=inputs.now,
         settled=turn.settled if turn is not None else None,
+        readings=inputs.engine_readings,
     )
+    plan = replace(plan, requeue_after=_sooner(plan.requeue_after, _recheck(job, observed, inputs)))
     reports = (
         *notes,
         *(remedy.reports if remedy is not None else ()),
@@ -250,6 +254,17 @@ def _decided(
         restarted=restarted,
         watch=watch,
     )
+
+
+def _recheck(job: RLJob, observed: Observed, inputs: PassInputs) -> float | None:
+    """A drain that waits, or a Gated engine awaiting its gate, is looked at again soon."""
+    return _sooner(
+        recheck_after(job, inputs.engine_readings, inputs.now), gate_recheck_after(job, observed)
+    )
+
+
+def _sooner(first: float | None, second: float | None) -> float | None:
+    return min((s for s in (first, second) if s is not None), default=None)
 
 
 def _in_turn_role(job: RLJob) -> str:

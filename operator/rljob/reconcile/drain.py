@@ -155,8 +155,9 @@ def ended_message(job: RLJob, pod: str, end: DrainEnd) -> str:
     if not end.timed_out:
         return f"{pod} drained: 0 running after {end.seconds:.0f}s"
     timeout = job.spec.roles.rollout.drain_timeout if job.spec.roles.rollout else ""
-    running = "no reading of its" if end.running is None else f"{end.running:.0f}"
-    return f"{pod} drain timed out after {timeout} with {running} running: deleted"
+    if end.running is None:
+        return f"{pod} drain timed out after {timeout} with its running requests unread: deleted"
+    return f"{pod} drain timed out after {timeout} with {end.running:.0f} running: deleted"
 
 
 def _decided_end(

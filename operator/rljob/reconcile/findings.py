@@ -10,6 +10,7 @@ from datetime import datetime
 
 from rljob.api import FailureAction, FailureReason, RLJob, RLJobStatus, RoleName
 from rljob.health.evaluation import Evaluation
+from rljob.reconcile.drain import drains
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.in_turn import journal_in_turn_restart
 from rljob.reconcile.observed import Observed, ObservedPod
@@ -92,7 +93,9 @@ def _serving(
     key: str,
     now: datetime,
 ) -> FindingRemedy:
-    if decision.action == FailureAction.RESTART_ROLE_IN_TURN:
+    # A Gated engine's role restarts in turn (a Deployment roll cannot drain).
+    rolled = decision.action == FailureAction.RESTART_ROLE and drains(job, pod.role)
+    if decision.action == FailureAction.RESTART_ROLE_IN_TURN or rolled:
         return _in_turn(job, observed, decision, RoleName(pod.role), now=now, key=key)
     if decision.action == FailureAction.RESTART_POD and not room_to_restart(job, observed, pod):
         spec = getattr(job.spec.roles, pod.role)

@@ -10,6 +10,10 @@ uid-guarded: a no-op if the first one landed). A pod that went on its own is ski
 listed pod is left and the role is ready again, the entry's step says so and its Event is
 posted; the pass after clears it (posting the named Event again, so a crash between the two
 loses nothing).
+
+A Gated rollout engine drains first (reconcile/drain.py): its turn stamps `drainStartedAt` (the
+roster says draining; the pod counts as down from then on), and once it drained a later pass
+stamps `deletedAt` and deletes it, through the same fence.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from rljob.api import (
     ActionKind,
     ActionPod,
     ActionTarget,
+    FailureReason,
     InFlightAction,
     JobPhase,
     RLJob,
@@ -29,6 +34,8 @@ from rljob.api import (
 )
 from rljob.api.roles import MAX_REPLICAS
 from rljob.api.status import JOURNAL_FORMAT
+from rljob.reconcile.drain import drain_end, drain_entry, drains
+from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.names import role_child_name
 from rljob.reconcile.observed import Observed, ObservedPod
@@ -74,26 +81,47 @@ def journal_in_turn_restart(
 ) -> InTurnPass | None:
     """The in-turn restart of `role`, counted and journaled with the role's pods in order, and
     the first pod's turn if there is room; None when the role has no pod to restart."""
-    live = [p for p in observed.pods if p.role == role.value and not p.terminal and not p.deleting]
-    if not live:
-        return None
     ledger = record_restart(job.status.restarts, decision, now, job.spec.failure_policy)
-    action = InFlightAction(
-        id=f"turn-{role.value}-{ledger.total}",
-        kind=ActionKind.RESTART_ROLE_IN_TURN,
-        target=ActionTarget(role=role, name=role_child_name(job.metadata.name, role)),
-        reason=decision.reason,
-        step=JOURNALED_STEP,
-        started_at=now,
-        pods=[ActionPod(name=p.name, uid=p.uid) for p in oldest_first(live)[:MAX_REPLICAS]],
+    action = in_turn_entry(
+        job, role, observed, f"turn-{role.value}-{ledger.total}", now, reason=decision.reason
     )
+    if action is None:
+        return None
     status = job.status.model_copy(update={"restarts": ledger, "in_flight": action})
     return advance_in_turn(job.model_copy(update={"status": status}), observed, now)
 
 
-def advance_in_turn(job: RLJob, observed: Observed, now: datetime) -> InTurnPass:
+def in_turn_entry(
+    job: RLJob,
+    role: RoleName,
+    observed: Observed,
+    action_id: str,
+    now: datetime,
+    *,
+    reason: FailureReason | None = None,
+) -> InFlightAction | None:
+    """The journal entry of an in-turn restart of `role` with its live pods oldest first
+    (nobody's turn yet); None when the role has no pod to restart."""
+    live = [p for p in observed.pods if p.role == role.value and not p.terminal and not p.deleting]
+    if not live:
+        return None
+    return InFlightAction(
+        id=action_id,
+        kind=ActionKind.RESTART_ROLE_IN_TURN,
+        target=ActionTarget(role=role, name=role_child_name(job.metadata.name, role)),
+        reason=reason,
+        step=JOURNALED_STEP,
+        started_at=now,
+        pods=[ActionPod(name=p.name, uid=p.uid) for p in oldest_first(live)[:MAX_REPLICAS]],
+    )
+
+
+def advance_in_turn(
+    job: RLJob, observed: Observed, now: datetime, readings: tuple[EngineReading, ...] = ()
+) -> InTurnPass:
     """One pass of a journaled in-turn restart: cleared once it said the role is ready again,
-    marked ready when it is, else the next pod's turn when the role has room for it."""
+    marked ready when it is, else the next pod's turn when the role has room for it (a Gated
+    engine's turn: its drain, then its delete once drained)."""
     status = job.status
     action = in_turn_action(status)
     if action is None:
@@ -105,15 +133,23 @@ def advance_in_turn(job: RLJob, observed: Observed, now: datetime) -> InTurnPass
         return InTurnPass(status.model_copy(update={"in_flight": ready}))
     if _stopped(job, action):
         return InTurnPass(status)  # suspended or finished: the scale-down removes the rest
-    index = _next_turn(job, observed, action)
+    pods = list(action.pods or [])
+    drained = _drained_turn(job, observed, action, readings, now)
+    index = drained if drained is not None else _next_turn(job, observed, action)
     if index is None:
         return InTurnPass(status)
-    pods = list(action.pods or [])
-    pods[index] = pods[index].model_copy(update={"deleted_at": now})
+    entry = pods[index]
+    if drained is None and drains(job, _role(action)):
+        pods[index] = drain_entry(entry.name, entry.uid, now)
+        taken = sum(1 for p in pods if p.deleted_at is not None)
+        step = f"Draining {entry.name} (deleted {taken}/{len(pods)})"
+        marked = action.model_copy(update={"pods": pods, "step": step})
+        return InTurnPass(status.model_copy(update={"in_flight": marked}))
+    pods[index] = entry.model_copy(update={"deleted_at": now})
     taken = sum(1 for p in pods if p.deleted_at is not None)
     step = f"Deleted {taken}/{len(pods)}"
     marked = action.model_copy(update={"pods": pods, "step": step})
-    return InTurnPass(status.model_copy(update={"in_flight": marked}), turn=pods[index].name)
+    return InTurnPass(status.model_copy(update={"in_flight": marked}), turn=entry.name)
 
 
 def in_turn_to_delete(status: RLJobStatus, observed: Observed) -> list[ObservedPod]:
@@ -187,7 +223,9 @@ def _down(job: RLJob, observed: Observed, action: InFlightAction) -> int:
     pods' view, replicas with no ready pod, and pods whose turn came that a lagging view still
     shows running (their delete is sent, or about to be)."""
     role = _role(action)
-    marked = {p.uid for p in action.pods or [] if p.deleted_at is not None}
+    marked = {
+        p.uid for p in action.pods or [] if p.deleted_at is not None or p.drain_started_at
+    }  # a draining pod serves nothing new: down from its drain on
     pending = sum(
         1
         for p in observed.pods
@@ -207,9 +245,28 @@ def _next_turn(job: RLJob, observed: Observed, action: InFlightAction) -> int | 
     seen = {p.uid: p for p in observed.pods if not p.terminal}
     for index, entry in enumerate(action.pods or []):
         pod = seen.get(entry.uid)
-        if entry.deleted_at is not None or pod is None or pod.deleting:
-            continue  # had its turn, or gone (or going) on its own: skipped
+        had_turn = entry.deleted_at is not None or entry.drain_started_at is not None
+        if had_turn or pod is None or pod.deleting:
+            continue  # had (or has) its turn, or gone (or going) on its own: skipped
         if not pod.ready or room:
             return index
         # A serving pod waiting for room: no younger serving pod overtakes it (room stays False).
+    return None
+
+
+def _drained_turn(
+    job: RLJob,
+    observed: Observed,
+    action: InFlightAction,
+    readings: tuple[EngineReading, ...],
+    now: datetime,
+) -> int | None:
+    """The index of a draining pod, still seen, whose drain ended: its delete comes first (its
+    room was taken when its drain began)."""
+    seen = {p.uid for p in observed.pods if not p.terminal and not p.deleting}
+    for index, entry in enumerate(action.pods or []):
+        if entry.deleted_at is not None or entry.uid not in seen:
+            continue
+        if drain_end(job, entry, readings, now) is not None:
+            return index
     return None

@@ -65,6 +65,17 @@ def unknown_format(status: RLJobStatus) -> EventSpec | None:
     return EventSpec("Warning", "JournalFormatUnknown", message)
 
 
+def _requested(action: InFlightAction) -> str:
+    """What a manual restart request journaled: a gang restart, a roll, or (Gated engines) a
+    restart in turn."""
+    role = action.target.name if action.target and action.target.name else "the role"
+    if action.kind == ActionKind.RESTART_TRAINER_GANG:
+        return "trainer gang restart"
+    if action.kind == ActionKind.RESTART_ROLE_IN_TURN:
+        return f"restart in turn (each engine drained first) of {role}"
+    return f"roll of {role}"
+
+
 def _rolled(child: ObservedChild, action: InFlightAction) -> bool:
     """The Deployment carries the action's restart annotation and every replica was replaced."""
     named = action.target is not None and child.name == action.target.name
@@ -95,11 +106,7 @@ def journaled_event(status: RLJobStatus) -> tuple[str, EventSpec] | None:
     if action is None or action.kind not in JOURNALED_EVENT_REASONS:
         return None
     if action.id.startswith(MANUAL_PREFIX):
-        what = (
-            "trainer gang restart"
-            if action.kind == ActionKind.RESTART_TRAINER_GANG
-            else (f"roll of {action.target.name if action.target else 'the role'}")
-        )
+        what = _requested(action)
         message = f"{what} requested ({action.id.removeprefix(MANUAL_PREFIX)})"
         if action.kind == ActionKind.RESTART_TRAINER_GANG:
             message += f": attempt {status.attempt}"

@@ -2,8 +2,9 @@
 `kubectl rljob restart`) is honoured exactly once per nonce, remembered in
 status.lastRestartRequest. A trainer restart is a journaled gang restart (attempt + 1: the
 reconcile then retires the old Job and creates the next one with the resume checkpoint); a
-serving role restart is a journaled roll of its Deployment. A request that arrives while an
-action is in flight waits for it."""
+serving role restart is a journaled roll of its Deployment (Gated rollout engines: an in-turn
+restart, each drained first). A request that arrives while an action is in flight waits for
+it."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from rljob.api import (
     RoleName,
 )
 from rljob.api.labels import RESTART_REQUEST_ANNOTATION
+from rljob.reconcile.drain import drains
 from rljob.reconcile.events import EventSpec
+from rljob.reconcile.in_turn import advance_in_turn, in_turn_entry
 from rljob.reconcile.journal import MANUAL_PREFIX
 from rljob.reconcile.lifecycle import RESTART_REQUESTED_END, close_attempt
 from rljob.reconcile.names import role_child_name
@@ -105,6 +108,12 @@ def journal_manual_restart(
         )
     if getattr(job.spec.roles, order.role.value) is None:
         return status  # no such role: nothing to roll (kubectl rljob restart checks first)
+    if drains(job, order.role.value):  # Gated engines drain: in turn, never a roll
+        entry = in_turn_entry(job, order.role, observed, action_id, now)
+        if entry is None:
+            return status
+        journaled = status.model_copy(update={"in_flight": entry})
+        return advance_in_turn(job.model_copy(update={"status": journaled}), observed, now).status
     target = ActionTarget(role=order.role, name=role_child_name(job.metadata.name, order.role))
     action = InFlightAction(
         id=action_id, kind=ActionKind.RESTART_ROLE, target=target, started_at=now

@@ -18,6 +18,7 @@ from rljob.api import (
 )
 from rljob.health.evaluation import Evaluation
 from rljob.health.termination import DISRUPTION_REASONS, ContainerTermination, CrashRepeatTracker
+from rljob.reconcile.drain import DRAINING_STEP, drain_entry, draining_uids, drains
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.names import role_child_name
 from rljob.reconcile.observed import Observed, ObservedPod
@@ -54,15 +55,18 @@ def crash_findings(
 def journal_pod_restart(
     job: RLJob, decision: Decision, pod: ObservedPod, now: datetime
 ) -> RLJobStatus:
-    """The restart of one serving pod, counted and journaled before the pod is deleted."""
+    """The restart of one serving pod, counted and journaled before the pod is deleted; a Gated
+    rollout engine's drain begins with this write (deleted once drained: reconcile/drain.py)."""
     status = job.status
+    drained = drains(job, pod.role)
     action = InFlightAction(
         id=f"pod-{pod.uid[:8]}",
         kind=ActionKind.RESTART_POD,
         target=ActionTarget(role=RoleName(pod.role), name=pod.name, uid=pod.uid),
         reason=decision.reason,
-        step="Journaled",
+        step=DRAINING_STEP if drained else "Journaled",
         started_at=now,
+        pods=[drain_entry(pod.name, pod.uid, now)] if drained else None,
     )
     ledger = record_restart(status.restarts, decision, now, job.spec.failure_policy)
     return status.model_copy(update={"restarts": ledger, "in_flight": action})
@@ -117,7 +121,8 @@ def unavailable(job: RLJob, observed: Observed, role: str) -> int:
     )
     from_status = desired - (deployment.ready_replicas if deployment is not None else 0)
     pods = [p for p in observed.pods if p.role == role and not p.terminal]
-    from_pods = sum(1 for p in pods if p.deleting or not p.ready)
+    leaving = draining_uids(job.status)  # a draining engine serves nothing new
+    from_pods = sum(1 for p in pods if p.deleting or not p.ready or p.uid in leaving)
     return max(0, from_status, from_pods)
 
 

@@ -9,11 +9,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rljob.api import ActionKind, InFlightAction, RLJob
+from rljob.api import ActionKind, ActionPod, InFlightAction, RLJob, RLJobStatus
 from rljob.checkpoints.attempt_plan import AttemptPlan
 from rljob.checkpoints.models import AttemptMarker
 from rljob.checkpoints.retention import RetentionPlan
 from rljob.reconcile.attempt_start import creates_attempt
+from rljob.reconcile.drain import (
+    action_entry,
+    drain_waits,
+    draining,
+    ended_event,
+    started_event,
+)
+from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.in_turn import ROLE_READY_STEP, in_turn_to_delete, restarted_event
 from rljob.reconcile.journal import journaled_event, pod_to_delete, role_to_roll
@@ -107,12 +115,14 @@ def execution_steps(
     node_states: Mapping[str, str],
     now: datetime,
     settled: InFlightAction | None = None,
+    readings: tuple[EngineReading, ...] = (),
 ) -> tuple[Step, ...]:
     """The plan's side effects in the order that keeps every crash resumable: the policy's
     suspension's Event, the journaled action's Event, deletes, the pod restart, in-turn deletes
     or role roll, stuck pods, the attempt marker, the applies, retention, and the RLJob's own
     deletion. `settled`: an in-turn
-    restart this pass cleared, whose closing Event is posted again (named: once)."""
+    restart this pass cleared, whose closing Event is posted again (named: once). A drained
+    engine (Gated) is deleted only once its drain ended (`readings`), its Events around it."""
     status = plan.status
     action = status.in_flight
     prefix = _CRASH_PREFIXES.get(action.kind, "") if action is not None else ""
@@ -124,15 +134,18 @@ def execution_steps(
     if journaled is not None and action is not None:
         name = f"{job.metadata.name}.{journaled[0]}"
         steps += [CrashPoint(f"{prefix}:journaled"), PostEvent(journaled[1], name, once=True)]
+    steps += _drains_started(job, status, now)
     steps += [DeleteObject(d.kind, d.name, d.uid) for d in plan.delete]
     if plan.delete and prefix == "gang-restart":
         steps.append(CrashPoint("gang-restart:old-job-deleted"))
     victim = pod_to_delete(status, observed)
-    if victim is not None:
-        steps += [DeleteObject("Pod", victim.name, victim.uid)]
+    if victim is not None and not drain_waits(job, _entry(action, victim), readings, now):
+        steps += _pod_delete(job, action, victim, readings, now)
         steps.append(CrashPoint("pod-restart:pod-deleted"))
     for turn in in_turn_to_delete(status, observed):
-        steps += [DeleteObject("Pod", turn.name, turn.uid), CrashPoint("in-turn:pod-deleted")]
+        stamped = _entry(action, turn)
+        at = stamped.deleted_at if stamped is not None and stamped.deleted_at else now
+        steps += [*_pod_delete(job, action, turn, readings, at), CrashPoint("in-turn:pod-deleted")]
     rolling = role_to_roll(status)
     if rolling is not None:
         steps += [RollDeployment(*rolling), CrashPoint("role-restart:rolled")]
@@ -152,6 +165,44 @@ def execution_steps(
     if plan.delete_job:
         steps.append(DeleteRLJob())
     return tuple(steps)
+
+
+def _entry(action: InFlightAction | None, pod: ObservedPod) -> ActionPod | None:
+    return action_entry(action, pod.uid)
+
+
+def _drains_started(job: RLJob, status: RLJobStatus, now: datetime) -> list[Step]:
+    """Each drain under way said (named: once), after a crash point where one began now."""
+    action = status.in_flight
+    if action is None:
+        return []
+    entries = draining(status)
+    steps: list[Step] = []
+    if any(e.drain_started_at == now for e in entries):
+        steps.append(CrashPoint("drain:started"))
+    for entry in entries:
+        name, event = started_event(job, action, entry)
+        steps.append(PostEvent(event, name, once=True))
+    return steps
+
+
+def _pod_delete(
+    job: RLJob,
+    action: InFlightAction | None,
+    pod: ObservedPod,
+    readings: tuple[EngineReading, ...],
+    at: datetime,
+) -> list[Step]:
+    """A journaled pod's delete; a drained one's end said first, its crash point after."""
+    entry = _entry(action, pod)
+    ended = ended_event(job, action, entry, readings, at) if action and entry else None
+    if ended is None:
+        return [DeleteObject("Pod", pod.name, pod.uid)]
+    return [
+        PostEvent(ended[1], ended[0], once=True),
+        DeleteObject("Pod", pod.name, pod.uid),
+        CrashPoint("drain:pod-deleted"),
+    ]
 
 
 def _teardown_steps(
