@@ -16,7 +16,7 @@ from typing import Generic, Protocol, TypeVar
 
 from rljob.api import RLJob
 from rljob.api.durations import parse_duration
-from rljob.api.enums import RoleName
+from rljob.api.enums import RoleName, WeightSync
 from rljob.api.spec import Health
 from rljob.api.status import EngineHealth
 from rljob.health import (
@@ -33,6 +33,7 @@ from rljob.health.job_diagnosis import (
     diagnosis_queries,
     diagnosis_span,
 )
+from rljob.health.monitor_engines import EngineGauges
 from rljob.health.profiles import TRAINER, VERIFIER, Signal, TrainerReading
 from rljob.health.samples import MIN_SPACING_INTERVALS
 
@@ -143,6 +144,9 @@ class JobMonitor(Generic[S]):
         self.has_verifier = False
         self.colocated = False
         self.health: Health | None = None
+        # Rollout pod -> its latest running and generation (drains and the gate read them).
+        self.engine_gauges: dict[str, EngineGauges] = {}
+        self.weight_gated = False  # spec.roles.rollout.weightSync is Gated
         self._configure(job.spec.health, job.spec.roles.verifier is not None, _colocated(job))
         self.restore(job, now)
 
@@ -222,6 +226,10 @@ class JobMonitor(Generic[S]):
         self.source = source
         rollout = [p.name for p in pods.get(ROLLOUT, ()) if _active(p)]
         self.rollout.track(job.spec.roles.rollout, rollout)
+        kept = set(self.rollout.pods)
+        self.engine_gauges = {p: g for p, g in self.engine_gauges.items() if p in kept}
+        spec = job.spec.roles.rollout
+        self.weight_gated = spec is not None and spec.weight_sync == WeightSync.GATED
         self.verifier_pods = (
             tuple(sorted(p.name for p in pods.get(VERIFIER_ROLE, ()) if _active(p)))
             if has_verifier

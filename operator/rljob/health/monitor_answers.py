@@ -45,7 +45,9 @@ from rljob.health.monitor import (
     S,
     Targets,
 )
+from rljob.health.monitor_engines import note_engine_gauges
 from rljob.health.profiles import (
+    OPTIONAL_ENGINE_SIGNALS,
     TRAINER,
     VERIFIER,
     Series,
@@ -113,13 +115,14 @@ def feed(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> dict[str
     """Feeds a job's detectors from the answers; returns role -> error for the roles whose
     signals failed (those roles get nothing fed)."""
     failed: dict[str, str] = {}
+    note_engine_gauges(monitor, targets, answers)
     feeds: list[tuple[str, Mapping[str, Signal], Callable[[], None]]] = []
     for group in monitor.engine_groups:
         pods = targets.engines(group.key)
         if pods and group.metrics is not None:
-            feeds.append(
-                (group.key, group.metrics.signals(), _engine_feed(monitor, group, pods, answers))
-            )
+            named = group.metrics.signals().items()
+            required = {n: s for n, s in named if n not in OPTIONAL_ENGINE_SIGNALS}
+            feeds.append((group.key, required, _engine_feed(monitor, group, pods, answers)))
     if targets.trainer:
         feeds.append(
             (TRAINER_ROLE, TRAINER.signals(), lambda: _feed_trainer(monitor, targets, answers))
@@ -369,9 +372,10 @@ def job_error(
     if error is not None:
         return error
     wanted = monitor.role_queries(targets)
-    diagnosis = wanted.pop(DIAGNOSIS_ROLE, {})
+    optional = list(wanted.pop(DIAGNOSIS_ROLE, {}))
     required = {signal for signals in wanted.values() for signal in signals}
-    return failure(required, answers) or failure(diagnosis, answers, optional=True)
+    optional += [s for s in required if s.name in OPTIONAL_ENGINE_SIGNALS]
+    return failure(required - set(optional), answers) or failure(optional, answers, optional=True)
 
 
 def detector_values(evaluations: Iterable[Evaluation]) -> dict[str, float]:

@@ -13,6 +13,7 @@ from rljob.dev.traces import Cycle, EngineProfile, SimulatedEngine, SimulatedVer
 from rljob.dev.traces import VerifierProfile as TraceVerifierProfile
 from rljob.health import EngineSample
 from rljob.health.profiles import (
+    ENGINE_POLICY_GENERATION,
     GENERATION_RATE,
     GENERATION_TOKENS,
     GENERATION_TOKENS_AT_FINISH,
@@ -77,6 +78,8 @@ def test_vllm_names_are_the_designs() -> None:
         # Before 0.11 (PR #24110), read where inter_token_latency_seconds is missing.
         "vllm:time_per_output_token_seconds_sum",
         "vllm:time_per_output_token_seconds_count",
+        # The rljob SDK's engine-side gauge: drains and the policy-current gate read it.
+        "rljob_engine_policy_generation",
     }
     sleep = VLLM.signals()[SLEEP_STATE]
     assert sleep.matchers == (("sleep_state", "awake"),)
@@ -123,6 +126,7 @@ def test_custom_engine_uses_metric_names_and_overrides_apply_to_builtins() -> No
         REQUESTS_RUNNING,
         REQUESTS_WAITING,
         SLEEP_STATE,
+        ENGINE_POLICY_GENERATION,
     }
     overridden = engine_metrics(role(metricNames={"requestsWaiting": "vllm:waiting_by_me"}))
     assert overridden.requests_waiting == "vllm:waiting_by_me"

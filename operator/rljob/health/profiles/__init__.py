@@ -26,6 +26,10 @@ shared/reference/workload-signals.md section 0):
   docs/engine-fidelity.md has the upstream files and versions.
 - custom: the role's `metricNames`; a user's sleep gauge is non-zero while the engine sleeps
   (the spec's wording). `metricNames` also override single names of vllm and sglang.
+- Every rollout engine profile (custom too): the optional gauge `rljob_engine_policy_generation`
+  (the rljob SDK's engine-side helper, on the engine's own metrics page), the weight generation
+  the engine serves; drains and the policy-current gate read it, no detector does. The
+  trainer's colocated engines are not asked for it.
 - Trainer (the rljob SDK's progress exporter): `rljob_trainer_step`,
   `rljob_trainer_heartbeat_timestamp_seconds`, `rljob_trainer_phase{phase}` (1 for the current
   phase), `rljob_policy_generation`, `rljob_checkpoint_step`.
@@ -44,11 +48,13 @@ from rljob.health.profiles.lookup import SeriesLookup
 from rljob.health.profiles.sampling import engine_samples, sample_times, verifier_samples
 from rljob.health.profiles.signals import (
     CHECKPOINT_STEP,
+    ENGINE_POLICY_GENERATION,
     GENERATION_RATE,
     GENERATION_TOKENS,
     GENERATION_TOKENS_AT_FINISH,
     KV_CACHE_USAGE,
     KV_CACHE_USAGE_LEGACY,
+    OPTIONAL_ENGINE_SIGNALS,
     PAUSED_REQUESTS,
     POLICY_GENERATION,
     PREEMPTIONS,
@@ -87,12 +93,14 @@ from rljob.health.profiles.workloads import (
 
 __all__ = [
     "CHECKPOINT_STEP",
+    "ENGINE_POLICY_GENERATION",
     "ENGINE_PROFILES",
     "GENERATION_RATE",
     "GENERATION_TOKENS",
     "GENERATION_TOKENS_AT_FINISH",
     "KV_CACHE_USAGE",
     "KV_CACHE_USAGE_LEGACY",
+    "OPTIONAL_ENGINE_SIGNALS",
     "PAUSED_REQUESTS",
     "POLICY_GENERATION",
     "PREEMPTIONS",

@@ -76,3 +76,8 @@ POLICY_GENERATION = "policy_generation"
 CHECKPOINT_STEP = "checkpoint_step"
 VERIFIER_BUCKETS = "verifier_buckets"
 VERIFIER_ERRORS = "verifier_errors"
+# A rollout engine's weight generation (rljob_engine_policy_generation): what drains and the
+# policy-current gate read beside its running requests; no detector needs it.
+ENGINE_POLICY_GENERATION = "engine_policy_generation"
+# Engine signals whose absence or failure never makes an engine detector "insufficient data".
+OPTIONAL_ENGINE_SIGNALS = frozenset({ENGINE_POLICY_GENERATION})

@@ -12,6 +12,7 @@ from rljob.api.enums import Engine
 from rljob.api.spec import GangEngines, RolloutRole
 from rljob.health.profiles.signals import (
     CHECKPOINT_STEP,
+    ENGINE_POLICY_GENERATION,
     FINISHED_GENERATION_TOKENS,
     FINISHED_PROMPT_TOKENS,
     FINISHED_REQUESTS,
@@ -41,6 +42,9 @@ from rljob.health.profiles.signals import (
     VERIFIER_ERRORS,
     Signal,
 )
+
+# The rljob SDK's engine-side gauge, exported on the engine's own metrics page.
+ENGINE_POLICY_GENERATION_METRIC = "rljob_engine_policy_generation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,8 @@ class EngineMetrics:
     # nothing (SGLang: paused, idle or wedged) rather than a steady state.
     gauges_freeze: bool = False
     versions: str = ""
+    # The weight generation a rollout engine serves (optional; drains and the gate read it).
+    policy_generation: str | None = ENGINE_POLICY_GENERATION_METRIC
 
     def signals(self) -> dict[str, Signal]:
         """Signal name -> signal, for the metrics this engine exports."""
@@ -103,6 +109,7 @@ class EngineMetrics:
             PAUSED_REQUESTS: self.paused_requests,
             GENERATION_TOKENS_AT_FINISH: self.generation_tokens_at_finish,
             GENERATION_RATE: self.generation_rate,
+            ENGINE_POLICY_GENERATION: self.policy_generation,
             **dict(self.legacy),
         }
         shared = self.shared_series()
@@ -263,6 +270,7 @@ def ray_exported(profile: EngineMetrics) -> EngineMetrics:
         token_latency_count_total=renamed(profile.token_latency_count_total),
         legacy=tuple((signal, ray_metric_name(name)) for signal, name in profile.legacy),
         engine_label=RAY_WORKER_LABEL,
+        policy_generation=None,  # only the trainer's colocated engines go through Ray
         versions=f"{profile.versions}; through Ray's metrics agent (Ray 2.60.0)",
     )
 
@@ -274,6 +282,12 @@ class MissingMetricNamesError(ValueError):
 def engine_metrics(role: RolloutRole | GangEngines, *, through_ray: bool = False) -> EngineMetrics:
     """The engines' metric names: their engine's (as Ray's metrics agent exports them, with
     `through_ray`), with `metricNames` overriding them (custom engines have only those)."""
+    profile = _named(role, through_ray)
+    # Only rollout engines drain and rejoin behind the gate: the gang's are not asked.
+    return replace(profile, policy_generation=None) if isinstance(role, GangEngines) else profile
+
+
+def _named(role: RolloutRole | GangEngines, through_ray: bool) -> EngineMetrics:
     engine = str(getattr(role.engine, "value", role.engine))
     names = role.metric_names
     base = ENGINE_PROFILES.get(engine)

@@ -1,0 +1,126 @@
+"""What the health loop keeps of each rollout engine for drains and the policy-current gate
+(issue #17): its latest running requests and reported weight generation, with the sample's
+time, and when a new reading could move a drain or a gate. Pure: the loop feeds it from a
+round's (or a backfill's) answers and hands the readings to the passes.
+
+A reading's time is its newest running-gauge sample (the generation at that time), so a drain
+never counts a running count older than the time it is stamped with. Garbage is no reading: a
+negative or non-finite running count gives running None, a negative, fractional or
+not exactly representable generation gives generation None.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from rljob.health.profiles import (
+    ENGINE_POLICY_GENERATION,
+    REQUESTS_RUNNING,
+    EngineMetrics,
+    Series,
+    SeriesLookup,
+)
+
+if TYPE_CHECKING:
+    from rljob.health.monitor import JobMonitor, S, Targets
+    from rljob.health.monitor_answers import Answers
+
+# A float gauge holds every integer up to 2**53 exactly; a larger "generation" is garbage.
+MAX_GENERATION = 2**53
+_READ = (REQUESTS_RUNNING, ENGINE_POLICY_GENERATION)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineGauges:
+    """One rollout engine's latest reading: the sample's time (unix seconds), its running
+    requests (summed over the engines of the pod) and the generation it serves (the lowest of
+    its engines'); None: no valid value."""
+
+    t: float
+    running: float | None
+    generation: int | None
+
+
+class ReadingLike(Protocol):
+    """A reading as the wake rule compares it (EngineReading and EngineGauges by pod fit)."""
+
+    @property
+    def pod(self) -> str: ...
+
+    @property
+    def running(self) -> float | None: ...
+
+    @property
+    def generation(self) -> int | None: ...
+
+
+def engine_gauges(
+    profile: EngineMetrics, series: Mapping[str, Sequence[Series]], staleness: float
+) -> EngineGauges | None:
+    """One pod's reading from its series by signal name; None without any point."""
+    running = SeriesLookup(series.get(REQUESTS_RUNNING, ()), profile.engine_label, staleness)
+    generation = SeriesLookup(
+        series.get(ENGINE_POLICY_GENERATION, ()), profile.engine_label, staleness
+    )
+    t = _newest(series.get(REQUESTS_RUNNING, ()))
+    if t is None:
+        t = _newest(series.get(ENGINE_POLICY_GENERATION, ()))
+    if t is None:
+        return None
+    return EngineGauges(t, _running(running.values_at(t)), _generation(generation.values_at(t)))
+
+
+def _newest(series: Iterable[Series]) -> float | None:
+    return max((one.points[-1][0] for one in series if one.points), default=None)
+
+
+def _running(values: Sequence[float]) -> float | None:
+    if not values or any(not math.isfinite(v) or v < 0 for v in values):
+        return None
+    return sum(values)
+
+
+def _generation(values: Sequence[float]) -> int | None:
+    """The lowest generation of the pod's engines: the pod serves it only once all do."""
+    if not values or any(not _whole(v) for v in values):
+        return None
+    return int(min(values))
+
+
+def _whole(value: float) -> bool:
+    return math.isfinite(value) and 0 <= value <= MAX_GENERATION and value == int(value)
+
+
+def note_engine_gauges(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> None:
+    """Keeps each rollout pod's newest reading from the answers (an older one never replaces
+    a newer one: a backfill's history, a Prometheus that lags)."""
+    profile = monitor.rollout.metrics
+    if profile is None:
+        return
+    signals = {name: signal for name, signal in profile.signals().items() if name in _READ}
+    namespace = monitor.key[0]
+    for pod in targets.rollout:
+        series = {
+            name: answers.data.get(signal, {}).get((namespace, pod), [])
+            for name, signal in signals.items()
+        }
+        reading = engine_gauges(profile, series, monitor.staleness)
+        known = monitor.engine_gauges.get(pod)
+        if reading is not None and (known is None or reading.t >= known.t):
+            monitor.engine_gauges[pod] = reading
+
+
+def readings_moved(before: Iterable[ReadingLike], after: Iterable[ReadingLike]) -> bool:
+    """Whether a pod's reading could now move a drain or a gate: its running count became 0
+    (or its first reading is 0), or its generation changed (or appeared)."""
+    known = {reading.pod: reading for reading in before}
+    for reading in after:
+        was = known.get(reading.pod)
+        if reading.running == 0 and (was is None or was.running != 0):
+            return True
+        if reading.generation is not None and (was is None or was.generation != reading.generation):
+            return True
+    return False
