@@ -91,3 +91,29 @@ async def test_a_replica_that_may_not_write_sends_no_write(method: str) -> None:
     with pytest.raises(KubeError, match="not the leader"):
         await kube.request(method, "/api/v1/namespaces/rl/pods/p")
     assert kube._dynamic.sent == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("fail_with", "sent"),
+    [
+        pytest.param(None, True, id="set"),
+        pytest.param(404, False, id="pod-gone"),
+        pytest.param(409, False, id="lost-a-race"),
+    ],
+)
+async def test_a_pod_condition_is_a_strategic_merge_of_its_status(
+    fail_with: int | None, sent: bool
+) -> None:
+    kube = _Recorder(fail_with=fail_with)
+    condition = {"type": "rljob.io/policy-current", "status": "True"}
+
+    assert await kube.set_pod_condition("rl", "e-0", condition) is sent
+
+    [(method, path, body)] = kube.calls
+    assert (method, path) == ("patch", "/api/v1/namespaces/rl/pods/e-0/status")
+    assert body == {"status": {"conditions": [condition]}}
+
+
+async def test_a_pod_condition_refused_otherwise_raises() -> None:
+    with pytest.raises(KubeError):
+        await _Recorder(fail_with=500).set_pod_condition("rl", "e-0", {"type": "x"})

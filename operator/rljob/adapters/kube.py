@@ -147,6 +147,24 @@ class Kube:
             if not exc.not_found:
                 raise
 
+    async def set_pod_condition(self, namespace: str, name: str, condition: JSON) -> bool:
+        """Sets one condition of a pod's status (a strategic merge on status.conditions, by
+        type: its other conditions stay). False when the pod is gone (404) or the write lost a
+        race (409): a later pass sees it again."""
+        try:
+            await self.request(
+                "patch",
+                object_path("v1", "Pod", namespace, name) + "/status",
+                {"status": {"conditions": [condition]}},
+                content_type="application/strategic-merge-patch+json",
+                field_manager=FIELD_MANAGER,
+            )
+        except KubeError as exc:
+            if exc.not_found or exc.conflict:
+                return False
+            raise
+        return True
+
     async def patch_status(
         self, namespace: str, name: str, status: JSON, resource_version: str | None = None
     ) -> JSON:

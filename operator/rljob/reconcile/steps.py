@@ -19,10 +19,12 @@ from rljob.reconcile.drain import (
     drain_waits,
     draining,
     ended_event,
+    reading_of,
     started_event,
 )
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec
+from rljob.reconcile.gate import to_mark_current
 from rljob.reconcile.in_turn import ROLE_READY_STEP, in_turn_to_delete, restarted_event
 from rljob.reconcile.journal import journaled_event, pod_to_delete, role_to_roll
 from rljob.reconcile.observed import Observed, ObservedPod
@@ -73,6 +75,16 @@ class RollDeployment:
 
 
 @dataclass(frozen=True)
+class MarkPolicyCurrent:
+    """Sets a Gated rollout pod's rljob.io/policy-current condition True (its readiness gate):
+    it reports policy `generation`, the job's current one. Set once, never set back."""
+
+    pod: str
+    uid: str
+    generation: int
+
+
+@dataclass(frozen=True)
 class ApplyChild:
     body: dict[str, Any]
 
@@ -99,6 +111,7 @@ Step = (
     | PostEvent
     | DeleteObject
     | RollDeployment
+    | MarkPolicyCurrent
     | ApplyChild
     | WriteMarker
     | ApplyRetention
@@ -153,6 +166,7 @@ def execution_steps(
     if ended is not None and ended.kind == ActionKind.RESTART_ROLE_IN_TURN:
         name, event = restarted_event(job.metadata.name, ended)
         steps.append(PostEvent(event, name, once=True))
+    steps += _gates(job, observed, readings)
     steps += _teardown_steps(job, observed, node_states, now)
     creates = creates_attempt(plan)
     if creates and attempt_plan is not None:
@@ -165,6 +179,16 @@ def execution_steps(
     if plan.delete_job:
         steps.append(DeleteRLJob())
     return tuple(steps)
+
+
+def _gates(job: RLJob, observed: Observed, readings: tuple[EngineReading, ...]) -> list[Step]:
+    """The policy-current gate of each Gated engine that reports the current generation."""
+    steps: list[Step] = []
+    for pod in to_mark_current(job, observed, readings):
+        reading = reading_of(readings, pod.name)
+        if reading is not None and reading.generation is not None:
+            steps.append(MarkPolicyCurrent(pod.name, pod.uid, reading.generation))
+    return steps
 
 
 def _entry(action: InFlightAction | None, pod: ObservedPod) -> ActionPod | None:

@@ -15,7 +15,11 @@ from rljob.adapters.events import post_event
 from rljob.adapters.kube import Kube, KubeError
 from rljob.adapters.paths import api_version_of, object_path
 from rljob.api import API_VERSION, KIND, RLJob
-from rljob.api.labels import RENDER_MARKER_ANNOTATION, RESTARTED_AT_ANNOTATION
+from rljob.api.labels import (
+    POLICY_CURRENT_GATE,
+    RENDER_MARKER_ANNOTATION,
+    RESTARTED_AT_ANNOTATION,
+)
 from rljob.crashpoints import crash_point
 from rljob.reconcile.steps import (
     ApplyChild,
@@ -23,6 +27,7 @@ from rljob.reconcile.steps import (
     CrashPoint,
     DeleteObject,
     DeleteRLJob,
+    MarkPolicyCurrent,
     PostEvent,
     RollDeployment,
     Step,
@@ -91,6 +96,18 @@ async def _roll(step: RollDeployment, ctx: Context) -> None:
     )
 
 
+async def _mark_policy_current(step: MarkPolicyCurrent, ctx: Context) -> None:
+    """The engine's readiness gate opens: the kubelet turns it Ready once its probes pass."""
+    condition = {
+        "type": POLICY_CURRENT_GATE,
+        "status": "True",
+        "reason": "PolicyCurrent",
+        "message": f"engine reports policy generation {step.generation}",
+        "lastTransitionTime": ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    await ctx.kube.set_pod_condition(ctx.namespace, step.pod, condition)
+
+
 async def _write_marker(step: WriteMarker, ctx: Context) -> None:
     await ctx.checkpoints.write_marker(ctx.job, step.marker)
 
@@ -115,6 +132,7 @@ APPLIERS: dict[type, Applier] = {
     PostEvent: _post_event,
     DeleteObject: _delete_object,
     RollDeployment: _roll,
+    MarkPolicyCurrent: _mark_policy_current,
     WriteMarker: _write_marker,
     ApplyChild: _apply,
     ApplyRetention: _retention,

@@ -70,7 +70,8 @@ def crash_points(decision: Decision) -> list[str]:
 
 
 def roster(decision: Decision) -> dict[str, EngineState]:
-    rollout = decision.plan.status.roles.rollout
+    roles = decision.plan.status.roles
+    rollout = roles.rollout if roles is not None else None
     return {m.pod: m.state for m in (rollout.engines or [])} if rollout else {}
 
 

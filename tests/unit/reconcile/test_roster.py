@@ -93,7 +93,8 @@ def test_a_pass_writes_it_into_the_rollout_role_status() -> None:
     w.pods["grpo-demo-rollout-x"] = engine("grpo-demo-rollout-x")
     later = EngineReading(pod="grpo-demo-rollout-x", at=T0 + dt.timedelta(seconds=1), generation=3)
     decision = decide_now(w, engine_readings=(later,))
-    rollout = decision.plan.status.roles.rollout
+    roles = decision.plan.status.roles
+    rollout = roles.rollout if roles is not None else None
     assert rollout is not None
     assert [(m.pod, m.state, m.generation) for m in rollout.engines or []] == [
         ("grpo-demo-rollout-x", S, 3)
