@@ -61,6 +61,7 @@ class Gatherer:
             signals_error=signals_error,
             node_states=await self._node_states(job, observed, now),
             retention_problem=memory.retention_problem,
+            engine_readings=memory.engine_readings,
         )
 
     @staticmethod

@@ -54,6 +54,7 @@ from rljob.health.monitor_answers import (
     feed,
     job_error,
 )
+from rljob.health.monitor_engines import EngineGauges
 from rljob.runtime.health_series import HealthSeries
 
 log = structlog.get_logger("rljob.health")
@@ -150,6 +151,16 @@ class HealthScheduler:
         """The job's latest diagnosis for status.bottleneck; None while there is none."""
         monitor = self._monitor(key)
         return monitor.diagnosis.bottleneck if monitor is not None else None
+
+    def engine_gauges(self, key: JobKey) -> Mapping[str, EngineGauges]:
+        """The job's rollout engines' latest running and generation readings, by pod."""
+        monitor = self._monitor(key)
+        return dict(monitor.engine_gauges) if monitor is not None else {}
+
+    def weight_gated(self, key: JobKey) -> bool:
+        """Whether the job's rollout engines drain and rejoin behind the policy-current gate."""
+        monitor = self._monitor(key)
+        return monitor is not None and monitor.weight_gated
 
     def forget(self, key: JobKey) -> None:
         """The job is gone (deleted, or finished): drop its state (detectors, source error,

@@ -13,6 +13,7 @@ from typing import Any
 from rljob.api.diagnosis import Bottleneck
 from rljob.health.evaluation import Evaluation
 from rljob.health.termination import CrashRepeatTracker
+from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import REPORT_REPEAT_SECONDS
 from rljob.reconcile.expectations import EXPECTATION_SECONDS, Recent
 from rljob.reconcile.observed import ObservedPod
@@ -33,6 +34,7 @@ class JobMemory:
     progress: ProgressReading | None = None
     saved_step: int | None = None  # the trainer's checkpoint-step metric
     diagnosis: Bottleneck | None = None  # the last diagnosis a health round woke the job for
+    engine_readings: tuple[EngineReading, ...] = ()  # the rollout engines' latest, by pod name
     listed_step: int | None = None  # the saved step the store was last listed for
     step_window: list[StepSample] = field(default_factory=list)
     reported: Recent = field(default_factory=lambda: Recent(REPORT_REPEAT_SECONDS))

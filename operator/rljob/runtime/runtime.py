@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -16,8 +17,10 @@ from rljob.adapters.leadership import Leadership
 from rljob.adapters.metrics import MetricsSources, PodAddresses, SourceKey
 from rljob.adapters.observe import JobKey, observed_from
 from rljob.health.evaluation import CHECKPOINT_STEP_EVIDENCE, Evaluation
+from rljob.health.monitor_engines import EngineGauges, readings_moved
 from rljob.observability import JOBS_BY_PHASE, TRAINER_STEP, TRAINER_STEP_RATE
 from rljob.reconcile.bottleneck import advice_moved
+from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.progress import StepSample, progress_reading, step_rate, step_window
 from rljob.runtime.health_loop import HealthScheduler
@@ -40,6 +43,14 @@ class RuntimeOptions:
     lease_namespace: str | None = None  # leader election on: the Lease lives there
     # Where jobs without spec.health.source get their signals; None: their detection is off.
     default_source: SourceKey | None = None
+
+
+def engine_readings(gauges: Mapping[str, EngineGauges]) -> tuple[EngineReading, ...]:
+    """The health loop's readings as a pass takes them, sorted by pod (times in UTC)."""
+    return tuple(
+        EngineReading(pod, dt.datetime.fromtimestamp(g.t, dt.UTC), g.running, g.generation)
+        for pod, g in sorted(gauges.items())
+    )
 
 
 class Runtime:
@@ -170,12 +181,22 @@ class Runtime:
             memory.findings = findings
             self.workers.wake(key)
         self._note_diagnosis(memory)
+        self._note_engines(memory)
 
     def _note_diagnosis(self, memory: JobMemory) -> None:
         """A diagnosis whose advice moved wakes the job to write it (and say a new role)."""
         diagnosis = self.health.bottleneck(memory.key)
         if diagnosis is not None and advice_moved(memory.diagnosis, diagnosis):
             memory.diagnosis = diagnosis
+            self.workers.wake(memory.key)
+
+    def _note_engines(self, memory: JobMemory) -> None:
+        """The rollout engines' readings for the passes; a Gated job is woken when one could
+        move a drain or a gate (a running count reached 0, a generation changed)."""
+        readings = engine_readings(self.health.engine_gauges(memory.key))
+        moved = readings_moved(memory.engine_readings, readings)
+        memory.engine_readings = readings
+        if moved and self.health.weight_gated(memory.key):
             self.workers.wake(memory.key)
 
     def _note_saved_step(self, memory: JobMemory, evaluations: list[Evaluation]) -> None:

@@ -78,6 +78,12 @@ class Health:
     def bottleneck(self, key: Any) -> Any:
         return self.diagnosis
 
+    def engine_gauges(self, key: Any) -> dict[str, Any]:
+        return {}
+
+    def weight_gated(self, key: Any) -> bool:
+        return False
+
 
 @pytest.mark.parametrize("conflicts", [pytest.param(0, id="written"), pytest.param(1, id="409")])
 async def test_a_finding_is_consumed_only_once_its_restart_is_journaled(conflicts: int) -> None:
