@@ -47,6 +47,7 @@ from rljob.dev.sim.weights import LostRequests
 
 if TYPE_CHECKING:
     from rljob.dev.sim.checkpoints import CheckpointSink
+    from rljob.dev.sim.drivers import Drivers
 
 log = logging.getLogger("rljob.dev.sim")
 
@@ -115,6 +116,7 @@ class SimulatorApp:
         self.events: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
         self.metrics = SimMetrics()
         self.lost = LostRequests()
+        self.drivers: Drivers | None = None  # rollout drivers (sim.drivers), given API access
         self.api = ControlApi(self)
         self.control: Listener | None = None
         self.polls_ok = 0
@@ -148,6 +150,8 @@ class SimulatorApp:
         self._stop.set()
 
     async def close(self) -> None:
+        if self.drivers is not None:
+            await self.drivers.close()
         for workload in list(self.workloads.values()):
             await workload.listener.close()
             if workload.gang is not None:

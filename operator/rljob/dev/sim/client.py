@@ -143,6 +143,23 @@ class SimClient:
         result: dict[str, Any] = self._call("POST", "/weights", body)
         return result
 
+    def start_driver(self, *, namespace: str, job: str, **settings: float) -> dict[str, Any]:
+        """A simulated rollout driver for the job (rljob.dev.sim.driver.DriverSettings)."""
+        body = {"namespace": namespace, "job": job, **settings}
+        result: dict[str, Any] = self._call("POST", "/drivers", body)
+        return result
+
+    def driver(self, *, namespace: str, job: str) -> dict[str, Any]:
+        """The job's driver: generation, group, counters (sent, lost, hangs, ...)."""
+        query = {"namespace": namespace, "job": job}
+        result: dict[str, Any] = self._call("GET", "/drivers", query=query)
+        return result
+
+    def stop_driver(self, *, namespace: str, job: str) -> bool:
+        query = {"namespace": namespace, "job": job}
+        result: dict[str, bool] = self._call("DELETE", "/drivers", query=query)
+        return result["stopped"]
+
     def targets(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/targets")
         return result

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import generate_latest
 
 from rljob.dev.sim import faults as faultlib
+from rljob.dev.sim.driver import DriverSettings
 from rljob.dev.sim.exposition import CONTENT_TYPE
 from rljob.dev.sim.httpserver import Request, Response
 from rljob.dev.sim.models import EngineModel
@@ -104,6 +105,9 @@ class ControlApi:
             ("GET", "/events"): self._events,
             ("POST", "/sync"): self._sync,
             ("POST", "/weights"): self._push_weights,
+            ("GET", "/drivers"): self._driver_report,
+            ("POST", "/drivers"): self._start_driver,
+            ("DELETE", "/drivers"): self._stop_driver,
             ("GET", "/metrics"): self._own_metrics,
         }
         route = routes.get((method, path))
@@ -263,6 +267,38 @@ class ControlApi:
             assert isinstance(workload.model, EngineModel)
             workload.model.weights.push(generation)
         return Response.json({"pushed": [w.pod.key for w in engines], "generation": generation})
+
+    def _driver_job(self, namespace: Any, job: Any) -> tuple[str, str]:
+        if self.app.drivers is None:
+            raise faultlib.FaultError("this simulator runs no drivers (no API access)")
+        selector = faultlib.parse_selector({"namespace": namespace, "job": job})
+        return selector.namespace, selector.job or ""
+
+    async def _start_driver(self, request: Request) -> Response:
+        """{namespace, job, <DriverSettings>}: a rollout driver for the job (sim.driver)."""
+        body = request.json()
+        if not isinstance(body, dict):
+            raise faultlib.FaultError("the body must be a JSON object")
+        namespace, job = self._driver_job(body.pop("namespace", None), body.pop("job", None))
+        try:
+            settings = DriverSettings.parse(body)
+        except ValueError as exc:
+            raise faultlib.FaultError(str(exc)) from None
+        assert self.app.drivers is not None
+        return Response.json(await self.app.drivers.start(namespace, job, settings), 201)
+
+    async def _driver_report(self, request: Request) -> Response:
+        namespace, job = self._driver_job(request.arg("namespace"), request.arg("job"))
+        assert self.app.drivers is not None
+        report = self.app.drivers.report(namespace, job)
+        if report is None:
+            return Response.json({"error": f"no driver for {namespace}/{job}"}, 404)
+        return Response.json(report)
+
+    async def _stop_driver(self, request: Request) -> Response:
+        namespace, job = self._driver_job(request.arg("namespace"), request.arg("job"))
+        assert self.app.drivers is not None
+        return Response.json({"stopped": await self.app.drivers.stop(namespace, job)})
 
     async def _sync(self, _: Request) -> Response:
         ok = await self.app.sync()

@@ -6,6 +6,7 @@ import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from rljob.dev.sim.profiles import PROFILE_ANNOTATION, PROFILE_ENV, ROLES
@@ -42,6 +43,7 @@ class PodInfo:
     # Colocated engines' page (trainer pods): a port of their own, else Ray's metrics agent.
     engines_port: int | None = None
     engines_through_ray: bool = False
+    created: float | None = None  # metadata.creationTimestamp, unix seconds
 
     @property
     def key(self) -> str:
@@ -128,7 +130,15 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
         metrics_port=ports.get("metrics") or ports.get("http"),
         engines_port=ports.get("engine-metrics") or ports.get("ray-metrics"),
         engines_through_ray=not ports.get("engine-metrics") and bool(ports.get("ray-metrics")),
+        created=_timestamp(meta.get("creationTimestamp")),
     )
+
+
+def _timestamp(value: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def is_loopback(ip: str) -> bool:

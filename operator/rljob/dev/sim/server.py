@@ -101,6 +101,8 @@ def profiles_from_args(items: Sequence[str]) -> Profiles:
 
 async def _amain(args: argparse.Namespace) -> int:
     from rljob.dev.kubeapi import KubeApi
+    from rljob.dev.sim.driver_kube import roster_factory, trainer_failer
+    from rljob.dev.sim.drivers import Drivers
     from rljob.dev.sim.kube import credentials_from_kubeconfig
 
     state_dir: Path = args.state_dir
@@ -121,6 +123,7 @@ async def _amain(args: argparse.Namespace) -> int:
         checkpoints=args.checkpoints,
     )
     app = SimulatorApp(config, pod_lister(api, config.namespaces), sink=sink)
+    app.drivers = Drivers(app, roster_factory(api), trainer_failer(api))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, app.stop)

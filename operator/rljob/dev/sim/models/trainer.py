@@ -67,6 +67,7 @@ class TrainerModel:
         self.rollout_wait: float | None = None
         self.step = step
         self.generation = step
+        self.generation_driven = False  # a simulated rollout driver publishes it (sim.driver)
         self.checkpoint_step = step
         self.heartbeat = start
         self.hung = False
@@ -104,8 +105,9 @@ class TrainerModel:
         return following
 
     def _synced(self, at: float) -> None:
-        """New weights published: the policy generation changes."""
-        self.generation += 1
+        """New weights published: the policy generation changes (unless a driver sets it)."""
+        if not self.generation_driven:
+            self.generation += 1
         self.regression.synced(at)
 
     def committed(self, step: int) -> None:
