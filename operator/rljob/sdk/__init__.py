@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         ResumePoint,
         resolve_resume,
     )
+    from rljob.sdk.engine_generation import set_policy_generation
     from rljob.sdk.roster import Engine, EngineRoster
 
 _HOMES = {
@@ -47,6 +48,7 @@ _HOMES = {
     "resolve_resume": "rljob.sdk.checkpoint",
     "Engine": "rljob.sdk.roster",
     "EngineRoster": "rljob.sdk.roster",
+    "set_policy_generation": "rljob.sdk.engine_generation",
 }
 
 __all__ = [
@@ -66,6 +68,7 @@ __all__ = [
     "StoreEndpoint",
     "StoreUnavailable",
     "resolve_resume",
+    "set_policy_generation",
 ]
 
 
