@@ -18,6 +18,7 @@ from rljob.api.enums import (
     RoleName,
     WeightSync,
 )
+from rljob.api.engine_roster import EngineMember
 from rljob.api.reserved import RESERVED_ENV_NAMES
 from rljob.api.resource import (
     API_VERSION,
@@ -53,7 +54,6 @@ from rljob.api.status import (
     CheckpointRef,
     CheckpointStatus,
     Condition,
-    EngineMember,
     InFlightAction,
     Progress,
     RestartRecord,

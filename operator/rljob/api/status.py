@@ -10,10 +10,10 @@ from pydantic import BeforeValidator, Field
 
 from rljob.api.base import StatusModel
 from rljob.api.diagnosis import Bottleneck, PolicySuspension, ResumeRequest
+from rljob.api.engine_roster import EngineMember
 from rljob.api.enums import (
     ActionKind,
     ConditionStatus,
-    EngineState,
     FailureAction,
     FailureReason,
     JobPhase,
@@ -82,23 +82,6 @@ class Condition(StatusModel):
     last_transition_time: datetime = Field(description="When status last changed.")
     observed_generation: Count | None = Field(
         default=None, description="metadata.generation the condition was computed from."
-    )
-
-
-class EngineMember(StatusModel):
-    """One rollout engine in the roster a driver follows (rljob.sdk.EngineRoster)."""
-
-    pod: Name = Field(description="Pod name.")
-    address: Annotated[str, Field(max_length=64)] = Field(
-        default="", description="Pod IP; empty until the pod has one."
-    )
-    state: EngineState = Field(
-        description="joining (not Ready yet), serving (Ready: send to it) or draining (being "
-        "replaced: send nothing new)."
-    )
-    generation: Annotated[int, Field(ge=0)] | None = Field(
-        default=None,
-        description="Policy generation the engine reported when its state last changed.",
     )
 
 

@@ -97,5 +97,7 @@ class KubeApi:
 
     def raw_get(self, path: str) -> str:
         req = urllib.request.Request(self.creds.server + path)
+        if self.creds.token:
+            req.add_header("Authorization", f"Bearer {self.creds.token}")
         with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl) as resp:
             return str(resp.read().decode())
