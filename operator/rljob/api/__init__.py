@@ -3,6 +3,7 @@ I/O, no Kubernetes client."""
 
 from rljob.api.crd import crd_manifest, crd_yaml
 from rljob.api.durations import DURATION_PATTERN, Duration, parse_duration
+from rljob.api.engine_roster import EngineMember
 from rljob.api.enums import (
     ActionKind,
     AddressingStyle,
@@ -18,7 +19,6 @@ from rljob.api.enums import (
     RoleName,
     WeightSync,
 )
-from rljob.api.engine_roster import EngineMember
 from rljob.api.reserved import RESERVED_ENV_NAMES
 from rljob.api.resource import (
     API_VERSION,
