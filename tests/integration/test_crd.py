@@ -12,7 +12,7 @@ from rljob.api import PLURAL, crd_manifest
 from rljob.dev.bed import CRD_NAME
 from rljob.dev.kubeapi import ApiError
 from tests.integration.conftest import Cluster
-from tests.manifests import EXAMPLES, documents, expected_field, invalid_manifests
+from tests.manifests import EXAMPLES, documents, example_rljob, expected_field, invalid_manifests
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ def test_crd_is_accepted_structural_with_no_warnings(cluster: Cluster, crd: list
 def test_examples_are_accepted_without_warnings(
     cluster: Cluster, crd: list[str], namespace: str, path: Path
 ) -> None:
-    (body,) = documents(path)
+    body = example_rljob(path)
     created = _create(cluster, namespace, body)
     assert cluster.api.last_warnings == []
     assert created["metadata"]["name"] == body["metadata"]["name"]

@@ -24,6 +24,12 @@ def documents(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
+def example_rljob(path: Path) -> dict[str, Any]:
+    """The one RLJob of an example (some carry the ServiceAccount and RoleBinding it needs)."""
+    (body,) = [doc for doc in documents(path) if doc.get("kind") == "RLJob"]
+    return body
+
+
 def invalid_manifests(*, updates: bool) -> list[Any]:
     return [
         pytest.param(path, id=path.stem)

@@ -21,7 +21,14 @@ from rljob.api import (
     parse_rljob,
     validate_update,
 )
-from tests.manifests import EXAMPLES, INVALID, documents, expected_field, invalid_manifests
+from tests.manifests import (
+    EXAMPLES,
+    INVALID,
+    documents,
+    example_rljob,
+    expected_field,
+    invalid_manifests,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,7 +62,7 @@ class TestManifests:
 
     @pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.stem)
     def test_every_example_is_valid(self, path: Path) -> None:
-        (body,) = documents(path)
+        body = example_rljob(path)
         job = parse_rljob(body)
         assert validate_update(job.spec, job.spec) == []
 
