@@ -174,6 +174,11 @@ class EngineMetricNames(SpecModel):
     sleep_state: MetricName | None = Field(
         default=None, description="Gauge that is non-zero while the engine sleeps."
     )
+    policy_generation: MetricName | None = Field(
+        default=None,
+        description="Gauge of the policy generation the engine serves, read by weightSync "
+        "Gated (default rljob_engine_policy_generation); e.g. an engine's own weight version.",
+    )
 
 
 def _custom_engine_has_metric_names(role: Any) -> bool:

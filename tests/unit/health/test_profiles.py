@@ -134,6 +134,22 @@ def test_custom_engine_uses_metric_names_and_overrides_apply_to_builtins() -> No
     assert overridden.sleep == VLLM.sleep
 
 
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        pytest.param({}, "rljob_engine_policy_generation", id="default-sdk-gauge"),
+        pytest.param(
+            {"policyGeneration": "engine_weight_version"}, "engine_weight_version", id="named"
+        ),
+    ],
+)
+def test_metric_names_may_name_the_policy_generation_gauge(
+    names: dict[str, str], expected: str
+) -> None:
+    profile = engine_metrics(role(metricNames={"requestsWaiting": "vllm:waiting", **names}))
+    assert profile.signals()[ENGINE_POLICY_GENERATION].metric == expected
+
+
 def test_custom_engine_without_required_names_is_an_error() -> None:
     bad = RolloutRole.model_construct(engine=Engine.CUSTOM, metric_names=None)
     with pytest.raises(MissingMetricNamesError):

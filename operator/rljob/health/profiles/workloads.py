@@ -319,6 +319,7 @@ def _named(role: RolloutRole | GangEngines, through_ray: bool) -> EngineMetrics:
         prefix_cache_hits_total=pick("prefix_cache_hits_total"),
         prefix_cache_queries_total=pick("prefix_cache_queries_total"),
         preemptions_total=pick("preemptions_total"),
+        policy_generation=pick("policy_generation") or ENGINE_POLICY_GENERATION_METRIC,
         sleep=sleep or (base.sleep if base is not None else None),
         **_inherited(base, names.generation_tokens_total),
     )
