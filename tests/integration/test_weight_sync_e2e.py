@@ -1,0 +1,221 @@
+"""Issue #17 end to end on the bed: a rollout driver (the simulator's, following the operator's
+roster through rljob.sdk.EngineRoster, with an NCCL weight group) and three engines, one of
+which drifts and is restarted by the operator.
+
+- Gated: the engine drains before it is deleted (no request lost), the newcomer gets no traffic
+  until the driver synced it (the rljob.io/policy-current gate), the driver never hangs and no
+  gang restart follows; the roster showed the victim draining then gone, the newcomer joining
+  then serving.
+- Ungated (the default, today's behaviour): the deletion loses the requests in flight on the
+  victim, the driver's weight group hangs, and its NCCL watchdog ends in a gang restart.
+
+Run with -s to see the measured figures (requests lost, seconds until the newcomer serves,
+hangs, gang restarts) for each mode."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from rljob.dev.prometheus import PrometheusServer
+from rljob.dev.scrape import metric_values
+from rljob.dev.sim.launcher import Simulator
+from tests.helpers import wait_for
+from tests.integration.conftest import Cluster, Operator
+from tests.integration.rljobs import (
+    DRIFT_WARMUP,
+    DRIFT_WINDOW,
+    FAST_BACKOFF,
+    apply_rljob,
+    example,
+    get_rljob,
+    pod_uids,
+    second_scale_health,
+    wait_condition,
+)
+
+pytestmark = pytest.mark.integration
+
+NAME = "grpo-minimal"
+ENGINES = 3
+DRIVER = {
+    "step_seconds": 3.0,
+    "request_seconds": 2.0,
+    "push_seconds": 5.0,  # long enough that a newcomer Ready before its push would be seen
+    "watchdog_seconds": 10.0,
+}
+
+
+def _job(prometheus_url: str, weight_sync: str) -> dict[str, Any]:
+    rollout = {
+        "engine": "vllm",
+        "replicas": ENGINES,
+        "gpus": 1,
+        "weightSync": weight_sync,
+        "drainTimeout": "20s",
+        "env": [{"name": "RLJOB_SIM_PROFILE", "value": json.dumps({"noise": 0.0})}],
+    }
+    return example(
+        roles={"rollout": rollout, "trainer": {"nodes": 1, "gpus": 8}},
+        health=second_scale_health({"prometheus": {"url": prometheus_url}}),
+        failurePolicy=FAST_BACKOFF,
+    )
+
+
+class Driver:
+    """The simulator's driver of the test's job."""
+
+    def __init__(self, simulator: Simulator, namespace: str) -> None:
+        self.client, self.namespace = simulator.client(timeout=30), namespace
+
+    def report(self) -> dict[str, Any]:
+        return self.client.driver(namespace=self.namespace, job=NAME)
+
+    def roster_events(self, pod: str) -> list[str]:
+        return [event for _, event, who in self.report()["roster"] if who == pod]
+
+
+def _restarts(cluster: Cluster, namespace: str) -> dict[str, int]:
+    restarts = get_rljob(cluster, namespace, NAME)["status"].get("restarts") or {}
+    return dict(restarts.get("byReason") or {})
+
+
+def _steady(
+    cluster: Cluster, namespace: str, operator: Operator, driver: Driver
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The job Ready, its engines all in the driver's group, with drift baselines."""
+    wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    engines = pod_uids(cluster, namespace, NAME, "rollout")
+    matchers = ('detector="kv_drift"', f'namespace="{namespace}"')
+    wait_for(
+        lambda: metric_values(operator.metrics_url, "rljob_detector_value", *matchers),
+        DRIFT_WARMUP + 60,
+        "the engines' drift baselines",
+        interval=1,
+    )
+    wait_for(
+        lambda: driver.report()["group"] == sorted(engines),
+        30,
+        "every engine in the driver's weight group",
+        interval=0.5,
+    )
+    return get_rljob(cluster, namespace, NAME), engines
+
+
+def _newcomer(cluster: Cluster, namespace: str, engines: dict[str, str]) -> str | None:
+    now = pod_uids(cluster, namespace, NAME, "rollout")
+    fresh = sorted(set(now) - set(engines))
+    return fresh[0] if fresh else None
+
+
+def _figures(mode: str, report: dict[str, Any], newcomer: str, restarts: dict[str, int]) -> str:
+    serves = report["first_request_after_creation"].get(newcomer)
+    return (
+        f"{mode}: requests lost {report['lost_total']}, "
+        f"newcomer's first request {serves} s after its pod was created, "
+        f"driver hangs {report['hangs']}, "
+        f"gang restarts (NCCLTimeout) {restarts.get('NCCLTimeout', 0)}, "
+        f"requests to the newcomer before it was synced "
+        f"{report['sent_unsynced'].get(newcomer, 0)}; "
+        f"hung on: {[(t, pods) for t, event, pods in report['roster'] if event == 'hang']}"
+    )
+
+
+def _drift_restart(
+    cluster: Cluster,
+    operator: Operator,
+    namespace: str,
+    simulator: Simulator,
+    prometheus: PrometheusServer,
+    weight_sync: str,
+) -> tuple[Driver, dict[str, Any], str, str]:
+    """Runs the job with a driver, drifts one engine until it is replaced and the newcomer
+    serves; returns the driver, the job before the fault, the victim and the newcomer."""
+    driver = Driver(simulator, namespace)
+    driver.client.start_driver(namespace=namespace, job=NAME, **DRIVER)
+    apply_rljob(cluster, namespace, _job(prometheus.url, weight_sync))
+    before, engines = _steady(cluster, namespace, operator, driver)
+    victim = sorted(engines)[0]
+    simulator.client().inject("drift", namespace=namespace, pod=victim, drop=0.3)
+    wait_for(
+        lambda: victim not in pod_uids(cluster, namespace, NAME, "rollout"),
+        3 * DRIFT_WINDOW + 60,
+        f"{victim} replaced for KVCacheDrift",
+        interval=1,
+    )
+    newcomer = wait_for(
+        lambda: _newcomer(cluster, namespace, engines), 30, "the victim's replacement"
+    )
+    wait_for(
+        lambda: newcomer in driver.report()["first_request_after_creation"],
+        60,
+        f"the driver sending to {newcomer}",
+        interval=0.5,
+    )
+    return driver, before, victim, newcomer
+
+
+def test_gated_engines_drain_and_rejoin_synced_without_a_hang(
+    cluster: Cluster,
+    operator: Operator,
+    namespace: str,
+    simulator: Simulator,
+    prometheus: PrometheusServer,
+) -> None:
+    driver, before, victim, newcomer = _drift_restart(
+        cluster, operator, namespace, simulator, prometheus, "Gated"
+    )
+    try:
+        report, restarts = driver.report(), _restarts(cluster, namespace)
+        print(_figures("Gated", report, newcomer, restarts))
+        assert report["lost_total"] == 0, report["lost"]
+        assert report["sent_unsynced"].get(newcomer, 0) == 0
+        assert (report["hangs"], report["watchdog_aborts"]) == (0, 0)
+        assert restarts == {"KVCacheDrift": 1}
+        assert (
+            get_rljob(cluster, namespace, NAME)["status"]["attempt"] == before["status"]["attempt"]
+        )
+        assert driver.roster_events(victim)[-2:] == ["drain", "leave"]
+        assert driver.roster_events(newcomer) == ["join", "serving"]
+        assert newcomer in report["group"] and victim not in report["group"]
+    finally:
+        driver.client.stop_driver(namespace=namespace, job=NAME)
+
+
+def test_ungated_engines_lose_requests_and_hang_the_driver_into_a_gang_restart(
+    cluster: Cluster,
+    operator: Operator,
+    namespace: str,
+    simulator: Simulator,
+    prometheus: PrometheusServer,
+) -> None:
+    driver, before, victim, newcomer = _drift_restart(
+        cluster, operator, namespace, simulator, prometheus, "Ungated"
+    )
+    try:
+        wait_for(
+            lambda: _restarts(cluster, namespace).get("NCCLTimeout", 0) >= 1,
+            DRIVER["watchdog_seconds"] + 60,
+            "the driver's NCCL watchdog ending in a gang restart",
+            interval=1,
+        )
+        report, restarts = driver.report(), _restarts(cluster, namespace)
+        print(_figures("Ungated", report, newcomer, restarts))
+        assert report["lost"].get(victim, 0) > 0
+        assert report["hangs"] >= 1 and report["watchdog_aborts"] >= 1
+        assert "drain" not in driver.roster_events(victim)  # no draining state
+        job = wait_for(
+            lambda: (
+                (j := get_rljob(cluster, namespace, NAME))["status"].get("attempt", 0)
+                > before["status"]["attempt"]
+                and j
+            ),
+            60,
+            "a new trainer attempt",
+            interval=1,
+        )
+        assert job["status"]["restarts"]["byReason"]["KVCacheDrift"] == 1
+    finally:
+        driver.client.stop_driver(namespace=namespace, job=NAME)
