@@ -1,0 +1,28 @@
+"""The rollout engine roster in status: what a disaggregated driver follows
+(rljob.sdk.EngineRoster) to stop sending to a draining engine and sync a joining one."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from rljob.api.base import StatusModel
+from rljob.api.enums import EngineState
+
+
+class EngineMember(StatusModel):
+    """One rollout engine in the roster a driver follows (rljob.sdk.EngineRoster)."""
+
+    pod: Annotated[str, Field(max_length=253)] = Field(description="Pod name.")
+    address: Annotated[str, Field(max_length=64)] = Field(
+        default="", description="Pod IP; empty until the pod has one."
+    )
+    state: EngineState = Field(
+        description="joining (not Ready yet), serving (Ready: send to it) or draining (being "
+        "replaced: send nothing new)."
+    )
+    generation: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Policy generation the engine reported when its state last changed.",
+    )
