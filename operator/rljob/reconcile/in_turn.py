@@ -134,18 +134,19 @@ def advance_in_turn(
     if _stopped(job, action):
         return InTurnPass(status)  # suspended or finished: the scale-down removes the rest
     pods = list(action.pods or [])
-    drained = _drained_turn(job, observed, action, readings, now)
-    index = drained if drained is not None else _next_turn(job, observed, action)
+    drained = _drained_turns(job, observed, action, readings, now)
+    index = drained[0] if drained else _next_turn(job, observed, action)
     if index is None:
         return InTurnPass(status)
     entry = pods[index]
-    if drained is None and drains(job, _role(action)):
+    if not drained and drains(job, _role(action)):
         pods[index] = drain_entry(entry.name, entry.uid, now)
         taken = sum(1 for p in pods if p.deleted_at is not None)
         step = f"Draining {entry.name} (deleted {taken}/{len(pods)})"
         marked = action.model_copy(update={"pods": pods, "step": step})
         return InTurnPass(status.model_copy(update={"in_flight": marked}))
-    pods[index] = entry.model_copy(update={"deleted_at": now})
+    for each in drained or [index]:  # every drained pod goes: its room was taken already
+        pods[each] = pods[each].model_copy(update={"deleted_at": now})
     taken = sum(1 for p in pods if p.deleted_at is not None)
     step = f"Deleted {taken}/{len(pods)}"
     marked = action.model_copy(update={"pods": pods, "step": step})
@@ -254,19 +255,20 @@ def _next_turn(job: RLJob, observed: Observed, action: InFlightAction) -> int | 
     return None
 
 
-def _drained_turn(
+def _drained_turns(
     job: RLJob,
     observed: Observed,
     action: InFlightAction,
     readings: tuple[EngineReading, ...],
     now: datetime,
-) -> int | None:
-    """The index of a draining pod, still seen, whose drain ended: its delete comes first (its
-    room was taken when its drain began)."""
+) -> list[int]:
+    """The indexes of draining pods, still seen, whose drain ended: their deletes come first
+    (their room was taken when their drains began)."""
     seen = {p.uid for p in observed.pods if not p.terminal and not p.deleting}
-    for index, entry in enumerate(action.pods or []):
-        if entry.deleted_at is not None or entry.uid not in seen:
-            continue
-        if drain_end(job, entry, readings, now) is not None:
-            return index
-    return None
+    return [
+        index
+        for index, entry in enumerate(action.pods or [])
+        if entry.deleted_at is None
+        and entry.uid in seen
+        and drain_end(job, entry, readings, now) is not None
+    ]

@@ -116,6 +116,27 @@ def _stamp(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+_KUBELETS = ("PodScheduled", "Ready")  # the conditions the model's kubelet owns
+
+
+def _gates_open(pod: Mapping[str, Any]) -> bool:
+    """Every readiness gate of the pod has its condition True."""
+    gates = [g["conditionType"] for g in pod["spec"].get("readinessGates") or []]
+    conditions = {c["type"]: c.get("status") for c in pod["status"].get("conditions") or []}
+    return all(conditions.get(gate) == "True" for gate in gates)
+
+
+def _merge_conditions(status: JSON, patch: JSON) -> JSON:
+    """A pod status's strategic merge patch: conditions merge by type, the rest as JSON."""
+    merged: JSON = _merge_patch(status, {k: v for k, v in patch.items() if k != "conditions"})
+    conditions = [copy.deepcopy(c) for c in status.get("conditions") or []]
+    for condition in patch.get("conditions") or []:
+        conditions = [c for c in conditions if c["type"] != condition["type"]]
+        conditions.append(copy.deepcopy(condition))
+    merged["conditions"] = conditions
+    return merged
+
+
 def _merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge key by key, null removes, anything else replaces."""
     if not isinstance(patch, dict):
@@ -427,13 +448,20 @@ class Cluster(Kube):
                 if node is None:
                     self._unschedulable(ref, pod)
                     continue
-            if not self.nodes.get(node, False) or (_ready(pod) and pod["spec"].get("nodeName")):
+            gates_open = _gates_open(pod)
+            running = pod["status"]["phase"] == "Running" and pod["spec"].get("nodeName")
+            if not self.nodes.get(node, False) or (running and _ready(pod) == gates_open):
                 continue
             started = copy.deepcopy(pod)
             started["spec"]["nodeName"] = node
             status = started["status"]
             status["phase"] = "Running"
-            status["conditions"] = self._pod_conditions(scheduled=True, ready=True)
+            # Ready only once every readiness gate's condition is True (others' conditions stay).
+            others = [c for c in status.get("conditions") or [] if c["type"] not in _KUBELETS]
+            status["conditions"] = [
+                *self._pod_conditions(scheduled=True, ready=gates_open),
+                *others,
+            ]
             for container in status["containerStatuses"]:
                 container["state"] = {"running": {"startedAt": _stamp(self.clock.now)}}
                 container["ready"] = True
@@ -764,7 +792,7 @@ class Cluster(Kube):
         uid = live["metadata"]["uid"]
         wanted = (patch.get("metadata") or {}).get("resourceVersion")
         stale = wanted is not None and wanted != live["metadata"]["resourceVersion"]
-        if stale or (status_only and self._status_conflicts > 0):
+        if stale or (status_only and ref[0] == KIND and self._status_conflicts > 0):
             if not stale:
                 self._status_conflicts -= 1
             self._log(actor, verb, ref, uid, 409)
@@ -773,7 +801,10 @@ class Cluster(Kube):
                 f'Operation cannot be fulfilled on {ref[0].lower()}s "{ref[2]}": the object has '
                 "been modified; please apply your changes to the latest version and try again",
             )
-        if status_only:
+        if status_only and ref[0] == "Pod":  # a strategic merge: conditions by type
+            status = _merge_conditions(live.get("status") or {}, patch.get("status") or {})
+            patched = {**live, "status": status}
+        elif status_only:
             status = _merge_patch(live.get("status") or {}, patch.get("status") or {})
             patched = {**live, "status": status}
         else:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import types
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
+import rljob.reconcile.decide
 import rljob.runtime.execute
 import rljob.runtime.passes
 import rljob.runtime.runtime
@@ -26,6 +28,8 @@ from rljob.health.evaluation import (
     Evaluation,
     healthy,
 )
+from rljob.reconcile.decide import PassInputs
+from rljob.reconcile.engine_readings import EngineReading
 from rljob.runtime.runtime import Runtime, RuntimeOptions
 from rljob.runtime.workers import JobWorkers
 from tests.unit.model.cluster import Clock, Cluster
@@ -98,15 +102,24 @@ def make_runtime(cluster: Cluster, s3: FakeS3, identity: str) -> Runtime:
     return runtime
 
 
-def run_pass(runtime: Runtime, body: JSON) -> float | None:
+def run_pass(
+    runtime: Runtime, body: JSON, readings: tuple[EngineReading, ...] = ()
+) -> float | None:
     """One reconcile pass of one RLJob body; returns the requeue hint. The cluster serves the
     runtime's replica, whose Kube adapter sends writes only while its leadership acts (as
-    Runtime.start wires it)."""
+    Runtime.start wires it). `readings`: the rollout engines' latest, as the health loop hands
+    them to the pass (PassInputs.engine_readings)."""
     cluster = runtime.kube
     assert isinstance(cluster, Cluster)
     cluster.actor = runtime.leadership.identity
     cluster.may_write = runtime.leadership.acting
-    return _LOOP.run_until_complete(runtime.run_pass(body))
+    decide = rljob.reconcile.decide.decide
+
+    def with_readings(job: Any, observed: Any, inputs: PassInputs) -> Any:
+        return decide(job, observed, dataclasses.replace(inputs, engine_readings=readings))
+
+    with mock.patch.object(rljob.runtime.passes, "decide", with_readings):
+        return _LOOP.run_until_complete(runtime.run_pass(body))
 
 
 def submit(runtime: Runtime, body: JSON) -> None:

@@ -35,7 +35,8 @@ from rljob.checkpoints.errors import StoreError
 from rljob.checkpoints.layout import CheckpointLocation, KeyKind, VersionId
 from rljob.checkpoints.models import AttemptMarker
 from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
-from tests.unit.model import harness, in_turn, suspension
+from rljob.reconcile.engine_readings import EngineReading
+from tests.unit.model import drain, harness, in_turn, suspension
 from tests.unit.model.cluster import (
     TEMPLATE_HASH_LABEL,
     WATCHED_KINDS,
@@ -94,7 +95,8 @@ SOFT_SUSPECTS = "suspect-nodes-are-expiring-preferences"
 ALL_CHECKS = frozenset(
     {ONE_ATTEMPT, NEXT_ATTEMPT, NO_DOUBLE_DELETE, LEDGER, FAILED_STOPS, FAILJOB_FAILS,
      RESUMES_NEWEST, KEEPS_LINEAGE, WITHIN_MAX_UNAVAILABLE, NO_PROGRESS_COUNTS_POLICY,
-     FORGETS_DELETED, LEASED_WRITES, SOFT_SUSPECTS, *in_turn.CHECKS, *suspension.CHECKS}
+     FORGETS_DELETED, LEASED_WRITES, SOFT_SUSPECTS, *in_turn.CHECKS, *suspension.CHECKS,
+     *drain.CHECKS}
 )  # fmt: skip
 FAIL_THE_JOB = "fail the job"  # how the failure policy's decision message ends for FailJob
 # The failure policy's note when gang restarts made no progress (policy/choose.py).
@@ -102,6 +104,7 @@ NO_PROGRESS = re.compile(
     r"no progress: the last (\d+) gang restarts all resumed from (step \d+|scratch)"
 )
 EDITED_VARIABLE = "MODEL_EDIT"
+GATED_DRAIN_TIMEOUT = "30s"
 SUSPECT_NODE_TTL = "10m"
 EDITS = ("rollout-replicas-1", "rollout-replicas-3", "rollout-env", "verifier-env")
 GANG_ENGINE_RULE = {
@@ -122,10 +125,13 @@ SUSPEND_RULES = [
 ]
 
 
-def job_body() -> JSON:
-    """The demo job, small (fewer serving replicas) and with a budget a run can exhaust."""
+def job_body(*, gated: bool = False) -> JSON:
+    """The demo job, small (fewer serving replicas) and with a budget a run can exhaust;
+    `gated`: its engines drain (drainTimeout 30s) and rejoin behind the policy-current gate."""
     body = example_body()
     roles = body["spec"]["roles"]
+    if gated:
+        roles["rollout"].update(weightSync="Gated", drainTimeout=GATED_DRAIN_TIMEOUT)
     roles["rollout"]["replicas"] = 2
     roles["verifier"]["replicas"] = 1
     body["spec"]["failurePolicy"]["maxRestarts"] = 4
@@ -235,6 +241,7 @@ class ActionEngine(RuleBasedStateMachine):
     """
 
     CHECKS: ClassVar[frozenset[str]] = ALL_CHECKS
+    GATED: ClassVar[bool] = False  # weightSync Gated: engines drain and rejoin behind the gate
 
     def __init__(self) -> None:
         super().__init__()
@@ -263,6 +270,8 @@ class ActionEngine(RuleBasedStateMachine):
         self.suspect_faults: list[str] = []  # what passes got wrong about suspect nodes
         self.in_turn = in_turn.InTurnChecks(self.cluster, NAME)
         self.suspension = suspension.SuspensionChecks(self.cluster)
+        self.drains = drain.DrainChecks(self.cluster, NAME)
+        self.readings: dict[str, EngineReading] = {}  # the health loop's, by rollout pod
 
     def teardown(self) -> None:
         self._patches.close()
@@ -284,7 +293,7 @@ class ActionEngine(RuleBasedStateMachine):
     @initialize()
     def user_applies_the_rljob(self) -> None:
         """The job is created and runs: every sequence starts from a running job."""
-        self.uid = self.cluster.create(job_body())["metadata"]["uid"]
+        self.uid = self.cluster.create(job_body(gated=self.GATED))["metadata"]["uid"]
         for _ in range(6):
             self._round()
 
@@ -309,6 +318,17 @@ class ActionEngine(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from([1, 3, 31, 61, 300]))
     def time_passes(self, seconds: int) -> None:
         self.clock.advance(seconds)
+
+    @precondition(lambda self: bool(self._pods("rollout")))
+    @rule(running=st.sampled_from([0, 0, 3]), current=st.booleans())
+    def engines_report(self, running: int, current: bool) -> None:
+        """A health round reads every running engine: its requests running now and the policy
+        generation it serves (the job's current one, or none yet)."""
+        job = self.cluster.peek(KIND, NAME) or {}
+        policy = (job.get("status") or {}).get("policyGeneration") or 1
+        for name in self._pods("rollout"):
+            generation = policy if current else None
+            self.readings[name] = EngineReading(name, self.clock.now, running, generation)
 
     # -- failures --------------------------------------------------------------------------------
 
@@ -499,7 +519,7 @@ class ActionEngine(RuleBasedStateMachine):
     @rule()
     def user_recreates_the_rljob(self) -> None:
         """The same name again: a new uid, whose attempts continue after the old markers."""
-        self.uid = self.cluster.create(job_body())["metadata"]["uid"]
+        self.uid = self.cluster.create(job_body(gated=self.GATED))["metadata"]["uid"]
 
     @precondition(lambda self: self._live_job() is not None)
     @rule(edit=st.sampled_from(EDITS))
@@ -527,6 +547,10 @@ class ActionEngine(RuleBasedStateMachine):
             ),
             SOFT_SUSPECTS: partial(_nothing_recorded, self.suspect_faults),
             **{check: partial(self._in_turn_holds, check) for check in in_turn.CHECKS},
+            **{
+                check: partial(_nothing_recorded, self.drains.faults(check))
+                for check in drain.CHECKS
+            },
             **{
                 check: partial(_nothing_recorded, *[self.suspension.faults(check)])
                 for check in suspension.CHECKS
@@ -718,6 +742,7 @@ class ActionEngine(RuleBasedStateMachine):
         newest body the watch delivered or the operator's own last status write returned."""
         runtime = replica or self.operator
         settling = self.in_turn.before_pass(leading=runtime.leadership.acting())
+        draining = self.drains.before_pass(leading=runtime.leadership.acting())
         changed = self.cluster.index.deliver()
         if KIND in changed:
             self._watch_delivered(deleted_events=True)
@@ -732,13 +757,14 @@ class ActionEngine(RuleBasedStateMachine):
         self.passing = runtime.leadership.identity
         before = copy.deepcopy(self.cluster.peek(KIND, NAME))
         try:
-            harness.run_pass(runtime, body)
+            harness.run_pass(runtime, body, tuple(self.readings.values()))
         except (KubeError, StoreError):
             return  # the worker retries with backoff
         finally:
             self.passing = None
             self._check_no_progress(decided)
         self.in_turn.after_pass(settling)
+        self.drains.after_pass(draining)
         after, jobs = self.cluster.peek(KIND, NAME), self.cluster.view("Job")
         ttl = dt.timedelta(seconds=parse_duration(SUSPECT_NODE_TTL))
         self.suspect_faults += suspect_faults(before, after, jobs, self.clock.now, ttl)

@@ -1,0 +1,186 @@
+"""The drain's invariants in the model (machine.py), read from the cluster's truth (the RLJob
+as the API server stores it, the pods, the write log), never from what the operator believed:
+
+- a-gated-engine-is-deleted-only-after-its-drain-was-journaled: every rollout pod the operator
+  deletes in a Gated job is listed in the stored journal with its drainStartedAt;
+- draining-or-down-engines-stay-within-maxunavailable: when a written journal starts the drain
+  of a ready engine, the ready engines draining (it included) plus those the operator took down
+  that still terminate (no more than the replicas unserved) are at most maxUnavailable;
+- a-drain-always-ends: a pass of the leader on caught-up watches, that began past a drain's
+  drainTimeout and wrote without a fault, leaves that pod deleting or gone (a suspended, failed
+  or deleted job's pods go with it instead);
+- an-ungated-job-never-shows-draining: no roster member draining, no drain journaled.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from rljob.api import parse_duration
+from rljob.api.labels import ROLE_LABEL
+from tests.unit.model.cluster import Cluster
+
+JSON = dict[str, Any]
+KIND = "RLJob"
+ROLLOUT = "rollout"
+
+DRAIN_BEFORE_DELETE = "a-gated-engine-is-deleted-only-after-its-drain-was-journaled"
+WITHIN_MAX_UNAVAILABLE = "draining-or-down-engines-stay-within-maxunavailable"
+DRAIN_ENDS = "a-drain-always-ends"
+UNGATED_NEVER_DRAINS = "an-ungated-job-never-shows-draining"
+CHECKS = frozenset({DRAIN_BEFORE_DELETE, WITHIN_MAX_UNAVAILABLE, DRAIN_ENDS, UNGATED_NEVER_DRAINS})
+
+
+def _time(value: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _role(pod: Mapping[str, Any]) -> str:
+    return str((pod["metadata"].get("labels") or {}).get(ROLE_LABEL, ""))
+
+
+def _ready_running(pod: Mapping[str, Any]) -> bool:
+    conditions = pod["status"].get("conditions") or []
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return (
+        ready
+        and pod["status"]["phase"] == "Running"
+        and not pod["metadata"].get("deletionTimestamp")
+    )
+
+
+def _terminating(pod: Mapping[str, Any]) -> bool:
+    ended = pod["status"]["phase"] in ("Succeeded", "Failed")
+    return bool(pod["metadata"].get("deletionTimestamp")) and not ended
+
+
+class DrainChecks:
+    """Observes one RLJob's drains; `faults(check)` says what broke each invariant."""
+
+    def __init__(self, cluster: Cluster, name: str) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.recorded: dict[str, list[str]] = {check: [] for check in CHECKS}
+        self.taken_down: set[str] = set()  # ready rollout pods the operator deleted
+        cluster.pod_delete_observers.append(self._pod_deleted)
+
+    # -- the truth -------------------------------------------------------------------------------
+
+    def _job(self) -> Mapping[str, Any] | None:
+        return self.cluster.peek(KIND, self.name)
+
+    def _gated(self, job: Mapping[str, Any] | None) -> bool:
+        rollout = (job or {}).get("spec", {}).get("roles", {}).get(ROLLOUT) or {}
+        return rollout.get("weightSync") == "Gated"
+
+    def _entries(self, job: Mapping[str, Any] | None) -> list[JSON]:
+        return list((((job or {}).get("status") or {}).get("inFlight") or {}).get("pods") or [])
+
+    def _draining(self, job: Mapping[str, Any] | None) -> Iterator[JSON]:
+        for entry in self._entries(job):
+            if entry.get("drainStartedAt") and not entry.get("deletedAt"):
+                yield entry
+
+    def _pods(self) -> dict[str, Mapping[str, Any]]:
+        return {p["metadata"]["uid"]: p for p in self.cluster.view("Pod") if _role(p) == ROLLOUT}
+
+    def _stopped(self, job: Mapping[str, Any] | None) -> bool:
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            return True
+        status = job.get("status") or {}
+        held = job.get("spec", {}).get("suspend") or status.get("suspension")
+        return bool(held) or status.get("phase") in ("Succeeded", "Failed")
+
+    # -- deletes ---------------------------------------------------------------------------------
+
+    def _pod_deleted(self, actor: str, pod: JSON) -> None:
+        if not actor.startswith("operator") or _role(pod) != ROLLOUT:
+            return
+        uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
+        if _ready_running(pod):
+            self.taken_down.add(uid)
+        job = self._job()
+        if not self._gated(job):
+            return
+        entry = next((e for e in self._entries(job) if e["uid"] == uid), None)
+        if entry is None or not entry.get("drainStartedAt"):
+            self.recorded[DRAIN_BEFORE_DELETE].append(
+                f"{actor} deleted Gated engine {name} with no drain journaled: {entry}"
+            )
+
+    # -- the pass --------------------------------------------------------------------------------
+
+    def before_pass(self, *, leading: bool) -> tuple[set[str], list[str], int]:
+        """(the drains journaled now, those past their timeout the pass must end, the log's
+        length) as the pass begins."""
+        job = self._job()
+        started = {e["uid"] for e in self._draining(job)}
+        due: list[str] = []
+        if leading and not self.cluster.index.lagging() and not self._stopped(job):
+            rollout = job.get("spec", {}).get("roles", {}).get(ROLLOUT) or {} if job else {}
+            timeout = dt.timedelta(seconds=parse_duration(rollout.get("drainTimeout", "2m")))
+            live = self._pods()
+            for entry in self._draining(job):
+                pod = live.get(entry["uid"])
+                past = self.cluster.clock.now >= _time(entry["drainStartedAt"]) + timeout
+                if past and pod is not None and not pod["metadata"].get("deletionTimestamp"):
+                    due.append(entry["uid"])
+        return started, due, len(self.cluster.log)
+
+    def after_pass(self, before: tuple[set[str], list[str], int]) -> None:
+        started, due, start = before
+        job = self._job()
+        writes = self.cluster.log[start:]
+        faulted = any(w.actor.startswith("operator") and w.code >= 400 for w in writes)
+        live = self._pods()
+        if not faulted and not self._stopped(job):
+            for uid in due:
+                pod = live.get(uid)
+                if pod is not None and not pod["metadata"].get("deletionTimestamp"):
+                    self.recorded[DRAIN_ENDS].append(
+                        f"{pod['metadata']['name']} still runs after a pass past its drainTimeout"
+                    )
+        fresh = [e for e in self._draining(job) if e["uid"] not in started]
+        if any(_ready_running(live[e["uid"]]) for e in fresh if e["uid"] in live):
+            self._check_room(job, live)
+
+    def _check_room(
+        self, job: Mapping[str, Any] | None, live: Mapping[str, Mapping[str, Any]]
+    ) -> None:
+        spec = (job or {}).get("spec", {}).get("roles", {}).get(ROLLOUT) or {}
+        limit = max(1, int(spec.get("maxUnavailable", 1)))
+        draining = [
+            live[e["uid"]]["metadata"]["name"]
+            for e in self._draining(job)
+            if e["uid"] in live and _ready_running(live[e["uid"]])
+        ]
+        down = [p["metadata"]["name"] for u, p in live.items() if u in self.taken_down
+                and _terminating(p)]  # fmt: skip
+        serving = sum(1 for p in live.values() if _ready_running(p))
+        unserved = max(0, int(spec.get("replicas", 1)) - serving)
+        if len(draining) + min(len(down), unserved) > limit:
+            self.recorded[WITHIN_MAX_UNAVAILABLE].append(
+                f"draining {draining} while {down} taken down still terminate ({unserved} "
+                f"replicas unserved): maxUnavailable {limit}"
+            )
+
+    # -- the verdicts ----------------------------------------------------------------------------
+
+    def faults(self, check: str) -> list[str]:
+        found = list(self.recorded[check])
+        if check == UNGATED_NEVER_DRAINS:
+            found += self._ungated_drains()
+        return found
+
+    def _ungated_drains(self) -> list[str]:
+        job = self._job()
+        if job is None or self._gated(job):
+            return []
+        rollout = ((job.get("status") or {}).get("roles") or {}).get(ROLLOUT) or {}
+        members = [m["pod"] for m in rollout.get("engines") or [] if m["state"] == "draining"]
+        journaled = [e["name"] for e in self._entries(job) if e.get("drainStartedAt")]
+        if members or journaled:
+            return [f"Ungated job shows draining {members}, journals drains of {journaled}"]
+        return []

@@ -1,0 +1,87 @@
+"""The action engine (machine.py) on a Gated job: engine restarts drain while the world does
+everything else (crashes, 409s, stale watches, manual and gang restarts), every invariant
+checked after each step; and replays of the drains the exploration should reach."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from tests.unit.model.machine import ALL_CHECKS, NAME, ActionEngine
+from tests.unit.model.test_action_engine import EXPLORE
+
+# A narrower budget than the Ungated exploration: the same rules, the drains added.
+GATED_EXPLORE = settings(EXPLORE, max_examples=150)
+
+
+class GatedEngine(ActionEngine):
+    GATED = True
+    CHECKS = ALL_CHECKS
+
+
+def test_invariants_hold_whatever_happens_to_a_gated_job() -> None:
+    run_state_machine_as_test(GatedEngine, settings=GATED_EXPLORE)
+
+
+Step = tuple[str, Mapping[str, Any]]
+DRIFT: Step = ("health_round_finds", {"index": 0})
+FLEET: Step = ("health_round_finds_the_fleet_fragmented", {"index": 0})
+IDLE: Step = ("engines_report", {"running": 0, "current": True})
+BUSY: Step = ("engines_report", {"running": 3, "current": True})
+SETTLE: Step = ("world_settles", {"rounds": 1})
+
+
+def replay(steps: Sequence[Step]) -> GatedEngine:
+    machine = GatedEngine()
+    try:
+        machine.user_applies_the_rljob()
+        machine.engines_report(running=0, current=True)
+        machine.world_settles(rounds=4)
+        machine.invariants_hold()
+        for name, arguments in steps:
+            getattr(machine, name)(**arguments)
+            machine.invariants_hold()
+    finally:
+        machine.teardown()
+    return machine
+
+
+def _events(machine: GatedEngine, reason: str) -> list[str]:
+    return [e["message"] for e in machine.cluster.events(reason)]
+
+
+@pytest.mark.parametrize(
+    ("steps", "how"),
+    [
+        pytest.param([DRIFT, SETTLE, SETTLE, IDLE, ("world_settles", {"rounds": 3})],
+                     "drained: 0 running", id="a-drift-restart-drains-then-deletes"),
+        pytest.param([DRIFT, BUSY, SETTLE, ("time_passes", {"seconds": 31}),
+                      ("world_settles", {"rounds": 2})],
+                     "drain timed out after 30s with 3 running", id="a-busy-engine-times-out"),
+        pytest.param([DRIFT, BUSY, SETTLE, ("operator_restarts", {"dies_before_write": None}),
+                      ("time_passes", {"seconds": 31}), ("world_settles", {"rounds": 2})],
+                     "drain timed out", id="a-new-process-keeps-the-deadline"),
+        pytest.param([FLEET, SETTLE, IDLE, ("world_settles", {"rounds": 3})],
+                     "drained: 0 running", id="a-fleet-restart-drains-each-in-turn"),
+        pytest.param([("user_requests_a_restart", {"role": "rollout"}), SETTLE, IDLE,
+                      ("world_settles", {"rounds": 3})],
+                     "drained: 0 running", id="a-manual-restart-drains-in-turn"),
+        pytest.param([DRIFT, ("next_write_fails", {"status": 409}), SETTLE,
+                      ("watches_lag", {"deliveries": 2, "kinds": ("Pod",)}), SETTLE, SETTLE,
+                      IDLE,
+                      ("world_settles", {"rounds": 4})],
+                     "drained: 0 running", id="through-a-409-and-a-stale-pod-watch"),
+    ],
+)  # fmt: skip
+def test_a_gated_engine_restart_drains(steps: Sequence[Step], how: str) -> None:
+    machine = replay(steps)
+
+    assert machine.cluster.events("EngineDraining"), "the drain was said"
+    assert any(how in message for message in _events(machine, "EngineDrained"))
+    job = machine.cluster.peek("RLJob", NAME) or {}
+    engines = job["status"]["roles"]["rollout"]["engines"]
+    assert all(member["state"] != "draining" for member in engines)
