@@ -41,7 +41,12 @@ from rljob.reconcile.lifecycle import FAIL_JOB_END, TrainerHold, close_attempt
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile
 from rljob.reconcile.policy import Decision as PolicyDecision
-from rljob.reconcile.progress import ProgressReading, engine_policy_env, with_progress
+from rljob.reconcile.progress import (
+    ProgressReading,
+    engine_policy_env,
+    freshest_policy_generation,
+    with_progress,
+)
 from rljob.reconcile.remediation import (
     awaiting_root_cause,
     failed_attempt,
@@ -233,6 +238,7 @@ def _decided(
         now=inputs.now,
         settled=turn.settled if turn is not None else None,
         readings=inputs.engine_readings,
+        policy_generation=freshest_policy_generation(job.status, inputs.progress),
     )
     plan = replace(plan, requeue_after=_sooner(plan.requeue_after, _recheck(job, observed, inputs)))
     reports = (

@@ -37,16 +37,39 @@ def current(generation: int | None, policy_generation: int | None) -> bool:
 
 
 def to_mark_current(
-    job: RLJob, observed: Observed, readings: tuple[EngineReading, ...]
+    job: RLJob,
+    observed: Observed,
+    readings: tuple[EngineReading, ...],
+    policy: int | None,
 ) -> list[ObservedPod]:
-    """The pods whose gate this pass sets: awaiting it, and reporting a current generation."""
-    policy = job.status.policy_generation
+    """The pods whose gate this pass sets: awaiting it, and reporting `policy`, the newest
+    generation known (the trainer's latest reading: status.policyGeneration lags by up to 5
+    minutes, and an engine still on its command-line weights must not pass for current), or
+    the newest a serving engine reports (a driver without the SDK's trainer metrics)."""
+    policy = _newest(policy, _serving_generation(job, observed, readings))
     marked = []
     for pod in awaiting_gate(job, observed):
         reading = reading_of(readings, pod.name)
         if reading is not None and current(reading.generation, policy):
             marked.append(pod)
     return marked
+
+
+def _serving_generation(
+    job: RLJob, observed: Observed, readings: tuple[EngineReading, ...]
+) -> int | None:
+    leaving = draining_uids(job.status)
+    serving = {
+        p.name
+        for p in observed.pods
+        if p.role == ROLLOUT and p.ready and not p.deleting and p.uid not in leaving
+    }
+    reported = [r.generation for r in readings if r.pod in serving and r.generation is not None]
+    return max(reported, default=None)
+
+
+def _newest(first: int | None, second: int | None) -> int | None:
+    return max((g for g in (first, second) if g is not None), default=None)
 
 
 def gate_recheck_after(job: RLJob, observed: Observed) -> float | None:

@@ -129,6 +129,7 @@ def execution_steps(
     now: datetime,
     settled: InFlightAction | None = None,
     readings: tuple[EngineReading, ...] = (),
+    policy_generation: int | None = None,
 ) -> tuple[Step, ...]:
     """The plan's side effects in the order that keeps every crash resumable: the policy's
     suspension's Event, the journaled action's Event, deletes, the pod restart, in-turn deletes
@@ -166,7 +167,7 @@ def execution_steps(
     if ended is not None and ended.kind == ActionKind.RESTART_ROLE_IN_TURN:
         name, event = restarted_event(job.metadata.name, ended)
         steps.append(PostEvent(event, name, once=True))
-    steps += _gates(job, observed, readings)
+    steps += _gates(job, observed, readings, policy_generation)
     steps += _teardown_steps(job, observed, node_states, now)
     creates = creates_attempt(plan)
     if creates and attempt_plan is not None:
@@ -181,10 +182,12 @@ def execution_steps(
     return tuple(steps)
 
 
-def _gates(job: RLJob, observed: Observed, readings: tuple[EngineReading, ...]) -> list[Step]:
+def _gates(
+    job: RLJob, observed: Observed, readings: tuple[EngineReading, ...], policy: int | None
+) -> list[Step]:
     """The policy-current gate of each Gated engine that reports the current generation."""
     steps: list[Step] = []
-    for pod in to_mark_current(job, observed, readings):
+    for pod in to_mark_current(job, observed, readings, policy):
         reading = reading_of(readings, pod.name)
         if reading is not None and reading.generation is not None:
             steps.append(MarkPolicyCurrent(pod.name, pod.uid, reading.generation))

@@ -12,6 +12,7 @@ import pytest
 from rljob.reconcile.decide import Decision
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.gate import GATE_RECHECK_SECONDS
+from rljob.reconcile.progress import ProgressReading
 from rljob.reconcile.steps import MarkPolicyCurrent
 from tests.unit.reconcile.test_decide import decide_now, journal
 from tests.unit.reconcile.test_drain import POD_RULE, VICTIM, drift, gated_world
@@ -62,6 +63,57 @@ def test_the_gate_is_set_for_a_current_engine(
 
     expected = [MarkPolicyCurrent(NEW, f"uid-{NEW}", generation or 0)] if marked else []
     assert marks(decision) == expected
+
+
+@pytest.mark.parametrize(
+    ("status_generation", "trainer_generation", "engine_generation", "marked"),
+    [
+        pytest.param(None, 5, 0, False, id="command-line-weights-while-the-trainer-is-at-5"),
+        pytest.param(None, 5, 5, True, id="pushed-to-the-trainer's-generation"),
+        pytest.param(3, 5, 4, False, id="newer-than-the-lagging-status-but-behind-the-trainer"),
+        pytest.param(6, 5, 5, False, id="status-newer-than-a-stale-trainer-reading"),
+    ],
+)
+def test_current_means_the_newest_generation_known(
+    status_generation: int | None, trainer_generation: int, engine_generation: int, marked: bool
+) -> None:
+    """status.policyGeneration is refreshed every 5 minutes at most (None before the first):
+    the gate compares against the trainer's latest reading when it is newer."""
+    w = gated_world(mode={"weightSync": "Gated"})
+    w.body["status"]["policyGeneration"] = status_generation
+    joining(w)
+
+    decision = decide_now(
+        w,
+        engine_readings=(reading(engine_generation),),
+        progress=ProgressReading(policy_generation=trainer_generation),
+    )
+
+    assert bool(marks(decision)) == marked
+
+
+@pytest.mark.parametrize(
+    ("serving_generation", "engine_generation", "marked"),
+    [
+        pytest.param(4, 0, False, id="behind-the-serving-engines"),
+        pytest.param(4, 4, True, id="level-with-the-serving-engines"),
+        pytest.param(None, 0, True, id="no-serving-engine-reports"),
+    ],
+)
+def test_without_a_trainer_reading_current_means_level_with_the_serving_engines(
+    serving_generation: int | None, engine_generation: int, marked: bool
+) -> None:
+    w = gated_world(mode={"weightSync": "Gated"})
+    w.body["status"]["policyGeneration"] = None
+    serving = [n for n, p in w.pods.items() if p.role == "rollout" and p.ready]
+    for name in serving:
+        w.pods[name] = pod(name, "rollout", policy_current=True)
+    joining(w)
+    readings = [reading(serving_generation, name) for name in serving]
+
+    decision = decide_now(w, engine_readings=(reading(engine_generation), *readings))
+
+    assert bool(marks(decision)) == marked
 
 
 def test_a_draining_engine_is_not_gated_again() -> None:
