@@ -5,7 +5,8 @@ training step by broadcasting it to its weight group, as a trainer with an NCCL 
 does.
 
 - on_join: push the current weights to the newcomer (done `push_seconds` later; the engine then
-  reports the generation current at that moment).
+  reports the generation current at that moment), and again with every step's broadcast until it
+  serves (over HTTP, outside the group: the operator's gate wants the newest generation).
 - on_serving: add it to the weight group and send to it.
 - on_drain: send nothing new to it and drop it from the group (its requests finish).
 - on_leave: forget it; a member still in the group is dropped from it first.
@@ -119,6 +120,7 @@ class RolloutDriver:
         self._log(now, "drain", pod)
         self.sending.discard(pod)
         self._leave_group(pod, now)
+        self.synced.discard(pod)  # no more pushes: it only finishes its requests
 
     def on_leave(self, pod: str, now: float) -> None:
         self._log(now, "leave", pod)
@@ -146,11 +148,15 @@ class RolloutDriver:
             self.generation += 1
             self.counters.steps += 1
             if self._collective(self.group, now):
-                for pod in self.group:
+                for pod in self.group | self._synced_joiners():
                     self._push(pod)
         if not self.hung:
             self._send(now)
         return TickOutcome()
+
+    def _synced_joiners(self) -> set[str]:
+        """Newcomers whose first push landed and that serve nothing yet."""
+        return {pod for pod in self.synced - self.group if pod not in self.pushes}
 
     def _restarted(self, now: float) -> None:
         """The watchdog aborted the trainer; the driver restarts with it (its generation from
