@@ -310,7 +310,7 @@ def _oom_twice(
 
 
 def _restart_after_the_crash(
-    operator: Operator, point: str, settled: Callable[[], bool] | None = None
+    operator: Operator, point: str, settled: Callable[[], bool] | None = None, timeout: float = 60
 ) -> None:
     """Waits for the operator to die at `point`, then restarts it. `settled`: the action
     finished without passing the point, which is allowed for a point after a side effect whose
@@ -322,7 +322,7 @@ def _restart_after_the_crash(
             return True
         return settled is not None and settled()
 
-    wait_for(died_or_settled, 60, f"the operator to die at {point}")
+    wait_for(died_or_settled, timeout, f"the operator to die at {point}")
     if operator.current.process.poll() is None:
         print(f"the action settled without reaching {point}: its effect landed, its pass failed")
     operator.restart()

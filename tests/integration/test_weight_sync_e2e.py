@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from rljob.crashpoints import CRASH_POINT_ENV, DRAIN_CRASH_POINTS
 from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.scrape import metric_values
 from rljob.dev.sim.launcher import Simulator
@@ -35,6 +36,7 @@ from tests.integration.rljobs import (
     second_scale_health,
     wait_condition,
 )
+from tests.integration.test_remediation import _restart_after_the_crash
 
 pytestmark = pytest.mark.integration
 
@@ -130,15 +132,21 @@ def _drift_restart(
     simulator: Simulator,
     prometheus: PrometheusServer,
     weight_sync: str,
+    crash_at: str | None = None,
 ) -> tuple[Driver, dict[str, Any], str, str]:
     """Runs the job with a driver, drifts one engine until it is replaced and the newcomer
-    serves; returns the driver, the job before the fault, the victim and the newcomer."""
+    serves (the operator set to die at `crash_at` meanwhile, then restarted); returns the
+    driver, the job before the fault, the victim and the newcomer."""
     driver = Driver(simulator, namespace)
     driver.client.start_driver(namespace=namespace, job=NAME, **DRIVER)
     apply_rljob(cluster, namespace, _job(prometheus.url, weight_sync))
     before, engines = _steady(cluster, namespace, operator, driver)
+    if crash_at is not None:
+        operator.restart(env={CRASH_POINT_ENV: crash_at})
     victim = sorted(engines)[0]
     simulator.client().inject("drift", namespace=namespace, pod=victim, drop=0.3)
+    if crash_at is not None:
+        _restart_after_the_crash(operator, crash_at, timeout=3 * DRIFT_WINDOW + 60)
     wait_for(
         lambda: victim not in pod_uids(cluster, namespace, NAME, "rollout"),
         3 * DRIFT_WINDOW + 60,
@@ -157,15 +165,23 @@ def _drift_restart(
     return driver, before, victim, newcomer
 
 
+@pytest.mark.parametrize(
+    "crash_at",
+    [None, *DRAIN_CRASH_POINTS],
+    ids=["no-crash", *(f"sigkill-at-{p}" for p in DRAIN_CRASH_POINTS)],
+)
 def test_gated_engines_drain_and_rejoin_synced_without_a_hang(
     cluster: Cluster,
     operator: Operator,
     namespace: str,
     simulator: Simulator,
     prometheus: PrometheusServer,
+    crash_at: str | None,
 ) -> None:
+    """Also when the operator is SIGKILLed where a drain begins and where its pod is deleted:
+    the journal holds the drain's start, so the restarted operator finishes it once."""
     driver, before, victim, newcomer = _drift_restart(
-        cluster, operator, namespace, simulator, prometheus, "Gated"
+        cluster, operator, namespace, simulator, prometheus, "Gated", crash_at
     )
     try:
         report, restarts = driver.report(), _restarts(cluster, namespace)
