@@ -26,3 +26,14 @@ class EngineMember(StatusModel):
         default=None,
         description="Policy generation the engine reported when its state last changed.",
     )
+    required_generation: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="weightSync Gated: the generation it must report to turn Ready, the job's "
+        "newest known when it joined (or when its container last restarted); empty while none "
+        "was known.",
+    )
+    restarts: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="Container restarts of the pod: a change means the engine restarted in "
+        "place (its weights are the command line's again), a leave and a join for a driver.",
+    )
