@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from rljob.health.profiles import (
     ENGINE_POLICY_GENERATION,
     REQUESTS_RUNNING,
+    REQUESTS_WAITING,
     EngineMetrics,
     Series,
     SeriesLookup,
@@ -30,14 +31,14 @@ if TYPE_CHECKING:
 
 # A float gauge holds every integer up to 2**53 exactly; a larger "generation" is garbage.
 MAX_GENERATION = 2**53
-_READ = (REQUESTS_RUNNING, ENGINE_POLICY_GENERATION)
+_READ = (REQUESTS_RUNNING, REQUESTS_WAITING, ENGINE_POLICY_GENERATION)
 
 
 @dataclass(frozen=True, slots=True)
 class EngineGauges:
-    """One rollout engine's latest reading: the sample's time (unix seconds), its running
-    requests (summed over the engines of the pod) and the generation it serves (the lowest of
-    its engines'); None: no valid value."""
+    """One rollout engine's latest reading: the sample's time (unix seconds), its requests
+    running or queued (summed over the engines of the pod) and the generation it serves (the
+    lowest of its engines'); None: no valid value."""
 
     t: float
     running: float | None
@@ -70,7 +71,18 @@ def engine_gauges(
         t = _newest(series.get(ENGINE_POLICY_GENERATION, ()))
     if t is None:
         return None
-    return EngineGauges(t, _running(running.values_at(t)), _generation(generation.values_at(t)))
+    waiting = SeriesLookup(series.get(REQUESTS_WAITING, ()), profile.engine_label, staleness)
+    held = _held(_running(running.values_at(t)), waiting.values_at(t))
+    return EngineGauges(t, held, _generation(generation.values_at(t)))
+
+
+def _held(running: float | None, waiting: Sequence[float]) -> float | None:
+    """Requests the engine holds: running plus queued (a drain that ended with requests still
+    queued would lose them); no queue gauge at that time counts as an empty queue."""
+    if running is None or not waiting:
+        return running
+    queued = _running(waiting)
+    return None if queued is None else running + queued
 
 
 def _newest(series: Iterable[Series]) -> float | None:

@@ -13,5 +13,5 @@ class EngineReading:
 
     pod: str
     at: datetime  # when the sample was taken (a drain counts only samples after it began)
-    running: float | None = None  # requests running now (the engine profile's running gauge)
+    running: float | None = None  # requests running or queued (the profile's two gauges)
     generation: int | None = None  # rljob_engine_policy_generation, or the engine's own

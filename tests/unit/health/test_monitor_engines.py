@@ -24,6 +24,7 @@ from rljob.health.profiles import (
     ENGINE_POLICY_GENERATION,
     OPTIONAL_ENGINE_SIGNALS,
     REQUESTS_RUNNING,
+    REQUESTS_WAITING,
     SGLANG,
     VLLM,
     EngineMetrics,
@@ -108,6 +109,24 @@ GARBAGE = [math.nan, math.inf, -1.0, 2.5, float(MAX_GENERATION * 2)]
             {REQUESTS_RUNNING: [series([(20.0, 4.0)], engine="0")]},
             EngineGauges(20.0, 4.0, None),
             id="no-generation-gauge",
+        ),
+        pytest.param(
+            VLLM,
+            {
+                REQUESTS_RUNNING: [series([(20.0, 0.0)], engine="0")],
+                REQUESTS_WAITING: [series([(20.0, 3.0)], engine="0")],
+            },
+            EngineGauges(20.0, 3.0, None),
+            id="none-running-three-queued-is-not-drained",
+        ),
+        pytest.param(
+            VLLM,
+            {
+                REQUESTS_RUNNING: [series([(20.0, 2.0)], engine="0")],
+                REQUESTS_WAITING: [series([(20.0, math.nan)], engine="0")],
+            },
+            EngineGauges(20.0, None, None),
+            id="garbage-queue-is-no-reading",
         ),
         pytest.param(
             VLLM,

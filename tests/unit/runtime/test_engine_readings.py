@@ -25,7 +25,12 @@ from rljob.api import RLJob, parse_rljob
 from rljob.health.evaluation import Evaluation
 from rljob.health.monitor import JobKey
 from rljob.health.monitor_engines import EngineGauges
-from rljob.health.profiles import ENGINE_POLICY_GENERATION, REQUESTS_RUNNING, Series
+from rljob.health.profiles import (
+    ENGINE_POLICY_GENERATION,
+    REQUESTS_RUNNING,
+    REQUESTS_WAITING,
+    Series,
+)
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.runtime.gather import Gatherer
 from rljob.runtime.health_loop import HealthScheduler
@@ -211,7 +216,8 @@ class DrainingEngine:
     async def collect(self, queries: Queries, *, lookback: float, at: float) -> Collected:
         collected: Collected = {}
         for signal in queries:
-            value = {REQUESTS_RUNNING: 0.0 if at >= self.idle_at else 5.0}.get(signal.name, 1.0)
+            held = 0.0 if at >= self.idle_at else 5.0
+            value = {REQUESTS_RUNNING: held, REQUESTS_WAITING: held}.get(signal.name, 1.0)
             if signal.name == ENGINE_POLICY_GENERATION:
                 value = 7.0
             collected[signal] = {("ns1", POD): [Series((), ((at, value),))]}
