@@ -15,8 +15,13 @@ Within one update the callbacks fire in the order on_drain, on_leave, on_join, o
 pod name within each), so a group shrinks before it grows. A pod first seen already serving
 gets on_join then on_serving; first seen draining, only on_drain. serving -> joining (lost
 readiness) fires nothing: serving() simply stops listing it. A pod without an address yet gets
-no callback until it has one; a pod whose address changed left and joined again.
-docs/weight-sync.md has the whole loop and the RBAC it needs."""
+no callback until it has one; a pod whose address or `restarts` changed left and joined again
+(a container restarted in place lost its communicator and its weights).
+
+One watch thread at a time feeds the roster: refresh() refuses while it runs (a list taken
+alongside the watch could be older than an event already applied, and resourceVersions are
+opaque, so the two cannot be ordered), and a thread that outlives stop() (a callback still
+running) has its later updates dropped. docs/weight-sync.md has the whole loop and the RBAC."""
 
 from __future__ import annotations
 
@@ -56,6 +61,8 @@ class Engine:
     address: str  # pod IP; empty until the pod has one
     state: str  # joining | serving | draining
     generation: int | None  # policy generation it reported when its state last changed
+    required_generation: int | None = None  # Gated: what it must report to turn Ready
+    restarts: int = 0  # container restarts: a change is a leave and a join
 
 
 EngineCallback = Callable[[Engine], object]
@@ -74,6 +81,8 @@ def engines_of(job: Mapping[str, Any] | None) -> Snapshot:
             address=member.get("address") or "",
             state=member.get("state") or JOINING,
             generation=member.get("generation"),
+            required_generation=member.get("requiredGeneration"),
+            restarts=member.get("restarts") or 0,
         )
         for member in members
     }
@@ -83,11 +92,12 @@ def transitions(
     before: Mapping[str, Engine], after: Mapping[str, Engine]
 ) -> list[tuple[str, Engine]]:
     """(event, engine) pairs, event in EVENTS order, from one roster to the next. An engine
-    without an address yet is unreachable: callbacks see it once it has one."""
+    without an address yet is unreachable: callbacks see it once it has one. A new address or
+    restart count is a new engine behind the same pod name: the old one leaves."""
     found: dict[str, list[Engine]] = {event: [] for event in EVENTS}
     for pod in sorted(before.keys() | after.keys()):
         old, new = _reachable(before.get(pod)), _reachable(after.get(pod))
-        if old is not None and (new is None or new.address != old.address):
+        if old is not None and (new is None or _incarnation(new) != _incarnation(old)):
             found["leave"].append(old)
             old = None
         if new is None:
@@ -105,6 +115,27 @@ def transitions(
 
 def _reachable(engine: Engine | None) -> Engine | None:
     return engine if engine is not None and engine.address else None
+
+
+def _incarnation(engine: Engine) -> tuple[str, int]:
+    """What identifies one engine process behind a pod name."""
+    return engine.address, engine.restarts
+
+
+class _Run:
+    """One start()..stop() of the watch: its own stop event and connection, so a thread that
+    outlives its stop() can neither be woken by a later start() nor close that run's watch."""
+
+    def __init__(self, roster: EngineRoster) -> None:
+        self.stopping = threading.Event()
+        self.watch = roster._new_watch(cancelled=self.stopping)
+        self.thread = threading.Thread(
+            target=roster._run, args=(self,), name="rljob-engine-roster", daemon=True
+        )
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.watch.close()
 
 
 class EngineRoster:
@@ -151,17 +182,13 @@ class EngineRoster:
             "join": on_join,
             "serving": on_serving,
         }
-        self._stopping = threading.Event()
-        self._watch = ObjectWatch(
-            endpoint,
-            COLLECTION.format(namespace=self.namespace),
-            f"metadata.name={self.name}",
-            cancelled=self._stopping,
-        )
+        self.endpoint = endpoint
+        self._lister = self._new_watch()  # refresh()'s own connection, never a run's
         self._changed = threading.Condition()
         self._snapshot: Snapshot = {}
         self._updating = threading.RLock()  # one update (and its callbacks) at a time
-        self._thread: threading.Thread | None = None
+        self._lifecycle = threading.Lock()  # start() and stop() one at a time
+        self._current: _Run | None = None
 
     # --- what a driver reads -------------------------------------------------------------
 
@@ -192,26 +219,43 @@ class EngineRoster:
     # --- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> EngineRoster:
-        """Watches in a daemon thread (callbacks run there) until stop()."""
-        if self._watching():
-            return self
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, name="rljob-engine-roster", daemon=True)
-        self._thread.start()
+        """Watches in a daemon thread (callbacks run there) until stop(). A thread left over
+        from an earlier stop() (a callback still running) may finish that callback, but its
+        later updates are dropped: only this run's thread feeds the roster."""
+        with self._lifecycle:
+            if self._watching():
+                return self
+            self._current = _Run(self)
+            self._current.thread.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stopping.set()
-        self._watch.close()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        """Ends the watch at once; waits up to timeout seconds for a running callback."""
+        with self._lifecycle:
+            run, self._current = self._current, None
+        if run is None:
+            return
+        run.stop()
+        if run.thread is threading.current_thread():
+            return  # stop() from a callback: the thread ends once the callback returns
+        run.thread.join(timeout)
+        if run.thread.is_alive():
+            log.warning(
+                "roster watch thread still in a callback after %.1fs; its later updates "
+                "are dropped",
+                timeout,
+            )
 
     def refresh(self) -> Snapshot:
         """One synchronous list (callbacks run in the caller's thread); for drivers without
-        threads. Raises OSError or WatchError when the API server cannot be read."""
-        items, _ = self._watch.list()
-        self._apply(items[0] if items else None)
+        threads. Raises RuntimeError between start() and stop(): the watch thread keeps the
+        roster, and a list read alongside it could be older than an event it applied. Raises
+        OSError or WatchError when the API server cannot be read."""
+        if not self._refresh_unless_watching():
+            raise RuntimeError(
+                "EngineRoster.refresh() while the watch thread runs: read engines() or "
+                "serving(), or wait_until(); refresh() is for a roster that was not start()ed"
+            )
         return self.engines()
 
     def __enter__(self) -> EngineRoster:
@@ -222,45 +266,71 @@ class EngineRoster:
 
     # --- the watch -----------------------------------------------------------------------
 
-    def _watching(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+    def _new_watch(self, cancelled: threading.Event | None = None) -> ObjectWatch:
+        return ObjectWatch(
+            self.endpoint,
+            COLLECTION.format(namespace=self.namespace),
+            f"metadata.name={self.name}",
+            cancelled=cancelled,
+        )
 
-    def _run(self) -> None:
+    def _watching(self) -> bool:
+        """A run is current (started, not stopped) and its thread alive."""
+        run = self._current
+        return run is not None and run.thread.is_alive()
+
+    def _refresh_unless_watching(self) -> bool:
+        """Lists and applies unless a watch thread runs (False). The list happens under the
+        update lock and the check is repeated after it: a start() during the list wins."""
+        with self._updating:
+            if self._watching():
+                return False
+            items, _ = self._lister.list()
+            if self._watching():
+                return False
+            self._apply(items[0] if items else None)
+        return True
+
+    def _run(self, run: _Run) -> None:
         backoff = 0.5
-        while not self._stopping.is_set():
+        while not run.stopping.is_set():
             try:
-                items, version = self._watch.list()
-                self._apply(items[0] if items else None)
+                items, version = run.watch.list()
+                self._apply(items[0] if items else None, run)
                 backoff = 0.5
-                self._follow(version)
+                self._follow(run, version)
             except Exception as exc:  # the watch must outlive any error: back off, re-list
-                if self._stopping.is_set():
+                if run.stopping.is_set():
                     return
                 if isinstance(exc, WatchError) and exc.code == 410:
                     log.info("roster watch expired (410 Gone); listing again")
                     continue
                 log.warning("roster watch of %s/%s failed: %s", self.namespace, self.name, exc)
-                self._stopping.wait(backoff * random.uniform(0.8, 1.2))
+                run.stopping.wait(backoff * random.uniform(0.8, 1.2))
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
-    def _follow(self, version: str) -> None:
+    def _follow(self, run: _Run, version: str) -> None:
         """Follows watch streams from version until an error (raised) or stop()."""
-        while not self._stopping.is_set():
-            for kind, obj in self._watch.watch(version):
+        while not run.stopping.is_set():
+            for kind, obj in run.watch.watch(version):
                 version = (obj.get("metadata") or {}).get("resourceVersion") or version
                 if kind in ("ADDED", "MODIFIED"):
-                    self._apply(obj)
+                    self._apply(obj, run)
                 elif kind == "DELETED":
-                    self._apply(None)
+                    self._apply(None, run)
 
     def _poll_quietly(self) -> None:
         try:
-            self.refresh()
+            self._refresh_unless_watching()
         except Exception as exc:  # wait_until keeps waiting through a failed read
             log.warning("roster refresh of %s/%s failed: %s", self.namespace, self.name, exc)
 
-    def _apply(self, job: JSON | None) -> None:
+    def _apply(self, job: JSON | None, run: _Run | None = None) -> None:
+        """Makes job's roster the current one and fires its transitions; an update from a
+        stopped run (a thread that outlived stop()) is dropped."""
         with self._updating:
+            if run is not None and run.stopping.is_set():
+                return
             after = engines_of(job)
             with self._changed:
                 before, self._snapshot = self._snapshot, after

@@ -7,14 +7,26 @@ from typing import Any
 
 import pytest
 
-from rljob.sdk.roster import Engine, EngineRoster, engines_of, transitions
+from rljob.sdk.roster import Engine, EngineRoster, _Run, engines_of, transitions
 
 
 def engine(
-    pod: str, state: str, address: str | None = None, generation: int | None = None
+    pod: str,
+    state: str,
+    address: str | None = None,
+    generation: int | None = None,
+    restarts: int = 0,
+    required: int | None = None,
 ) -> Engine:
     ip = f"10.0.0.{pod[-1]}" if address is None else address
-    return Engine(pod=pod, address=ip, state=state, generation=generation)
+    return Engine(
+        pod=pod,
+        address=ip,
+        state=state,
+        generation=generation,
+        required_generation=required,
+        restarts=restarts,
+    )
 
 
 def roster(*engines: Engine) -> dict[str, Engine]:
@@ -113,8 +125,71 @@ DIFFS = [
     ),
 ]
 
+# A change of `restarts` is a new engine process behind the same pod: its communicator and
+# weights died with the container, so the driver drops it and syncs it again.
+RESTARTS = [
+    pytest.param(
+        roster(engine("e1", "serving")),
+        roster(engine("e1", "joining", restarts=1)),
+        ["leave:e1", "join:e1"],
+        id="serving-restarts-in-place",
+    ),
+    pytest.param(
+        roster(engine("e1", "serving")),
+        roster(engine("e1", "serving", restarts=1)),
+        ["leave:e1", "join:e1", "serving:e1"],
+        id="restart-seen-already-serving-again",
+    ),
+    pytest.param(
+        roster(engine("e1", "joining")),
+        roster(engine("e1", "joining", restarts=1)),
+        ["leave:e1", "join:e1"],
+        id="joining-restarts-before-serving",
+    ),
+    pytest.param(
+        roster(engine("e1", "draining")),
+        roster(engine("e1", "draining", restarts=1)),
+        ["drain:e1", "leave:e1"],  # drains come first in an update; nothing left to sync
+        id="draining-restarts",
+    ),
+    pytest.param(
+        roster(engine("e1", "joining", restarts=2)),
+        roster(engine("e1", "serving", restarts=2)),
+        ["serving:e1"],
+        id="same-restarts-plain-transition",
+    ),
+    pytest.param(
+        roster(),
+        roster(engine("e1", "serving", restarts=3)),
+        ["join:e1", "serving:e1"],
+        id="first-seen-with-restarts-joins-once",
+    ),
+    pytest.param(
+        roster(engine("e1", "joining", address="", restarts=0)),
+        roster(engine("e1", "joining", restarts=1)),
+        ["join:e1"],
+        id="restart-before-an-address-is-just-a-join",
+    ),
+    pytest.param(
+        roster(engine("e1", "serving"), engine("e2", "serving"), engine("e3", "draining")),
+        roster(
+            engine("e1", "joining", restarts=1),
+            engine("e2", "draining"),
+            engine("e3", "draining", restarts=1),
+        ),
+        ["drain:e2", "drain:e3", "leave:e1", "leave:e3", "join:e1"],
+        id="restarts-keep-the-callback-order",
+    ),
+    pytest.param(
+        roster(engine("e1", "joining", required=4)),
+        roster(engine("e1", "joining", required=6)),
+        [],
+        id="required-generation-only",
+    ),
+]
 
-@pytest.mark.parametrize(("before", "after", "expected"), DIFFS)
+
+@pytest.mark.parametrize(("before", "after", "expected"), DIFFS + RESTARTS)
 def test_one_update_fires_callbacks_in_order(
     before: dict[str, Engine], after: dict[str, Engine], expected: list[str]
 ) -> None:
@@ -133,11 +208,25 @@ READS = [
     pytest.param(
         job({"pod": "e1", "address": "10.1.0.4", "state": "serving", "generation": 7}),
         roster(Engine("e1", "10.1.0.4", "serving", 7)),
+        id="member-of-an-older-operator",
+    ),
+    pytest.param(
+        job(
+            {
+                "pod": "e1",
+                "address": "10.1.0.4",
+                "state": "joining",
+                "generation": 5,
+                "requiredGeneration": 7,
+                "restarts": 2,
+            }
+        ),
+        roster(Engine("e1", "10.1.0.4", "joining", 5, required_generation=7, restarts=2)),
         id="full-member",
     ),
     pytest.param(
         job({"pod": "e1", "state": "joining"}),
-        roster(Engine("e1", "", "joining", None)),
+        roster(Engine("e1", "", "joining", None, required_generation=None, restarts=0)),
         id="defaults",
     ),
 ]
@@ -169,6 +258,19 @@ def test_a_raising_callback_is_logged_and_the_others_still_fire(
     assert fired == ["serving:e1"]
     assert "on_join callback failed for e1" in caplog.text
     assert [e.pod for e in driver.serving()] == ["e1"]
+
+
+def test_an_update_from_a_stopped_run_is_dropped() -> None:
+    fired: list[str] = []
+    driver = EngineRoster(
+        "job", "ns", api_server="http://127.0.0.1:1", on_join=lambda e: fired.append(e.pod)
+    )
+    current, stopped = _Run(driver), _Run(driver)
+    stopped.stop()
+    driver._apply(job({"pod": "e1", "address": "10.0.0.1", "state": "joining"}), current)
+    driver._apply(job(), stopped)  # an older list, read by a thread that outlived stop()
+    assert set(driver.engines()) == {"e1"}
+    assert fired == ["e1"]
 
 
 def test_a_callback_sees_the_new_snapshot() -> None:
@@ -219,6 +321,6 @@ def test_in_a_pod_everything_comes_from_the_environment(
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
     driver = EngineRoster()
     assert (driver.name, driver.namespace) == ("job", "team")
-    assert driver._watch.endpoint.server == server
-    assert driver._watch.field_selector == "metadata.name=job"
-    assert driver._watch.collection == "/apis/rljob.io/v1alpha1/namespaces/team/rljobs"
+    assert driver.endpoint.server == server
+    assert driver._lister.field_selector == "metadata.name=job"
+    assert driver._lister.collection == "/apis/rljob.io/v1alpha1/namespaces/team/rljobs"

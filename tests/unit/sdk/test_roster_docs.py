@@ -40,12 +40,11 @@ def test_the_driver_loop_uses_real_names() -> None:
                 assert hasattr(module, alias.name), f"{node.module}.{alias.name}"
     for method in ("start", "serving", "wait_until"):
         assert hasattr(EngineRoster, method) and f".{method}(" in loop
-    assert {f.name for f in Engine.__dataclass_fields__.values()} == {
-        "pod",
-        "address",
-        "state",
-        "generation",
-    }
+    fields = [f.name for f in Engine.__dataclass_fields__.values()]
+    assert f"dataclass `{', '.join(fields)}`" in DOC.replace("\n", " ")
+    camel = {"required_generation": "requiredGeneration"}
+    for field in fields:  # the roster fields table names each field
+        assert f"| `{camel.get(field, field)}` |" in DOC, field
 
 
 def test_the_engine_side_names_exist() -> None:

@@ -1,6 +1,7 @@
 """EngineRoster against a fake API server speaking the list/watch protocol: it follows changes,
 re-lists on 410 Gone, backs off through errors, re-reads a rotating token, survives a broken
-callback, stops promptly, and works without a thread (refresh, wait_until)."""
+callback, stops promptly, works without a thread (refresh, wait_until), refuses refresh()
+while its thread runs, and never lets two threads feed it."""
 
 from __future__ import annotations
 
@@ -132,8 +133,17 @@ def api() -> Iterator[tuple[FakeApi, str]]:
     server.server_close()
 
 
-def member(pod: str, state: str, generation: int | None = None) -> dict[str, Any]:
-    return {"pod": pod, "address": f"10.0.0.{pod[-1]}", "state": state, "generation": generation}
+def member(
+    pod: str, state: str, generation: int | None = None, restarts: int = 0
+) -> dict[str, Any]:
+    address = f"10.0.0.{pod[-1]}"
+    return {
+        "pod": pod,
+        "address": address,
+        "state": state,
+        "generation": generation,
+        "restarts": restarts,
+    }
 
 
 class Recorder:
@@ -252,7 +262,8 @@ def test_stop_ends_a_blocked_watch_at_once(api: tuple[FakeApi, str]) -> None:
     fake, server = api
     roster = EngineRoster(NAME, NAMESPACE, api_server=server).start()
     wait_for(lambda: watching(fake), TIMEOUT, "a watch")
-    thread = roster._thread
+    assert roster._current is not None
+    thread = roster._current.thread
     started = time.monotonic()
     roster.stop()
     assert thread is not None and not thread.is_alive()
@@ -271,3 +282,112 @@ def test_without_a_thread_refresh_and_wait_until_poll(api: tuple[FakeApi, str]) 
     assert seen.events == ["join:e1", "serving:e1"]
     assert not roster.wait_until(lambda engines: "e9" in engines, 0.1)
     assert fake.watches == 0
+
+
+def test_an_in_place_restart_is_a_leave_and_a_join(api: tuple[FakeApi, str]) -> None:
+    fake, server = api
+    fake.set_engines(member("e1", "serving", 3))
+    seen = Recorder()
+    with EngineRoster(NAME, NAMESPACE, api_server=server, **seen.kwargs()) as roster:
+        wait_for(lambda: watching(fake), TIMEOUT, "a watch")
+        fake.set_engines(member("e1", "joining", 3, restarts=1))
+        assert roster.wait_until(lambda engines: engines["e1"].restarts == 1, TIMEOUT)
+        fake.set_engines(member("e1", "serving", 5, restarts=1))
+        assert roster.wait_until(lambda _: len(roster.serving()) == 1, TIMEOUT)
+    assert seen.events == ["join:e1", "serving:e1", "leave:e1", "join:e1", "serving:e1"]
+
+
+def test_refresh_is_refused_while_the_watch_thread_runs(api: tuple[FakeApi, str]) -> None:
+    fake, server = api
+    fake.set_engines(member("e1", "serving"))
+    roster = EngineRoster(NAME, NAMESPACE, api_server=server).start()
+    try:
+        assert roster.wait_until(lambda engines: "e1" in engines, TIMEOUT)
+        with pytest.raises(RuntimeError, match="while the watch thread runs"):
+            roster.refresh()
+        assert roster.wait_until(lambda engines: "e1" in engines, 0.1)
+        assert fake.lists == 1  # neither refresh() nor wait_until() listed beside the watch
+    finally:
+        roster.stop()
+    fake.set_engines(member("e2", "joining"))
+    assert set(roster.refresh()) == {"e2"}
+
+
+def test_a_start_during_refreshs_list_wins(api: tuple[FakeApi, str]) -> None:
+    fake, server = api
+    seen = Recorder()
+    roster = EngineRoster(NAME, NAMESPACE, api_server=server, **seen.kwargs())
+    engines = [member("e9", "serving")]
+    stale = {"metadata": {"name": NAME}, "status": {"roles": {"rollout": {"engines": engines}}}}
+
+    def list_while_starting() -> tuple[list[dict[str, Any]], str]:
+        roster.start()  # the thread lists too, then waits for refresh's update lock
+        wait_for(lambda: fake.lists == 1, TIMEOUT, "the thread's list")
+        return [stale], "1"
+
+    roster._lister.list = list_while_starting  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RuntimeError, match="while the watch thread runs"):
+            roster.refresh()
+        wait_for(lambda: watching(fake), TIMEOUT, "the thread's watch")
+        fake.set_engines(member("e1", "joining"))
+        assert roster.wait_until(lambda engines: "e1" in engines, TIMEOUT)
+    finally:
+        roster.stop()
+    assert seen.events == ["join:e1"]  # refresh's list was never applied
+
+
+def test_start_after_a_stop_that_timed_out_runs_one_thread(api: tuple[FakeApi, str]) -> None:
+    fake, server = api
+    entered, release = threading.Event(), threading.Event()
+    seen = Recorder()
+    callbacks = seen.kwargs()
+    record_join = callbacks["on_join"]
+
+    def slow_join(engine: Engine) -> None:
+        record_join(engine)
+        if engine.pod == "e1":
+            entered.set()
+            release.wait(TIMEOUT)
+
+    fake.set_engines(member("e1", "joining"))
+    roster = EngineRoster(NAME, NAMESPACE, api_server=server, **{**callbacks, "on_join": slow_join})
+    roster.start()
+    try:
+        assert entered.wait(TIMEOUT)
+        assert roster._current is not None
+        stuck = roster._current.thread
+        roster.stop(timeout=0.1)
+        assert stuck.is_alive()  # still in on_join
+        fake.set_engines(member("e2", "joining"))
+        roster.start()
+        assert roster._current is not None and roster._current.thread is not stuck
+        release.set()
+        wait_for(lambda: not stuck.is_alive(), TIMEOUT, "the stopped run's thread to end")
+        wait_for(lambda: watching(fake), TIMEOUT, "the new run's watch")
+        fake.set_engines(member("e2", "serving"))
+        assert roster.wait_until(lambda _: len(roster.serving()) == 1, TIMEOUT)
+    finally:
+        release.set()
+        roster.stop()
+    assert seen.events == ["join:e1", "leave:e1", "join:e2", "serving:e2"]
+    assert (fake.lists, fake.watches) == (2, 1)  # the stopped run never watched
+
+
+def test_stop_from_a_callback_ends_the_watch(
+    api: tuple[FakeApi, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    fake, server = api
+    fake.set_engines(member("e1", "joining"))
+    roster = EngineRoster(NAME, NAMESPACE, api_server=server)
+    threads: list[threading.Thread] = []
+
+    def stop_on_join(_: Engine) -> None:
+        threads.append(threading.current_thread())
+        roster.stop()  # must not try to join its own thread
+
+    roster._callbacks["join"] = stop_on_join
+    roster.start()
+    wait_for(lambda: threads and not threads[0].is_alive(), TIMEOUT, "the watch thread to end")
+    assert (fake.lists, fake.watches) == (1, 0)
+    assert "callback failed" not in caplog.text
