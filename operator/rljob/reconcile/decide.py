@@ -44,7 +44,6 @@ from rljob.reconcile.policy import Decision as PolicyDecision
 from rljob.reconcile.progress import (
     ProgressReading,
     engine_policy_env,
-    freshest_policy_generation,
     with_progress,
 )
 from rljob.reconcile.remediation import (
@@ -219,6 +218,8 @@ def _decided(
     watch: bool = True,
     notes: tuple[tuple[str, EventSpec], ...] = (),
 ) -> Decision:
+    live = inputs.progress.policy_generation if inputs.progress is not None else None
+    extras = replace(extras, trainer_generation=live)  # a joining Gated engine's target
     plan = reconcile(job, observed, inputs.now, extras)
     started = with_attempt_start(
         job, observed, plan, extras, gathered=inputs.attempt, now=inputs.now
@@ -238,7 +239,6 @@ def _decided(
         now=inputs.now,
         settled=turn.settled if turn is not None else None,
         readings=inputs.engine_readings,
-        policy_generation=freshest_policy_generation(job.status, inputs.progress),
     )
     plan = replace(plan, requeue_after=_sooner(plan.requeue_after, _recheck(job, observed, inputs)))
     reports = (

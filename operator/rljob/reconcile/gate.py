@@ -1,58 +1,96 @@
 """The rljob.io/policy-current readiness gate of Gated rollout engines: a live engine turns
-Ready (and the roster says serving) only once the operator set the gate's condition True,
-which it does when the engine reports the job's current policy generation. Set once per pod,
-never set back to False; while the operator is down no new engine turns Ready."""
+Ready (and the roster says serving) only once the operator set the gate's condition True, which
+it does when the engine reports at least its roster member's requiredGeneration, the target
+fixed when it joined (so a push slower than a training step still passes). The operator sets
+it back to False when the engine's drain begins (the Service stops routing to it, a user's roll
+counts it unavailable) and when its container restarted in place (its weights are the command
+line's again). While the operator is down no new engine turns Ready."""
 
 from __future__ import annotations
 
-from rljob.api import RLJob
+from rljob.api import EngineMember, RLJob, RLJobStatus
 from rljob.reconcile.drain import ROLLOUT, draining_uids, gated, reading_of
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.observed import Observed, ObservedPod
 
 GATE_RECHECK_SECONDS = 5.0  # a pass at least this often while an engine awaits its gate
+DRAINING = "Draining"  # the gate's reason while the engine drains
+RESTARTED = "ContainerRestarted"  # the gate's reason after an in-place restart
+
+
+def live_engines(job: RLJob, observed: Observed) -> list[ObservedPod]:
+    """Gated rollout pods neither terminal nor deleting (none for an Ungated job)."""
+    if not gated(job):
+        return []
+    return [p for p in observed.pods if p.role == ROLLOUT and not p.terminal and not p.deleting]
 
 
 def awaiting_gate(job: RLJob, observed: Observed) -> list[ObservedPod]:
     """Live Gated rollout pods whose gate condition is not True yet (not draining ones)."""
-    if not gated(job):
-        return []
     leaving = draining_uids(job.status)
-    return [
-        p
-        for p in observed.pods
-        if p.role == ROLLOUT
-        and not p.terminal
-        and not p.deleting
-        and not p.policy_current
-        and p.uid not in leaving
-    ]
+    return [p for p in live_engines(job, observed) if not p.policy_current and p.uid not in leaving]
 
 
-def current(generation: int | None, policy_generation: int | None) -> bool:
-    """An engine's reported generation serves the job's current policy."""
-    if generation is None:
-        return False
-    return policy_generation is None or generation >= policy_generation
-
-
-def to_mark_current(
+def gate_target(
     job: RLJob,
     observed: Observed,
     readings: tuple[EngineReading, ...],
-    policy: int | None,
-) -> list[ObservedPod]:
-    """The pods whose gate this pass sets: awaiting it, and reporting `policy`, the newest
-    generation known (the trainer's latest reading: status.policyGeneration lags by up to 5
-    minutes, and an engine still on its command-line weights must not pass for current), or
-    the newest a serving engine reports (a driver without the SDK's trainer metrics)."""
-    policy = _newest(policy, _serving_generation(job, observed, readings))
-    marked = []
+    trainer_generation: int | None,
+) -> int | None:
+    """The generation an engine joining now must report: the trainer's live reading when there
+    is one (the current attempt's: a resume from an older checkpoint is followed), else the
+    newest of status.policyGeneration and what serving engines report; None: nothing known."""
+    if trainer_generation is not None:
+        return trainer_generation
+    return _newest(job.status.policy_generation, _serving_generation(job, observed, readings))
+
+
+def passes(reading: EngineReading | None, member: EngineMember | None) -> bool:
+    """The engine reports at least its member's required generation (None: any generation)."""
+    if reading is None or reading.generation is None:
+        return False
+    required = member.required_generation if member is not None else None
+    return required is None or reading.generation >= required
+
+
+def restarted_behind_gate(pod: ObservedPod, member: EngineMember | None) -> bool:
+    """Its container restarted since the roster last counted while its gate is still True (the
+    roster holds the count back until the gate is seen False, so a lost write is resent)."""
+    return pod.policy_current and member is not None and pod.restart_count > member.restarts
+
+
+def to_close(job: RLJob, status: RLJobStatus, observed: Observed) -> list[tuple[ObservedPod, str]]:
+    """(pod, reason) whose gate this pass sets False: True still while it drains or after its
+    container restarted in place. Idempotent: resent while the gate is seen True."""
+    leaving = draining_uids(status)
+    members = roster_members(status)
+    closing = []
+    for pod in live_engines(job, observed):
+        if pod.policy_current and pod.uid in leaving:
+            closing.append((pod, DRAINING))
+        elif restarted_behind_gate(pod, members.get(pod.name)):
+            closing.append((pod, RESTARTED))
+    return closing
+
+
+def to_open(
+    job: RLJob, status: RLJobStatus, observed: Observed, readings: tuple[EngineReading, ...]
+) -> list[tuple[ObservedPod, int]]:
+    """(pod, generation reported) whose gate this pass sets True: awaiting it and reporting at
+    least its member's required generation in `status`'s roster."""
+    members = roster_members(status)
+    leaving = draining_uids(status)
+    opened = []
     for pod in awaiting_gate(job, observed):
         reading = reading_of(readings, pod.name)
-        if reading is not None and current(reading.generation, policy):
-            marked.append(pod)
-    return marked
+        if pod.uid not in leaving and passes(reading, members.get(pod.name)) and reading:
+            opened.append((pod, reading.generation or 0))
+    return opened
+
+
+def roster_members(status: RLJobStatus) -> dict[str, EngineMember]:
+    rollout = status.roles.rollout if status.roles is not None else None
+    return {m.pod: m for m in (rollout.engines if rollout is not None else None) or []}
 
 
 def _serving_generation(

@@ -90,6 +90,8 @@ class ReconcileExtras:
     trainer_hold: TrainerHold | None = None
     # The health loop's latest reading of each rollout engine (the roster's generations).
     engine_readings: tuple[EngineReading, ...] = ()
+    # The trainer's live policy generation this round: a joining Gated engine's target.
+    trainer_generation: int | None = None
 
 
 def reconcile(
@@ -113,6 +115,7 @@ def reconcile(
         has_children=bool(apply or observed.children),
         resume_env=extras.resume_env,
         engine_readings=extras.engine_readings,
+        trainer_generation=extras.trainer_generation,
     )
     events = transition_events(job.metadata.name, job.status, status, decision, apply)
     requeue_after, delete_job = _timing(job, decision, status, now)

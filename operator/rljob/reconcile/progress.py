@@ -87,12 +87,6 @@ def engine_policy_env(job: RLJob) -> dict[str, str]:
     return policy_env(location, job.status.policy_generation)
 
 
-def freshest_policy_generation(status: RLJobStatus, reading: ProgressReading | None) -> int | None:
-    """The newest policy generation known: this round's trainer reading, or status (refreshed
-    only every 5 minutes) if newer. What an engine must report to be current."""
-    return _newer(status.policy_generation, reading.policy_generation if reading else None)
-
-
 def _newer(current: int | None, seen: int | None) -> int | None:
     if seen is None:
         return current

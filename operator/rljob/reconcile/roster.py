@@ -4,14 +4,20 @@ follows it. A pod is a member while it is neither terminal nor deleting, nor sta
 delete by the journal (it is leaving; a pod Kubernetes deletes on a spec edit simply leaves and
 its replacement joins). State: draining once the journal stamped its drain, serving when it is
 Ready, else joining. Its generation is the one read when its state or address last changed, so
-the roster is rewritten on membership or state changes, never at every weight push."""
+the roster is rewritten on membership or state changes, never at every weight push.
+
+Gated: a member's requiredGeneration is the gate's target (gate.gate_target) when it joined or
+its container last restarted, kept while it stays (filled in if nothing was known then); its
+restarts count the container's restarts, held back while a restart awaits its gate set False
+(it shows joining meanwhile), so a lost gate write is resent by the next pass."""
 
 from __future__ import annotations
 
 from rljob.api import EngineMember, EngineState, RLJob
 from rljob.api.roles import MAX_REPLICAS
-from rljob.reconcile.drain import ROLLOUT, draining_uids, reading_of
+from rljob.reconcile.drain import ROLLOUT, draining_uids, gated, reading_of
 from rljob.reconcile.engine_readings import EngineReading
+from rljob.reconcile.gate import gate_target, restarted_behind_gate
 from rljob.reconcile.observed import Observed, ObservedPod
 
 
@@ -20,18 +26,28 @@ def engine_roster(
     observed: Observed,
     readings: tuple[EngineReading, ...],
     previous: list[EngineMember] | None,
+    trainer_generation: int | None = None,
 ) -> list[EngineMember] | None:
-    """The roster for status.roles.rollout.engines; None when the job has no rollout role."""
+    """The roster for status.roles.rollout.engines; None when the job has no rollout role.
+    `trainer_generation`: the trainer's live policy generation, if read this round."""
     if job.spec.roles.rollout is None:
         return None
     leaving = _stamped_for_delete(job)
     draining = draining_uids(job.status)
     before = {member.pod: member for member in previous or []}
-    members = [
-        _member(pod, _state(pod, draining), readings, before.get(pod.name))
-        for pod in observed.pods
-        if pod.role == ROLLOUT and not pod.terminal and not pod.deleting and pod.uid not in leaving
-    ]
+    target = gate_target(job, observed, readings, trainer_generation) if gated(job) else None
+    members = []
+    for pod in observed.pods:
+        if pod.role != ROLLOUT or pod.terminal or pod.deleting or pod.uid in leaving:
+            continue
+        old = before.get(pod.name)
+        rejoins = gated(job) and restarted_behind_gate(pod, old)
+        state = _state(pod, draining, rejoins)
+        required, restarts = _required(pod, old, target, rejoins)
+        member = _member(pod, state, readings, old)
+        members.append(
+            member.model_copy(update={"required_generation": required, "restarts": restarts})
+        )
     return sorted(members, key=lambda m: m.pod)[:MAX_REPLICAS]
 
 
@@ -40,10 +56,10 @@ def _stamped_for_delete(job: RLJob) -> set[str]:
     return {p.uid for p in (action.pods or []) if p.deleted_at is not None} if action else set()
 
 
-def _state(pod: ObservedPod, draining: set[str]) -> EngineState:
+def _state(pod: ObservedPod, draining: set[str], rejoins: bool) -> EngineState:
     if pod.uid in draining:
         return EngineState.DRAINING
-    return EngineState.SERVING if pod.ready else EngineState.JOINING
+    return EngineState.SERVING if pod.ready and not rejoins else EngineState.JOINING
 
 
 def _member(
@@ -58,3 +74,18 @@ def _member(
         reading = reading_of(readings, pod.name)
         generation = reading.generation if reading is not None else None
     return EngineMember(pod=pod.name, address=pod.ip, state=state, generation=generation)
+
+
+def _required(
+    pod: ObservedPod, before: EngineMember | None, target: int | None, rejoins: bool
+) -> tuple[int | None, int]:
+    """(requiredGeneration, restarts): fixed on joining or on a restart, kept otherwise;
+    `rejoins`: restarted while its gate is True."""
+    if before is None:
+        return target, pod.restart_count
+    if rejoins:
+        return target, before.restarts  # counted once the gate is seen False
+    if pod.restart_count != before.restarts:
+        return target, pod.restart_count
+    kept = before.required_generation
+    return (target if kept is None else kept), pod.restart_count

@@ -58,9 +58,10 @@ def build_status(
     has_children: bool,
     resume_env: Mapping[str, str],
     engine_readings: tuple[EngineReading, ...] = (),
+    trainer_generation: int | None = None,
 ) -> RLJobStatus:
     old = job.status
-    roles = role_statuses(job, observed, decision, engine_readings)
+    roles = role_statuses(job, observed, decision, engine_readings, trainer_generation)
     phase = _phase(job, decision, roles)
     generation = job.metadata.generation
     suspects = active_suspects(old.suspect_nodes, now, suspect_ttl(job))
@@ -100,9 +101,11 @@ def role_statuses(
     observed: Observed,
     decision: TrainerDecision,
     engine_readings: tuple[EngineReading, ...] = (),
+    trainer_generation: int | None = None,
 ) -> RolesStatus:
     """Desired and ready pods per role; restarts are the failure policy's and carried over;
-    the rollout role's engine roster (reconcile/roster.py)."""
+    the rollout role's engine roster (reconcile/roster.py; `trainer_generation`: the trainer's
+    live policy generation, a joining Gated engine's target)."""
     previous = job.status.roles or RolesStatus()
     counts: dict[str, RoleStatus] = {}
     for role_name in ROLE_ORDER:
@@ -118,7 +121,9 @@ def role_statuses(
         )
     if (rollout := counts.get(RoleName.ROLLOUT.value)) is not None:
         previous_engines = previous.rollout.engines if previous.rollout else None
-        engines = engine_roster(job, observed, engine_readings, previous_engines)
+        engines = engine_roster(
+            job, observed, engine_readings, previous_engines, trainer_generation
+        )
         counts[RoleName.ROLLOUT.value] = rollout.model_copy(update={"engines": engines})
     return RolesStatus(**counts)
 

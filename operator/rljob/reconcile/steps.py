@@ -19,12 +19,11 @@ from rljob.reconcile.drain import (
     drain_waits,
     draining,
     ended_event,
-    reading_of,
     started_event,
 )
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec
-from rljob.reconcile.gate import to_mark_current
+from rljob.reconcile.gate import to_close, to_open
 from rljob.reconcile.in_turn import ROLE_READY_STEP, in_turn_to_delete, restarted_event
 from rljob.reconcile.journal import journaled_event, pod_to_delete, role_to_roll
 from rljob.reconcile.observed import Observed, ObservedPod
@@ -75,13 +74,16 @@ class RollDeployment:
 
 
 @dataclass(frozen=True)
-class MarkPolicyCurrent:
-    """Sets a Gated rollout pod's rljob.io/policy-current condition True (its readiness gate):
-    it reports policy `generation`, the job's current one. Set once, never set back."""
+class SetPolicyCurrent:
+    """Sets a Gated rollout pod's rljob.io/policy-current condition (its readiness gate): True
+    once it reports `generation`, at least its required one; False (`reason`: Draining or
+    ContainerRestarted) to take it out of its Service while it drains or rejoins."""
 
     pod: str
     uid: str
-    generation: int
+    current: bool
+    generation: int | None = None
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ Step = (
     | PostEvent
     | DeleteObject
     | RollDeployment
-    | MarkPolicyCurrent
+    | SetPolicyCurrent
     | ApplyChild
     | WriteMarker
     | ApplyRetention
@@ -129,14 +131,14 @@ def execution_steps(
     now: datetime,
     settled: InFlightAction | None = None,
     readings: tuple[EngineReading, ...] = (),
-    policy_generation: int | None = None,
 ) -> tuple[Step, ...]:
     """The plan's side effects in the order that keeps every crash resumable: the policy's
     suspension's Event, the journaled action's Event, deletes, the pod restart, in-turn deletes
     or role roll, stuck pods, the attempt marker, the applies, retention, and the RLJob's own
     deletion. `settled`: an in-turn
     restart this pass cleared, whose closing Event is posted again (named: once). A drained
-    engine (Gated) is deleted only once its drain ended (`readings`), its Events around it."""
+    engine (Gated) is deleted only once its drain ended (`readings`), its Events around it; a
+    draining one's gate is set False first. The gates follow the roster in the plan's status."""
     status = plan.status
     action = status.in_flight
     prefix = _CRASH_PREFIXES.get(action.kind, "") if action is not None else ""
@@ -149,6 +151,7 @@ def execution_steps(
         name = f"{job.metadata.name}.{journaled[0]}"
         steps += [CrashPoint(f"{prefix}:journaled"), PostEvent(journaled[1], name, once=True)]
     steps += _drains_started(job, status, now)
+    steps += _gates_closed(job, status, observed)
     steps += [DeleteObject(d.kind, d.name, d.uid) for d in plan.delete]
     if plan.delete and prefix == "gang-restart":
         steps.append(CrashPoint("gang-restart:old-job-deleted"))
@@ -167,7 +170,7 @@ def execution_steps(
     if ended is not None and ended.kind == ActionKind.RESTART_ROLE_IN_TURN:
         name, event = restarted_event(job.metadata.name, ended)
         steps.append(PostEvent(event, name, once=True))
-    steps += _gates(job, observed, readings, policy_generation)
+    steps += _gates_opened(job, status, observed, readings)
     steps += _teardown_steps(job, observed, node_states, now)
     creates = creates_attempt(plan)
     if creates and attempt_plan is not None:
@@ -182,16 +185,22 @@ def execution_steps(
     return tuple(steps)
 
 
-def _gates(
-    job: RLJob, observed: Observed, readings: tuple[EngineReading, ...], policy: int | None
+def _gates_closed(job: RLJob, status: RLJobStatus, observed: Observed) -> list[Step]:
+    """The gate set False of each Gated engine draining or restarted in place."""
+    return [
+        SetPolicyCurrent(pod.name, pod.uid, False, reason=reason)
+        for pod, reason in to_close(job, status, observed)
+    ]
+
+
+def _gates_opened(
+    job: RLJob, status: RLJobStatus, observed: Observed, readings: tuple[EngineReading, ...]
 ) -> list[Step]:
-    """The policy-current gate of each Gated engine that reports the current generation."""
-    steps: list[Step] = []
-    for pod in to_mark_current(job, observed, readings, policy):
-        reading = reading_of(readings, pod.name)
-        if reading is not None and reading.generation is not None:
-            steps.append(MarkPolicyCurrent(pod.name, pod.uid, reading.generation))
-    return steps
+    """The gate set True of each Gated engine reporting at least its required generation."""
+    return [
+        SetPolicyCurrent(pod.name, pod.uid, True, generation=generation)
+        for pod, generation in to_open(job, status, observed, readings)
+    ]
 
 
 def _entry(action: InFlightAction | None, pod: ObservedPod) -> ActionPod | None:

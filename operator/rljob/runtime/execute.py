@@ -21,15 +21,16 @@ from rljob.api.labels import (
     RESTARTED_AT_ANNOTATION,
 )
 from rljob.crashpoints import crash_point
+from rljob.reconcile.gate import DRAINING, RESTARTED
 from rljob.reconcile.steps import (
     ApplyChild,
     ApplyRetention,
     CrashPoint,
     DeleteObject,
     DeleteRLJob,
-    MarkPolicyCurrent,
     PostEvent,
     RollDeployment,
+    SetPolicyCurrent,
     Step,
     WriteMarker,
 )
@@ -96,16 +97,27 @@ async def _roll(step: RollDeployment, ctx: Context) -> None:
     )
 
 
-async def _mark_policy_current(step: MarkPolicyCurrent, ctx: Context) -> None:
-    """The engine's readiness gate opens: the kubelet turns it Ready once its probes pass."""
+async def _set_policy_current(step: SetPolicyCurrent, ctx: Context) -> None:
+    """The engine's readiness gate opens (the kubelet turns it Ready once its probes pass) or
+    closes (it turns NotReady: its Service stops routing to it, its in-flight requests go on)."""
+    if step.current:
+        reason, message = "PolicyCurrent", f"engine reports policy generation {step.generation}"
+    else:
+        reason, message = step.reason, _CLOSED_MESSAGES.get(step.reason, step.reason)
     condition = {
         "type": POLICY_CURRENT_GATE,
-        "status": "True",
-        "reason": "PolicyCurrent",
-        "message": f"engine reports policy generation {step.generation}",
+        "status": "True" if step.current else "False",
+        "reason": reason,
+        "message": message,
         "lastTransitionTime": ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     await ctx.kube.set_pod_condition(ctx.namespace, step.pod, condition)
+
+
+_CLOSED_MESSAGES = {
+    DRAINING: "engine draining before its replacement: no new request",
+    RESTARTED: "engine container restarted: its weights must be pushed again",
+}
 
 
 async def _write_marker(step: WriteMarker, ctx: Context) -> None:
@@ -132,7 +144,7 @@ APPLIERS: dict[type, Applier] = {
     PostEvent: _post_event,
     DeleteObject: _delete_object,
     RollDeployment: _roll,
-    MarkPolicyCurrent: _mark_policy_current,
+    SetPolicyCurrent: _set_policy_current,
     WriteMarker: _write_marker,
     ApplyChild: _apply,
     ApplyRetention: _retention,

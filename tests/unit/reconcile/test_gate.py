@@ -1,6 +1,8 @@
-"""The rljob.io/policy-current gate: a pass sets it on each live Gated rollout engine that
-reports the job's current policy generation and is not gated yet; never for Ungated jobs,
-draining or leaving pods, stale or unread generations."""
+"""The rljob.io/policy-current gate: a pass sets it True on each live Gated rollout engine that
+reports at least its roster member's required generation (the target when it joined: the
+trainer's live generation, else the newest of status and the serving engines), and False while
+it drains or after its container restarted in place; never for Ungated jobs, deleting or ended
+pods, stale or unread generations."""
 
 from __future__ import annotations
 
@@ -9,42 +11,64 @@ from typing import Any
 
 import pytest
 
+from rljob.api import EngineMember, EngineState
 from rljob.reconcile.decide import Decision
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.gate import GATE_RECHECK_SECONDS
 from rljob.reconcile.progress import ProgressReading
-from rljob.reconcile.steps import MarkPolicyCurrent
+from rljob.reconcile.steps import CrashPoint, SetPolicyCurrent
 from tests.unit.reconcile.test_decide import decide_now, journal
-from tests.unit.reconcile.test_drain import POD_RULE, VICTIM, drift, gated_world
+from tests.unit.reconcile.test_drain import POD_RULE, VICTIM, drift, gated_world, roster
 from tests.unit.reconcile.world import T0, World, pod
 
 NEW = "grpo-demo-rollout-new"
+GATED = {"weightSync": "Gated"}
 
 
 def joining(w: World, **fields: Any) -> None:
     w.pods[NEW] = pod(NEW, "rollout", ready=False, **fields)
 
 
-def marks(decision: Decision) -> list[MarkPolicyCurrent]:
-    return [s for s in decision.steps if isinstance(s, MarkPolicyCurrent)]
+def gates(decision: Decision) -> list[SetPolicyCurrent]:
+    return [s for s in decision.steps if isinstance(s, SetPolicyCurrent)]
+
+
+def opened(decision: Decision, name: str = NEW) -> bool:
+    return any(g.pod == name and g.current for g in gates(decision))
+
+
+def closed(decision: Decision, name: str) -> list[str]:
+    return [g.reason for g in gates(decision) if g.pod == name and not g.current]
 
 
 def reading(generation: int | None, name: str = NEW) -> EngineReading:
     return EngineReading(pod=name, at=T0, running=0, generation=generation)
 
 
+def member(decision: Decision, name: str = NEW) -> EngineMember:
+    roles = decision.plan.status.roles
+    engines = roles.rollout.engines if roles is not None and roles.rollout is not None else None
+    return next(m for m in engines or [] if m.pod == name)
+
+
+def previous_roster(w: World, *members: EngineMember) -> None:
+    """The roster the last pass wrote (status.roles.rollout.engines)."""
+    rollout = w.body["status"].setdefault("roles", {}).setdefault("rollout", {})
+    rollout.update(desired=4, ready=4)
+    rollout["engines"] = [m.model_dump(mode="json", by_alias=True) for m in members]
+
+
 @pytest.mark.parametrize(
     ("mode", "policy", "generation", "fields", "marked"),
     [
-        pytest.param({"weightSync": "Gated"}, 7, 7, {}, True, id="current"),
-        pytest.param({"weightSync": "Gated"}, 7, 8, {}, True, id="newer-than-the-status"),
-        pytest.param({"weightSync": "Gated"}, None, 0, {}, True, id="no-policy-generation-yet"),
-        pytest.param({"weightSync": "Gated"}, 7, 6, {}, False, id="stale"),
-        pytest.param({"weightSync": "Gated"}, 7, None, {}, False, id="unread"),
-        pytest.param({"weightSync": "Gated"}, 7, 7, {"policy_current": True}, False,
-                     id="already-set"),
-        pytest.param({"weightSync": "Gated"}, 7, 7, {"deleting": True}, False, id="deleting"),
-        pytest.param({"weightSync": "Gated"}, 7, 7, {"phase": "Failed"}, False, id="ended"),
+        pytest.param(GATED, 7, 7, {}, True, id="current"),
+        pytest.param(GATED, 7, 8, {}, True, id="newer-than-the-status"),
+        pytest.param(GATED, None, 0, {}, True, id="no-policy-generation-yet"),
+        pytest.param(GATED, 7, 6, {}, False, id="stale"),
+        pytest.param(GATED, 7, None, {}, False, id="unread"),
+        pytest.param(GATED, 7, 7, {"policy_current": True}, False, id="already-set"),
+        pytest.param(GATED, 7, 7, {"deleting": True}, False, id="deleting"),
+        pytest.param(GATED, 7, 7, {"phase": "Failed"}, False, id="ended"),
         pytest.param({}, 7, 7, {}, False, id="ungated-has-no-gate"),
     ],
 )  # fmt: skip
@@ -61,8 +85,8 @@ def test_the_gate_is_set_for_a_current_engine(
 
     decision = decide_now(w, engine_readings=(reading(generation),))
 
-    expected = [MarkPolicyCurrent(NEW, f"uid-{NEW}", generation or 0)] if marked else []
-    assert marks(decision) == expected
+    expected = [SetPolicyCurrent(NEW, f"uid-{NEW}", True, generation=generation)]
+    assert gates(decision) == (expected if marked else [])
 
 
 @pytest.mark.parametrize(
@@ -71,15 +95,21 @@ def test_the_gate_is_set_for_a_current_engine(
         pytest.param(None, 5, 0, False, id="command-line-weights-while-the-trainer-is-at-5"),
         pytest.param(None, 5, 5, True, id="pushed-to-the-trainer's-generation"),
         pytest.param(3, 5, 4, False, id="newer-than-the-lagging-status-but-behind-the-trainer"),
-        pytest.param(6, 5, 5, False, id="status-newer-than-a-stale-trainer-reading"),
+        pytest.param(6, 5, 5, True,
+                     id="resume-from-an-older-checkpoint:-the-live-generation-passes-"
+                        "although-status-says-higher"),
+        pytest.param(6, None, 5, False, id="no-trainer-reading:-status-is-the-target"),
     ],
-)
-def test_current_means_the_newest_generation_known(
-    status_generation: int | None, trainer_generation: int, engine_generation: int, marked: bool
+)  # fmt: skip
+def test_a_newcomer_s_target_is_the_trainer_s_live_generation(
+    status_generation: int | None,
+    trainer_generation: int | None,
+    engine_generation: int,
+    marked: bool,
 ) -> None:
-    """status.policyGeneration is refreshed every 5 minutes at most (None before the first):
-    the gate compares against the trainer's latest reading when it is newer."""
-    w = gated_world(mode={"weightSync": "Gated"})
+    """status.policyGeneration is refreshed every 5 minutes at most and only ever raised: the
+    trainer's live reading, the current attempt's, is the target when there is one."""
+    w = gated_world(mode=GATED)
     w.body["status"]["policyGeneration"] = status_generation
     joining(w)
 
@@ -89,7 +119,9 @@ def test_current_means_the_newest_generation_known(
         progress=ProgressReading(policy_generation=trainer_generation),
     )
 
-    assert bool(marks(decision)) == marked
+    assert opened(decision) == marked
+    expected = trainer_generation if trainer_generation is not None else status_generation
+    assert member(decision).required_generation == expected
 
 
 @pytest.mark.parametrize(
@@ -100,10 +132,10 @@ def test_current_means_the_newest_generation_known(
         pytest.param(None, 0, True, id="no-serving-engine-reports"),
     ],
 )
-def test_without_a_trainer_reading_current_means_level_with_the_serving_engines(
+def test_without_a_trainer_reading_the_target_is_level_with_the_serving_engines(
     serving_generation: int | None, engine_generation: int, marked: bool
 ) -> None:
-    w = gated_world(mode={"weightSync": "Gated"})
+    w = gated_world(mode=GATED)
     w.body["status"]["policyGeneration"] = None
     serving = [n for n, p in w.pods.items() if p.role == "rollout" and p.ready]
     for name in serving:
@@ -113,7 +145,113 @@ def test_without_a_trainer_reading_current_means_level_with_the_serving_engines(
 
     decision = decide_now(w, engine_readings=(reading(engine_generation), *readings))
 
-    assert bool(marks(decision)) == marked
+    assert opened(decision) == marked
+
+
+@pytest.mark.parametrize(
+    ("required", "trainer", "engine", "marked", "kept"),
+    [
+        pytest.param(5, 7, 5, True, 5, id="push-slower-than-a-step-still-passes"),
+        pytest.param(5, 7, 4, False, 5, id="below-its-own-target"),
+        pytest.param(None, 7, 5, False, 7, id="nothing-known-when-it-joined:-this-pass's-target"),
+        pytest.param(None, None, 0, True, None, id="nothing-known-yet:-any-generation"),
+    ],
+)  # fmt: skip
+def test_a_member_keeps_the_target_fixed_when_it_joined(
+    required: int | None, trainer: int | None, engine: int, marked: bool, kept: int | None
+) -> None:
+    w = gated_world(mode=GATED)
+    w.body["status"]["policyGeneration"] = None
+    joining(w)
+    previous_roster(w, EngineMember(pod=NEW, state=EngineState.JOINING,
+                                    required_generation=required))  # fmt: skip
+
+    decision = decide_now(
+        w,
+        engine_readings=(reading(engine),),
+        progress=ProgressReading(policy_generation=trainer),
+    )
+
+    assert opened(decision) == marked
+    assert member(decision).required_generation == kept
+
+
+def _serving(w: World, name: str, restarts: int, **fields: Any) -> None:
+    """A Gated engine as its gate left it (True unless `fields` say otherwise)."""
+    values = {"policy_current": True, "restart_count": restarts, **fields}
+    known = w.pods.get(name)
+    w.pods[name] = dataclasses.replace(known, **values) if known else pod(name, "rollout", **values)
+
+
+def test_an_in_place_restart_closes_the_gate_and_refixes_the_target() -> None:
+    w = gated_world(mode=GATED)
+    previous_roster(w, EngineMember(pod=NEW, state=EngineState.SERVING, required_generation=3))
+    _serving(w, NEW, restarts=1)
+    live = ProgressReading(policy_generation=8)
+
+    restarted = decide_now(w, engine_readings=(reading(3),), progress=live)
+
+    assert closed(restarted, NEW) == ["ContainerRestarted"]
+    assert not opened(restarted)
+    rejoining = member(restarted)
+    assert (rejoining.state, rejoining.required_generation, rejoining.restarts) == (
+        EngineState.JOINING, 8, 0,
+    )  # fmt: skip
+
+    journal(w, restarted)  # the gate write was lost: the next pass sends it again
+    assert closed(decide_now(w, engine_readings=(reading(3),), progress=live), NEW)
+
+    _serving(w, NEW, restarts=1, policy_current=False, ready=False)  # the gate is False now
+    counted = decide_now(w, engine_readings=(reading(3),), progress=live)
+    assert closed(counted, NEW) == []
+    assert (member(counted).restarts, member(counted).required_generation) == (1, 8)
+    assert not opened(counted), "its command-line weights are not the target"
+
+    journal(w, counted)
+    pushed = decide_now(w, engine_readings=(reading(8),), progress=ProgressReading(9))
+    assert opened(pushed), "the push of the target it rejoined at lets it in"
+
+
+def test_a_restart_of_a_pod_whose_gate_is_false_closes_nothing() -> None:
+    w = gated_world(mode=GATED)
+    previous_roster(w, EngineMember(pod=NEW, state=EngineState.JOINING, required_generation=3))
+    joining(w, restart_count=2)
+
+    decision = decide_now(w, progress=ProgressReading(policy_generation=6))
+
+    assert closed(decision, NEW) == []
+    assert (member(decision).restarts, member(decision).required_generation) == (2, 6)
+
+
+def test_an_ungated_restart_only_counts() -> None:
+    w = gated_world(mode={})
+    previous_roster(w, EngineMember(pod=NEW, state=EngineState.SERVING))
+    _serving(w, NEW, restarts=1)
+
+    decision = decide_now(w, progress=ProgressReading(policy_generation=6))
+
+    assert gates(decision) == []
+    assert (member(decision).restarts, member(decision).required_generation) == (1, None)
+
+
+def test_a_drain_closes_the_gate_after_its_journal_and_until_it_is_seen_false() -> None:
+    w = gated_world(POD_RULE)
+    _serving(w, VICTIM, restarts=0)
+
+    started = decide_now(w, findings=(drift(),))
+
+    steps = list(started.steps)
+    close = SetPolicyCurrent(VICTIM, f"uid-{VICTIM}", False, reason="Draining")
+    assert close in steps
+    assert steps.index(CrashPoint("drain:started")) < steps.index(close)
+    journal(w, started)
+
+    assert closed(decide_now(w), VICTIM) == ["Draining"], "resent while still True"
+
+    _serving(w, VICTIM, restarts=0, policy_current=False, ready=False)  # NotReady, draining
+    later = decide_now(w, engine_readings=(reading(9, VICTIM),))
+    assert VICTIM not in [g.pod for g in gates(later)]
+    assert roster(later)[VICTIM] == EngineState.DRAINING
 
 
 def test_a_draining_engine_is_not_gated_again() -> None:
@@ -123,14 +261,14 @@ def test_a_draining_engine_is_not_gated_again() -> None:
 
     decision = decide_now(w, engine_readings=(reading(9, VICTIM),))
 
-    assert VICTIM not in [m.pod for m in marks(decision)]
+    assert VICTIM not in [g.pod for g in gates(decision)]
 
 
 @pytest.mark.parametrize(
     ("mode", "current", "requeue"),
     [
-        pytest.param({"weightSync": "Gated"}, False, GATE_RECHECK_SECONDS, id="awaiting-gate"),
-        pytest.param({"weightSync": "Gated"}, True, None, id="gated-already"),
+        pytest.param(GATED, False, GATE_RECHECK_SECONDS, id="awaiting-gate"),
+        pytest.param(GATED, True, None, id="gated-already"),
         pytest.param({}, False, None, id="ungated"),
     ],
 )

@@ -99,3 +99,46 @@ def test_a_pass_writes_it_into_the_rollout_role_status() -> None:
     assert [(m.pod, m.state, m.generation) for m in rollout.engines or []] == [
         ("grpo-demo-rollout-x", S, 3)
     ]
+
+
+def gated_job(policy_generation: int | None) -> Any:
+    job = example_job()
+    rollout = job.spec.roles.rollout
+    assert rollout is not None
+    roles = job.spec.roles.model_copy(
+        update={"rollout": rollout.model_copy(update={"weight_sync": "Gated"})}
+    )
+    status = job.status.model_copy(update={"policy_generation": policy_generation})
+    return job.model_copy(
+        update={"spec": job.spec.model_copy(update={"roles": roles}), "status": status}
+    )
+
+
+def was(state: EngineState, required: int | None, restarts: int = 0) -> EngineMember:
+    return EngineMember(pod="e-a", address="10.0.0.97", state=state,
+                        required_generation=required, restarts=restarts)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fields", "previous", "trainer", "expected"),
+    [
+        pytest.param({"ready": False}, None, None, was(J, 4), id="joins-at-the-status-target"),
+        pytest.param({"ready": False}, None, 2, was(J, 2), id="joins-at-the-trainer's-live-one"),
+        pytest.param({}, was(S, 3), 9, was(S, 3), id="keeps-its-target-while-it-stays"),
+        pytest.param({"ready": False}, was(J, None), 9, was(J, 9),
+                     id="nothing-known-when-it-joined:-this-pass's-target"),
+        pytest.param({"ready": False, "restart_count": 1}, was(J, 3), 9, was(J, 9, 1),
+                     id="a-restart-behind-a-closed-gate-counts-and-refixes"),
+        pytest.param({"policy_current": True, "restart_count": 1}, was(S, 3), 9, was(J, 9, 0),
+                     id="a-restart-behind-an-open-gate-joins-its-count-held-until-it-closes"),
+    ],
+)  # fmt: skip
+def test_a_gated_member_s_required_generation(
+    fields: dict[str, Any],
+    previous: EngineMember | None,
+    trainer: int | None,
+    expected: EngineMember,
+) -> None:
+    observed = Observed(pods=(engine("e-a", **fields),))
+    previous_list = [previous] if previous is not None else None
+    assert engine_roster(gated_job(4), observed, (), previous_list, trainer) == [expected]
