@@ -35,10 +35,11 @@ from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.findings import crash_remedy, finding_remedy
 from rljob.reconcile.gate import gate_recheck_after
-from rljob.reconcile.in_turn import InTurnPass, advance_in_turn
+from rljob.reconcile.in_turn import InTurnPass, advance_in_turn, preemptable
+from rljob.reconcile.in_turn import preempted as preempted_in_turn
 from rljob.reconcile.journal import settle_journal, unknown_format
 from rljob.reconcile.lifecycle import FAIL_JOB_END, TrainerHold, close_attempt
-from rljob.reconcile.observed import Observed, ObservedPod
+from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile
 from rljob.reconcile.policy import Decision as PolicyDecision
 from rljob.reconcile.progress import (
@@ -49,8 +50,8 @@ from rljob.reconcile.progress import (
 from rljob.reconcile.remediation import (
     awaiting_root_cause,
     failed_attempt,
+    held_by_action,
     remedy_for,
-    trainer_failed_while_busy,
 )
 from rljob.reconcile.requests import journal_manual_restart, not_started_note, pending_restart
 from rljob.reconcile.serving import disruption_reports
@@ -154,25 +155,17 @@ class _Remedy:
 
 def _remedy(job: RLJob, observed: Observed, inputs: PassInputs) -> _Remedy:
     """Manual restarts, then the trainer, then serving pods, then health findings: one new
-    action at most, and none while another is in flight (it is finished first)."""
+    action at most, and none while another is in flight (it is finished first; a failed
+    trainer attempt preempts a Gated in-turn restart of the rollout instead)."""
     now = inputs.now
-    busy = job.status.in_flight is not None
     failed = failed_attempt(job, observed)
-    if failed is not None and busy:
-        return _Remedy(job, hold=trainer_failed_while_busy(job))
+    if failed is not None and (held := held_by_action(job, observed)) is not None:
+        return _Remedy(job, hold=held)
     if failed is not None and (waiting := awaiting_root_cause(*failed, now)) is not None:
         return _Remedy(job, hold=waiting)
-    if failed is not None:
-        trainer = remedy_for(job, *failed, now)
-        if trainer.decision.action == FailureAction.FAIL_JOB:
-            return _Remedy(job, fail=trainer.decision.message)
-        if trainer.decision.action == FailureAction.SUSPEND:
-            return _Remedy(_suspended(job, trainer.decision, now))
-        if trainer.status is not None:
-            return _Remedy(_with_status(job, trainer.status), restarted=("trainer", None))
-        if trainer.hold is not None:
-            return _Remedy(job, hold=trainer.hold)
-    if busy:
+    if failed is not None and (trainer := _trainer_remedy(job, observed, failed, now)) is not None:
+        return trainer
+    if job.status.in_flight is not None:
         unknown = unknown_format(job.status)
         return _Remedy(job, reports=(("journal-format", unknown),) if unknown else ())
     order = pending_restart(job.metadata.annotations, job.status)
@@ -190,6 +183,34 @@ def _remedy(job: RLJob, observed: Observed, inputs: PassInputs) -> _Remedy:
         status = crash.status or job.status
         return _Remedy(_with_status(job, status), reports=crash.reports, consumed="crash")
     return _health_remedy(job, observed, inputs)
+
+
+def _trainer_remedy(
+    job: RLJob,
+    observed: Observed,
+    failed: tuple[ObservedChild, ObservedPod | None],
+    now: datetime,
+) -> _Remedy | None:
+    """The failure policy on a failed attempt: a gang restart journaled (counted), a backoff
+    hold, FailJob or Suspend, in the write that ends a Gated in-turn restart it preempts (with
+    a Warning naming the pods left); None when the policy does none of these (the reconcile
+    fails the job, the in-turn restart stopping with it)."""
+    notes: tuple[tuple[str, EventSpec], ...] = ()
+    preempted = preemptable(job, observed)
+    if preempted is not None:
+        ended, event = preempted_in_turn(job.status, preempted, observed)
+        job, notes = _with_status(job, ended), ((f"preempted-{preempted.id}", event),)
+    trainer = remedy_for(job, *failed, now)
+    if trainer.decision.action == FailureAction.FAIL_JOB:
+        return _Remedy(job, fail=trainer.decision.message, reports=notes)
+    if trainer.decision.action == FailureAction.SUSPEND:
+        return _Remedy(_suspended(job, trainer.decision, now), reports=notes)
+    if trainer.status is not None:
+        restarted = _with_status(job, trainer.status)
+        return _Remedy(restarted, reports=notes, restarted=("trainer", None))
+    if trainer.hold is not None:
+        return _Remedy(job, hold=trainer.hold, reports=notes)
+    return None
 
 
 def _health_remedy(job: RLJob, observed: Observed, inputs: PassInputs) -> _Remedy:

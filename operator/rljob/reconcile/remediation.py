@@ -21,6 +21,8 @@ from rljob.api import (
 )
 from rljob.api.durations import parse_duration
 from rljob.health.termination import Classification
+from rljob.reconcile.drain import drains
+from rljob.reconcile.in_turn import in_turn_to_delete, preemptable
 from rljob.reconcile.lifecycle import (
     SUSPENDED_END,
     TrainerHold,
@@ -136,12 +138,20 @@ def awaiting_root_cause(
     return TrainerHold(min(remaining, BUSY_RETRY_SECONDS), message)
 
 
-def trainer_failed_while_busy(job: RLJob) -> TrainerHold:
-    """A failed attempt while another action is in flight waits for that action to finish, then
-    goes through the policy: it is neither skipped nor read as the job's end."""
+def held_by_action(job: RLJob, observed: Observed) -> TrainerHold | None:
+    """A failed attempt waits for the action in flight to finish, then goes through the policy:
+    it is neither skipped nor read as the job's end. None: nothing in flight, or a Gated
+    in-turn restart of the rollout, which the failure preempts (in_turn.preemptable) once the
+    deletes it decided were sent."""
     action = job.status.in_flight
-    what = f"{action.kind} {action.id}" if action is not None else "an action"
-    message = f"trainer attempt {job.status.attempt or 1} failed; handled once {what} is done"
+    if action is None or preemptable(job, observed) is not None:
+        return None
+    what = f"{action.kind} {action.id}"
+    done = "is done"
+    role = action.target.role.value if action.target is not None else ""
+    if drains(job, role) and in_turn_to_delete(job.status, observed):
+        done = "sent the deletes it decided (the failure then ends it)"
+    message = f"trainer attempt {job.status.attempt or 1} failed; handled once {what} {done}"
     return TrainerHold(BUSY_RETRY_SECONDS, message)
 
 

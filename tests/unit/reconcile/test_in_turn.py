@@ -7,16 +7,24 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 
-from rljob.api import ActionKind, FailureReason, JobPhase
+from rljob.api import ActionKind, EngineState, FailureReason, JobPhase
 from rljob.api.status import JOURNAL_FORMAT
 from rljob.health.evaluation import finding
 from rljob.reconcile.decide import Decision
-from rljob.reconcile.in_turn import RESTARTED_IN_TURN, RESTARTING_IN_TURN, ROLE_READY_STEP
-from rljob.reconcile.steps import DeleteObject, PostEvent
+from rljob.reconcile.engine_readings import EngineReading
+from rljob.reconcile.in_turn import (
+    PREEMPTED_IN_TURN,
+    RESTARTED_IN_TURN,
+    RESTARTING_IN_TURN,
+    ROLE_READY_STEP,
+)
+from rljob.reconcile.steps import DeleteObject, PostEvent, SetPolicyCurrent
 from tests.unit.reconcile.test_decide import (
     decide_now,
     fail_trainer,
@@ -288,3 +296,185 @@ def test_an_entry_of_a_newer_format_is_left_alone() -> None:
     assert not deleted(decision) and not events(decision, RESTARTED_IN_TURN)
     assert decision.plan.status.in_flight == w.job.status.in_flight
     assert [event.reason for _, event in decision.reports] == ["JournalFormatUnknown"]
+
+
+# -- a trainer failure during a Gated in-turn restart of the rollout ------------------------------
+
+GATED = {"weightSync": "Gated", "drainTimeout": "2m"}
+FIRST, REST = OLDEST_FIRST[0], OLDEST_FIRST[1:]
+
+
+def gated_started(w: World, *, manual: bool = False) -> None:
+    """A Gated in-turn restart of the rollout whose first engine drains (journaled)."""
+    w.body["spec"]["roles"]["rollout"].update(GATED)
+    if manual:
+        request_restart(w, "rollout/n1")
+    carry_out(w, decide_now(w, findings=() if manual else (fleet_finding(),)))
+
+
+def first_replaced_awaiting_its_gate(w: World) -> None:
+    """The first engine drained and was deleted; its replacement waits for the trainer."""
+    gated_started(w)
+    carry_out(w, decide_now(w, engine_readings=(idle(FIRST, w.now),)))
+    replaced(w, FIRST, ready=False)
+
+
+def idle(name: str, at: dt.datetime) -> EngineReading:
+    return EngineReading(pod=name, at=at, running=0, generation=1)
+
+
+def preemption(decision: Decision) -> list[str]:
+    return [event.message for _, event in decision.reports if event.reason == PREEMPTED_IN_TURN]
+
+
+DRAINING_LEFT = f"{', '.join(OLDEST_FIRST)} ({FIRST} stopped draining)"
+GANG = ActionKind.RESTART_TRAINER_GANG
+
+
+@pytest.mark.parametrize(
+    ("begin", "after", "kind", "attempt", "counted", "left"),
+    [
+        pytest.param(gated_started, 5, GANG, 2, 2, DRAINING_LEFT,
+                     id="a-draining-engine-stops-draining"),
+        pytest.param(first_replaced_awaiting_its_gate, 5, GANG, 2, 2, ", ".join(REST),
+                     id="a-replacement-awaits-the-trainers-weights"),
+        pytest.param(partial(gated_started, manual=True), 5, GANG, 2, 1, DRAINING_LEFT,
+                     id="a-manual-rollout-restart-in-turn"),
+        pytest.param(gated_started, 0, None, 1, 1, DRAINING_LEFT,
+                     id="within-the-backoff-it-ends-and-the-trainer-waits"),
+        pytest.param(started, 5, ActionKind.RESTART_ROLE_IN_TURN, 1, 1, None,
+                     id="ungated-the-trainer-waits-for-it"),
+    ],
+)  # fmt: skip
+def test_a_failed_trainer_preempts_a_gated_in_turn_restart(
+    begin: Callable[[World], object],
+    after: float,
+    kind: ActionKind | None,
+    attempt: int,
+    counted: int,
+    left: str | None,
+) -> None:
+    """Its replacements turn Ready only once the trainer's driver pushed them weights: waiting
+    for them would be a deadlock. The pass that sees the failure ends it (counted, backoff and
+    FailJob apply as ever); Ungated, the trainer waits as before."""
+    w = fleet_world(IN_TURN_RULE)
+    begin(w)
+    w.advance(after)
+    fail_trainer(w)
+
+    decision = decide_now(w)
+
+    status = decision.plan.status
+    assert status.phase != JobPhase.FAILED
+    assert (status.in_flight.kind if status.in_flight else None, status.attempt) == (kind, attempt)
+    assert status.restarts is not None and status.restarts.total == counted
+    if left is None:
+        assert not preemption(decision)
+        return
+    (message,) = preemption(decision)
+    assert message.endswith(f"not restarted: {left}")
+    assert not deleted(decision), "its pods not yet taken are left running"
+    engines = status.roles.rollout.engines if status.roles and status.roles.rollout else None
+    assert EngineState.DRAINING not in [m.state for m in engines or []]
+
+
+def test_preempted_within_the_backoff_the_gang_restart_follows_it() -> None:
+    w = fleet_world(IN_TURN_RULE)
+    gated_started(w)
+    fail_trainer(w)
+    held = decide_now(w)
+    journal(w, held)
+    w.advance(1)
+
+    later = decide_now(w)
+
+    assert held.plan.status.in_flight is None and preemption(held)
+    action = later.plan.status.in_flight
+    assert action is not None and action.kind == GANG and later.plan.status.attempt == 2
+    assert not preemption(later), "said once"
+
+
+@pytest.mark.parametrize(
+    ("fail", "failed", "held"),
+    [
+        pytest.param({"exit_code": 93}, True, False, id="exit-93-fails-the-job"),
+        pytest.param(None, False, True, id="its-failed-rank-not-seen-yet-waits"),
+    ],
+)  # fmt: skip
+def test_the_policy_decides_a_preempting_failure_as_ever(
+    fail: dict[str, Any] | None, failed: bool, held: bool
+) -> None:
+    w = fleet_world(IN_TURN_RULE, {"onExitCodes": [93], "action": "FailJob"})
+    gated_started(w)
+    w.advance(5)
+    if fail is not None:
+        w.fail_rank(1, 0, reason="Error", message="bad reward config", **fail)
+    w.finish_job(1, failed=True, failed_at=w.now)
+
+    decision = decide_now(w)
+
+    status = decision.plan.status
+    assert (status.phase == JobPhase.FAILED) == failed and status.attempt == 1
+    assert bool(preemption(decision)) == (not held)
+    if held:
+        action = status.in_flight
+        assert action is not None and action.kind == ActionKind.RESTART_ROLE_IN_TURN
+        assert decision.plan.requeue_after is not None and decision.plan.requeue_after <= 1
+
+
+def test_a_pod_whose_turn_came_is_deleted_before_the_preemption() -> None:
+    """Its delete is fenced by the journal: sent in the pass that stamped it (or resumed), and
+    only once the pod is seen going does the failure end the restart."""
+    w = fleet_world(IN_TURN_RULE)
+    gated_started(w)
+    w.advance(5)
+    fail_trainer(w)
+
+    drained = decide_now(w, engine_readings=(idle(FIRST, w.now),))
+    carry_out(w, drained)
+    ended = decide_now(w)
+
+    assert deleted(drained) == [FIRST] and not preemption(drained)
+    action = drained.plan.status.in_flight
+    assert action is not None and action.kind == ActionKind.RESTART_ROLE_IN_TURN
+    (message,) = preemption(ended)
+    assert message.endswith(f"not restarted: {', '.join(REST)}")
+    assert ended.plan.status.in_flight is not None
+    assert ended.plan.status.in_flight.kind == GANG
+
+
+def test_a_gated_in_turn_restart_whose_role_is_ready_settles_first() -> None:
+    w = fleet_world(IN_TURN_RULE)
+    first_replaced_awaiting_its_gate(w)
+    for name in list(w.pods):  # every engine restarted and ready: nothing waits on the trainer
+        if name in OLDEST_FIRST:
+            replaced(w, name)
+    w.pods = {n: dataclasses.replace(p, ready=True) for n, p in w.pods.items()}
+    w.advance(5)
+    fail_trainer(w)
+
+    ready = decide_now(w)
+    journal(w, ready)
+    settled = decide_now(w)
+
+    assert ready.plan.status.in_flight is not None
+    assert ready.plan.status.in_flight.step == ROLE_READY_STEP
+    assert events(ready, RESTARTED_IN_TURN) and not preemption(ready)
+    assert settled.plan.status.in_flight is not None
+    assert settled.plan.status.in_flight.kind == GANG and not preemption(settled)
+
+
+def test_an_engine_that_stopped_draining_gets_its_gate_back_by_its_reading() -> None:
+    """The drain closed its gate (NotReady, out of its Service); once the failure ended the
+    restart it is an engine awaiting its gate like any other, reopened on its reading."""
+    w = fleet_world(IN_TURN_RULE)
+    gated_started(w)
+    w.pods[FIRST] = dataclasses.replace(w.pods[FIRST], ready=False, policy_current=False)
+    w.advance(5)
+    fail_trainer(w)
+    journal(w, decide_now(w))
+
+    reopened = decide_now(w, engine_readings=(idle(FIRST, w.now),))
+
+    gates = [s for s in reopened.steps if isinstance(s, SetPolicyCurrent)]
+    assert [(s.pod, s.current) for s in gates] == [(FIRST, True)]
