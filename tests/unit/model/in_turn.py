@@ -11,17 +11,25 @@ at each pod delete and from its write log, never from what the operator believed
 - an-in-turn-restart-goes-oldest-first: its list is in creation order and the pods it deletes
   while they serve go in list order;
 - an-in-turn-restart-ends-once-its-role-is-ready: two passes of the leader on caught-up watches
-  that began with none of its pods left and its role ready (or scaled to zero) settle it.
+  that began with none of its pods left and its role ready (or scaled to zero) settle it;
+- a-failed-trainer-attempt-is-acted-on-within-bounded-passes: in a Gated job, the current trainer
+  attempt's failed Job (its failed rank shown, or the root-cause wait over) is not held behind an
+  in-turn restart of the rollout (whose newcomers need the trainer's weights) for more than
+  ACTING_PASSES passes of the leader on caught-up watches that wrote without a fault. An in-turn
+  restart it ended counts as carried out (`preempted`), its pods not yet taken left running.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from rljob.api.labels import ROLE_LABEL
-from tests.unit.model.cluster import Cluster
+from rljob.api.labels import ATTEMPT_LABEL, ROLE_LABEL
+from rljob.reconcile.names import trainer_job_name
+from rljob.reconcile.remediation import ROOT_CAUSE_WAIT_SECONDS
+from tests.unit.model.cluster import Cluster, Write
 
 JSON = dict[str, Any]
 KIND = "RLJob"
@@ -32,8 +40,29 @@ EACH_POD_ONCE = "an-in-turn-restart-deletes-each-listed-pod-once"
 ONE_ENTRY = "an-in-turn-restart-is-one-budget-entry"
 OLDEST_FIRST = "an-in-turn-restart-goes-oldest-first"
 SETTLES = "an-in-turn-restart-ends-once-its-role-is-ready"
-CHECKS = frozenset({WITHIN_MAX_UNAVAILABLE, EACH_POD_ONCE, ONE_ENTRY, OLDEST_FIRST, SETTLES})
+ACTED_ON = "a-failed-trainer-attempt-is-acted-on-within-bounded-passes"
+CHECKS = frozenset(
+    {WITHIN_MAX_UNAVAILABLE, EACH_POD_ONCE, ONE_ENTRY, OLDEST_FIRST, SETTLES, ACTED_ON}
+)
 SETTLING_PASSES = 2  # one says the role is ready (and posts the Event), the next clears it
+# One pass sends the deletes the restart decided (a drain that ended), the next ends it; a
+# second drain ending meanwhile (maxUnavailable 2) takes one more.
+ACTING_PASSES = 3
+
+
+def _time(value: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _condition(body: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == kind and c["status"] == "True"), None)
+
+
+def _faulted(write: Write) -> bool:
+    """A write of the operator's that failed (a re-posted named Event's 409 is no fault)."""
+    failed = write.code >= 500 or (write.verb == "patch_status" and write.code >= 400)
+    return write.actor.startswith("operator") and failed
 
 
 def _ready_running(pod: Mapping[str, Any]) -> bool:
@@ -56,6 +85,8 @@ class InTurnChecks:
         self.deleted: defaultdict[str, list[str]] = defaultdict(list)  # action -> uids, in order
         self.serving_deletes: defaultdict[str, list[str]] = defaultdict(list)
         self.settling: Counter[str] = Counter()  # action -> passes that began with it done
+        self.held: Counter[str] = Counter()  # failed attempt -> passes that began held by one
+        self.preempted: set[str] = set()  # in-turn restarts in flight while the trainer failed
         cluster.pod_delete_observers.append(self._pod_deleted)
 
     def action(self) -> JSON | None:
@@ -73,6 +104,13 @@ class InTurnChecks:
             found += self._budget_faults()
         if check == EACH_POD_ONCE:
             found += self._repeated_deletes()
+        if check == ACTED_ON:
+            held = self._held_attempt()
+            if held is not None and self.held[held] >= ACTING_PASSES:
+                found.append(
+                    f"trainer attempt {held} failed and is still held by "
+                    f"{(self.action() or {}).get('id')} after {self.held[held]} passes"
+                )
         if check == SETTLES:
             action = self.action()
             if action is not None and self.settling[action["key"]] >= SETTLING_PASSES:
@@ -84,24 +122,80 @@ class InTurnChecks:
 
     # -- the pass --------------------------------------------------------------------------------
 
-    def before_pass(self, *, leading: bool) -> tuple[str, int] | None:
-        """(the in-turn action whose end the coming pass must see, where the write log stands)
-        if the truth shows it done and the leader's watches are caught up."""
+    def before_pass(self, *, leading: bool) -> tuple[tuple[str, int] | None, str | None, int]:
+        """(the in-turn action whose end the coming pass must see, if the truth shows it done;
+        the failed trainer attempt it holds, if any; where the write log stands), the first two
+        only when the leader's watches are caught up."""
+        self._note_preemptable()
         action = self.action()
+        start = len(self.cluster.log)
         if action is None or not leading or self.cluster.index.lagging():
-            return None
-        return (action["key"], len(self.cluster.log)) if self._done(action) else None
+            return None, None, start
+        settling = (action["key"], start) if self._done(action) else None
+        return settling, self._held_attempt(), start
 
-    def after_pass(self, settling: tuple[str, int] | None) -> None:
+    def after_pass(self, before: tuple[tuple[str, int] | None, str | None, int]) -> None:
         """A pass that ran to its end (the process lived, no write raised): it counts towards
-        settling unless its status write lost a race (409, which the pass answers itself)."""
+        settling unless its status write lost a race (409, which the pass answers itself), and
+        towards acting on a failed attempt unless any write failed."""
+        settling, held, start = before
+        writes = self.cluster.log[start:]
         if settling is not None:
-            key, start = settling
-            lost = any(w.verb == "patch_status" and w.code != 200 for w in self.cluster.log[start:])
+            key, _ = settling
+            lost = any(w.verb == "patch_status" and w.code != 200 for w in writes)
             self.settling[key] += 0 if lost else 1
+        if held is not None and not any(_faulted(w) for w in writes):
+            self.held[held] += 1
         action = self.action()
         if action is not None:
             self._check_order(action)
+
+    # -- a trainer failure behind a Gated in-turn restart ----------------------------------------
+
+    def _failed_attempt(self) -> tuple[str, Mapping[str, Any]] | None:
+        """("<uid>/a<attempt>", its Job) when the current attempt's Job failed, in a Gated job
+        that runs on, with a rollout in-turn restart in flight."""
+        job = self.cluster.peek(KIND, self.name)
+        action = self.action()
+        if job is None or action is None or job["metadata"].get("deletionTimestamp"):
+            return None
+        status = job.get("status") or {}
+        rollout = self._role_spec("rollout")
+        held = job["spec"].get("suspend") or status.get("suspension")
+        if rollout.get("weightSync") != "Gated" or held or status.get("phase") == "Failed":
+            return None
+        if (action.get("target") or {}).get("role") != "rollout":
+            return None
+        attempt = int(status.get("attempt") or 1)
+        trainer = self.cluster.peek("Job", trainer_job_name(self.name, attempt))
+        if trainer is None or trainer["metadata"].get("deletionTimestamp"):
+            return None
+        if not (_condition(trainer, "FailureTarget") or _condition(trainer, "Failed")):
+            return None
+        return f"{job['metadata']['uid']}/a{attempt}", trainer
+
+    def _note_preemptable(self) -> None:
+        if self._failed_attempt() is not None and (action := self.action()) is not None:
+            self.preempted.add(action["key"])
+
+    def _held_attempt(self) -> str | None:
+        """The failed attempt held by a Gated in-turn restart, once the operator can act on it:
+        its failed rank is shown, or the wait for it is over."""
+        failed = self._failed_attempt()
+        if failed is None:
+            return None
+        key, trainer = failed
+        attempt = key.rsplit("/a", 1)[1]
+        rank = any(
+            (p["metadata"].get("labels") or {}).get(ATTEMPT_LABEL) == attempt
+            and p["status"]["phase"] == "Failed"
+            for p in self.cluster.view("Pod")
+        )
+        began = _condition(trainer, "FailureTarget") or _condition(trainer, "Failed") or {}
+        waited = self.cluster.clock.now >= _time(began["lastTransitionTime"]) + dt.timedelta(
+            seconds=ROOT_CAUSE_WAIT_SECONDS
+        )
+        return key if rank or waited else None
 
     # -- deletes ---------------------------------------------------------------------------------
 

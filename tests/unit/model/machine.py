@@ -234,7 +234,8 @@ class ActionEngine(RuleBasedStateMachine):
       (model/suspects.py);
     - the in-turn role restart's (model/in_turn.py): within maxUnavailable by its own deletes,
       each listed pod deleted once and only after its turn was journaled, one budget entry,
-      oldest first, settled once its role is ready;
+      oldest first, settled once its role is ready, and a trainer attempt failing behind a
+      Gated one acted on within a few passes;
     - the failure policy's Suspend and its resume (model/suspension.py): nothing created while
       a suspension is journaled, a suspension kept and applied once, a resume nonce handled once
       and ending only a suspension journaled before the user wrote it, no restart counted.
@@ -892,6 +893,8 @@ class ActionEngine(RuleBasedStateMachine):
             return any(w.verb == "delete" and w.uid == target.get("uid") and w.code == 200
                        for w in log)  # fmt: skip
         if kind == "RestartRoleInTurn":  # each listed pod deleted (by anyone) or gone
+            if f"{self.uid}/{action['id']}" in self.in_turn.preempted:
+                return True  # a trainer failure ended it: its pods not yet taken stay
             live = {p["metadata"]["uid"] for p in self.cluster.view("Pod")}
             deleted = {w.uid for w in log if w.verb == "delete" and w.code == 200}
             return all(p["uid"] in deleted or p["uid"] not in live for p in action["pods"])

@@ -12,18 +12,27 @@ import pytest
 
 from rljob.api import (
     ActionKind,
+    ActionPod,
+    ActionTarget,
     FailureAction,
     FailureReason,
     InFlightAction,
     RLJob,
     RoleName,
+    parse_rljob,
 )
 from rljob.reconcile import Observed, ObservedChild, reconcile
 from rljob.reconcile.journal import journaled_event, role_to_roll, settle_journal
 from rljob.reconcile.policy import Decision
-from rljob.reconcile.remediation import failed_attempt, remedy_for, stuck_pods, trainer_failure
+from rljob.reconcile.remediation import (
+    failed_attempt,
+    held_by_action,
+    remedy_for,
+    stuck_pods,
+    trainer_failure,
+)
 from rljob.reconcile.serving import disrupted_serving_pods, journal_serving_restart
-from tests.unit.reconcile.world import T0, example_job, pod
+from tests.unit.reconcile.world import T0, example_body, example_job, pod
 
 NAME = "grpo-demo"  # examples/rljob-demo.yaml
 SECOND = dt.timedelta(seconds=1)
@@ -315,3 +324,45 @@ def test_a_gang_restart_marks_the_root_cause_node_only_on_hardware_like_evidence
     marked = remedy.status.suspect_nodes
     assert [s.name for s in marked] == suspects
     assert all(s.until == T0 + dt.timedelta(hours=6) for s in marked)
+
+
+ENGINE = pod("e", "rollout", uid="uid-e")
+DRAINING = [ActionPod(name="e", uid="uid-e", drain_started_at=T0)]
+TAKEN = [ActionPod(name="e", uid="uid-e", drain_started_at=T0, deleted_at=T0)]
+IN_TURN = ActionKind.RESTART_ROLE_IN_TURN
+ROLLOUT, VERIFIER = RoleName.ROLLOUT, RoleName.VERIFIER
+
+
+@pytest.mark.parametrize(
+    ("gated", "kind", "role", "fields", "held"),
+    [
+        pytest.param(True, None, ROLLOUT, {}, None, id="nothing-in-flight"),
+        pytest.param(True, IN_TURN, ROLLOUT, {"pods": DRAINING}, None,
+                     id="a-gated-rollout-in-turn-restart-is-preempted"),
+        pytest.param(False, IN_TURN, ROLLOUT, {"pods": DRAINING}, "is done",
+                     id="an-ungated-one-is-waited-for"),
+        pytest.param(True, IN_TURN, VERIFIER, {"pods": DRAINING}, "is done",
+                     id="a-verifier-one-is-waited-for"),
+        pytest.param(True, IN_TURN, ROLLOUT, {"pods": TAKEN}, "sent the deletes it decided",
+                     id="the-delete-of-a-pod-whose-turn-came-goes-first"),
+        pytest.param(True, IN_TURN, ROLLOUT, {"pods": DRAINING, "step": "RoleReady"}, "is done",
+                     id="a-ready-role-settles-first"),
+        pytest.param(True, ActionKind.RESTART_POD, ROLLOUT, {"pods": DRAINING}, "is done",
+                     id="a-gated-pod-restart-ends-with-its-drain"),
+    ],
+)  # fmt: skip
+def test_which_action_a_failed_attempt_waits_for(
+    gated: bool, kind: ActionKind | None, role: RoleName, fields: dict[str, Any], held: str | None
+) -> None:
+    body = example_body()
+    if gated:
+        body["spec"]["roles"]["rollout"].update(weightSync="Gated", drainTimeout="2m")
+    job = parse_rljob(body)
+    if kind is not None:
+        target = ActionTarget(role=role, name=f"{NAME}-{role.value}")
+        job = with_in_flight(job, kind=kind, target=target, **fields)
+
+    hold = held_by_action(job, Observed(pods=(ENGINE,)))
+
+    assert (hold is None) == (held is None)
+    assert hold is None or (held is not None and held in hold.message)
