@@ -384,7 +384,9 @@ class Cluster(Kube):
             container["lastState"] = {"terminated": self._terminated(exit_code, reason, message)}
             container["state"] = {"waiting": {"reason": "ContainerCreating"}}
             container["ready"] = False
-        status["conditions"] = self._pod_conditions(scheduled=True, ready=False)
+        # The kubelet owns Ready, not others' conditions: a readiness gate's stays as it was.
+        others = [c for c in status.get("conditions") or [] if c["type"] not in _KUBELETS]
+        status["conditions"] = [*self._pod_conditions(scheduled=True, ready=False), *others]
         self._put(ref, pod)
 
     def node_not_ready(self, node: str, *, evict: bool = True) -> None:

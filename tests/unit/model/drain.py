@@ -9,7 +9,10 @@ as the API server stores it, the pods, the write log), never from what the opera
 - a-drain-always-ends: a pass of the leader on caught-up watches, that began past a drain's
   drainTimeout and wrote without a fault, leaves that pod deleting or gone (a suspended, failed
   or deleted job's pods go with it instead);
-- an-ungated-job-never-shows-draining: no roster member draining, no drain journaled.
+- an-ungated-job-never-shows-draining: no roster member draining, no drain journaled;
+- a-gated-engine-passes-its-gate-at-its-required-generation: a Gated rollout pod whose
+  policy-current condition is True has reported at least its roster member's
+  requiredGeneration (any generation while that is empty).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rljob.api import parse_duration
-from rljob.api.labels import ROLE_LABEL
+from rljob.api.labels import POLICY_CURRENT_GATE, ROLE_LABEL
 from tests.unit.model.cluster import Cluster
 
 JSON = dict[str, Any]
@@ -30,7 +33,11 @@ DRAIN_BEFORE_DELETE = "a-gated-engine-is-deleted-only-after-its-drain-was-journa
 WITHIN_MAX_UNAVAILABLE = "draining-or-down-engines-stay-within-maxunavailable"
 DRAIN_ENDS = "a-drain-always-ends"
 UNGATED_NEVER_DRAINS = "an-ungated-job-never-shows-draining"
-CHECKS = frozenset({DRAIN_BEFORE_DELETE, WITHIN_MAX_UNAVAILABLE, DRAIN_ENDS, UNGATED_NEVER_DRAINS})
+GATE_AT_REQUIRED = "a-gated-engine-passes-its-gate-at-its-required-generation"
+CHECKS = frozenset(
+    {DRAIN_BEFORE_DELETE, WITHIN_MAX_UNAVAILABLE, DRAIN_ENDS, UNGATED_NEVER_DRAINS,
+     GATE_AT_REQUIRED}
+)  # fmt: skip
 
 
 def _time(value: str) -> dt.datetime:
@@ -64,6 +71,7 @@ class DrainChecks:
         self.name = name
         self.recorded: dict[str, list[str]] = {check: [] for check in CHECKS}
         self.taken_down: set[str] = set()  # ready rollout pods the operator deleted
+        self.reported: dict[str, int] = {}  # the newest generation each engine reported
         cluster.pod_delete_observers.append(self._pod_deleted)
 
     # -- the truth -------------------------------------------------------------------------------
@@ -166,12 +174,36 @@ class DrainChecks:
                 f"replicas unserved): maxUnavailable {limit}"
             )
 
+    def engine_reported(self, pod: str, generation: int | None) -> None:
+        if generation is not None:
+            self.reported[pod] = max(generation, self.reported.get(pod, generation))
+
     # -- the verdicts ----------------------------------------------------------------------------
 
     def faults(self, check: str) -> list[str]:
         found = list(self.recorded[check])
         if check == UNGATED_NEVER_DRAINS:
             found += self._ungated_drains()
+        if check == GATE_AT_REQUIRED:
+            found += self._gates_below_required()
+        return found
+
+    def _gates_below_required(self) -> list[str]:
+        job = self._job()
+        if not self._gated(job):
+            return []
+        rollout = (((job or {}).get("status") or {}).get("roles") or {}).get(ROLLOUT) or {}
+        members = {m["pod"]: m for m in rollout.get("engines") or []}
+        found = []
+        for pod in self._pods().values():
+            name = pod["metadata"]["name"]
+            conditions = {c["type"]: c.get("status") for c in pod["status"].get("conditions") or []}
+            if conditions.get(POLICY_CURRENT_GATE) != "True" or name not in members:
+                continue
+            required = members[name].get("requiredGeneration")
+            reported = self.reported.get(name)
+            if reported is None or (required is not None and reported < required):
+                found.append(f"{name}'s gate is True; it reported {reported}, needs {required}")
         return found
 
     def _ungated_drains(self) -> list[str]:

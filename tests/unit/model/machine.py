@@ -330,6 +330,7 @@ class ActionEngine(RuleBasedStateMachine):
         for name in self._pods("rollout"):
             generation = policy if current else None
             self.readings[name] = EngineReading(name, self.clock.now, running, generation)
+            self.drains.engine_reported(name, generation)
 
     # -- failures --------------------------------------------------------------------------------
 
@@ -346,7 +347,9 @@ class ActionEngine(RuleBasedStateMachine):
     def serving_container_restarts(self, index: int, how: str) -> None:
         pods = self._pods(*SERVING)
         exit_code, reason, message = CONTAINER_ENDINGS[how]
-        self.cluster.crash_container(pods[index % len(pods)], reason, exit_code, message)
+        name = pods[index % len(pods)]
+        self.cluster.crash_container(name, reason, exit_code, message)
+        self.readings.pop(name, None)  # an engine restarted in place is read afresh
 
     @precondition(lambda self: bool(self._pods("rollout", "trainer")))
     @rule(index=st.integers(0, 5))

@@ -85,3 +85,52 @@ def test_a_gated_engine_restart_drains(steps: Sequence[Step], how: str) -> None:
     job = machine.cluster.peek("RLJob", NAME) or {}
     engines = job["status"]["roles"]["rollout"]["engines"]
     assert all(member["state"] != "draining" for member in engines)
+
+
+def _gate(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(its policy-current condition, its Ready condition)."""
+    conditions = {c["type"]: c.get("status") for c in pod["status"].get("conditions") or []}
+    return conditions.get("rljob.io/policy-current"), conditions.get("Ready")
+
+
+def _roster(machine: GatedEngine) -> dict[str, Mapping[str, Any]]:
+    job = machine.cluster.peek("RLJob", NAME) or {}
+    return {m["pod"]: m for m in job["status"]["roles"]["rollout"]["engines"]}
+
+
+def _rollout(machine: GatedEngine) -> dict[str, Mapping[str, Any]]:
+    return {
+        p["metadata"]["name"]: p
+        for p in machine.cluster.view("Pod")
+        if p["metadata"]["labels"].get("rljob.io/role") == "rollout"
+        and not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def test_a_draining_engine_turns_not_ready_and_the_roster_still_says_draining() -> None:
+    machine = replay([IDLE, SETTLE, SETTLE, DRIFT, BUSY, SETTLE, SETTLE])
+
+    draining = [name for name, m in _roster(machine).items() if m["state"] == "draining"]
+    assert len(draining) == 1
+    assert _gate(_rollout(machine)[draining[0]]) == ("False", "False")
+
+
+def test_an_engine_restarted_in_place_leaves_its_service_until_it_reports_again() -> None:
+    machine = replay([IDLE, SETTLE, SETTLE])
+    try:
+        name = sorted(_rollout(machine))[0]
+        assert _gate(_rollout(machine)[name]) == ("True", "True")
+        machine.cluster.crash_container(name)
+        machine.readings.pop(name)
+        machine.world_settles(rounds=2)
+        assert _gate(_rollout(machine)[name]) == ("False", "False")
+        assert (_roster(machine)[name]["state"], _roster(machine)[name]["restarts"]) == (
+            "joining", 1,
+        )  # fmt: skip
+        machine.engines_report(running=0, current=True)
+        machine.world_settles(rounds=2)
+        machine.invariants_hold()
+        assert _gate(_rollout(machine)[name]) == ("True", "True")
+        assert _roster(machine)[name]["state"] == "serving"
+    finally:
+        machine.teardown()
