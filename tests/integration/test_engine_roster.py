@@ -1,6 +1,7 @@
 """rljob.sdk.EngineRoster against the bed's real kube-apiserver, as a trainer runs it: under a
 ServiceAccount token bound to the chart's workload-reader rules, watching its RLJob while the
-test writes the roster into the /status subresource (as the operator would; no operator runs)."""
+test writes the roster into the /status subresource (as the operator would; the session's
+operator steps aside)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from rljob.dev.bed import service_account_token
 from rljob.sdk.kube_watch import WatchError
 from rljob.sdk.roster import Engine, EngineRoster
 from tests.helpers import wait_for
-from tests.integration.conftest import Cluster
+from tests.integration.chart_release import step_aside
+from tests.integration.conftest import Cluster, Operator
 from tests.integration.rljobs import apply_rljob, example, rljob_path
 
 READER_TEMPLATE = (
@@ -65,16 +67,24 @@ def member(pod: str, state: str, generation: int | None = None) -> dict[str, Any
 
 
 @pytest.fixture
-def roster_env(cluster: Cluster, crd: list[str], namespace: str) -> Iterator[dict[str, Any]]:
-    apply_rljob(cluster, namespace, {**example(), "metadata": {"name": JOB}})
-    token = trainer_token(cluster, namespace)
-    yield {
-        "name": JOB,
-        "namespace": namespace,
-        "api_server": cluster.server,
-        "token": token,
-        "ca_file": cluster.api.creds.ca_file,
-    }
+def roster_env(
+    cluster: Cluster, crd: list[str], namespace: str, operator_session: Operator
+) -> Iterator[dict[str, Any]]:
+    """The test writes the roster: the session's operator (started by an earlier test, or now)
+    steps aside so that it does not write its own over the test's, and is back afterwards."""
+    step_aside(operator_session)
+    try:
+        apply_rljob(cluster, namespace, {**example(), "metadata": {"name": JOB}})
+        token = trainer_token(cluster, namespace)
+        yield {
+            "name": JOB,
+            "namespace": namespace,
+            "api_server": cluster.server,
+            "token": token,
+            "ca_file": cluster.api.creds.ca_file,
+        }
+    finally:
+        operator_session.ensure_default()
 
 
 def test_the_roster_needs_the_workload_reader_binding(
