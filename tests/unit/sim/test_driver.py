@@ -105,6 +105,28 @@ def test_an_engine_deleted_without_a_drain_hangs_the_group_until_the_watchdog() 
     assert (driver.counters.watchdog_aborts, driver.group, driver.hung) == (1, {"e2", "e3"}, False)
 
 
+def test_an_engine_still_attached_when_the_roster_says_it_left_hangs_the_group() -> None:
+    """The roster drops a pod once it is being deleted: its engine goes down with it, though
+    the simulator detaches it only on its next poll."""
+    fleet = Fleet("e1", "e2", "e3")
+    driver = fleet.driver()
+    run(driver, T0, T0 + 4)
+    driver.on_leave("e1", T0 + 4.1)
+    assert (driver.hung, driver.counters.hangs) == (True, 1)
+
+
+def test_a_serving_newcomer_the_simulator_has_not_attached_waits_instead_of_hanging() -> None:
+    fleet = Fleet("e1")
+    driver = fleet.driver()
+    driver.on_join("e2", T0 + 1)
+    driver.on_serving("e2", T0 + 1)  # Ready, the simulator's next poll not done yet
+    run(driver, T0 + 1, T0 + 2)
+    assert (driver.hung, driver.group) == (False, {"e1"})
+    fleet.engines["e2"] = fleet.engine("e2")
+    run(driver, T0 + 2, T0 + 2.5)
+    assert (driver.hung, driver.group, "e2" in driver.sending) == (False, {"e1", "e2"}, True)
+
+
 def test_a_broadcast_to_a_member_gone_before_the_roster_knows_hangs() -> None:
     fleet = Fleet("e1", "e2")
     driver = fleet.driver()

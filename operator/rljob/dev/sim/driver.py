@@ -4,9 +4,9 @@ requests in flight on the engines it sends to, and publishes a new policy genera
 training step by broadcasting it to its weight group, as a trainer with an NCCL weight group
 does.
 
-- on_join: push the current weights to the newcomer (done `push_seconds` later; the engine then
-  reports the generation current at that moment), and again with every step's broadcast until it
-  serves (over HTTP, outside the group: the operator's gate wants the newest generation).
+- on_join: push the current weights to the newcomer once (done `push_seconds` later, longer than
+  a step in the e2e; the engine then reports the generation current at that moment, at least the
+  one the operator required when it joined).
 - on_serving: add it to the weight group and send to it.
 - on_drain: send nothing new to it and drop it from the group (its requests finish).
 - on_leave: forget it; a member still in the group is dropped from it first.
@@ -95,6 +95,7 @@ class RolloutDriver:
         self.sending: set[str] = set()
         self.synced: set[str] = set()  # engines a push of this driver reached
         self.pushes: dict[str, float] = {}  # pod -> when its push lands
+        self.unattached: set[str] = set()  # serving, its engine not attached by the sim yet
         self.hung_since: float | None = None
         self.next_step = now + settings.step_seconds
         self.counters = Counters()
@@ -111,6 +112,15 @@ class RolloutDriver:
 
     def on_serving(self, pod: str, now: float) -> None:
         self._log(now, "serving", pod)
+        if self.engines(pod) is None:
+            # A Ready pod is reachable on a cluster; the simulator attaches a new pod's engine
+            # on its next poll: wait for it rather than take it for a member gone.
+            self.unattached.add(pod)
+            return
+        self._admit(pod, now)
+
+    def _admit(self, pod: str, now: float) -> None:
+        self.unattached.discard(pod)
         if not self.hung:
             self._collective({*self.group, pod}, now)
         self.group.add(pod)
@@ -126,18 +136,25 @@ class RolloutDriver:
         self._log(now, "leave", pod)
         self.sending.discard(pod)
         self.pushes.pop(pod, None)
-        self._leave_group(pod, now)
+        self.unattached.discard(pod)
+        # A pod leaves the roster once it is being deleted: its engine is going down with it,
+        # so a group it is still in (never drained out) re-forms with a member gone.
+        self._leave_group(pod, now, gone=True)
         self.synced.discard(pod)
 
-    def _leave_group(self, pod: str, now: float) -> None:
+    def _leave_group(self, pod: str, now: float, *, gone: bool = False) -> None:
         if pod in self.group and not self.hung:
-            self._collective(self.group, now)  # the old group, the leaver included
+            # The old group, the leaver included.
+            self._collective(self.group, now, missing={pod} if gone else set())
         self.group.discard(pod)
 
     # ------------------------------------------------------------------ time
 
     def tick(self, now: float) -> TickOutcome:
         self._land_pushes(now)
+        for pod in sorted(self.unattached):
+            if self.engines(pod) is not None:
+                self._admit(pod, now)
         if self.hung_since is not None:
             if now - self.hung_since < self.settings.watchdog_seconds:
                 return TickOutcome()
@@ -148,15 +165,11 @@ class RolloutDriver:
             self.generation += 1
             self.counters.steps += 1
             if self._collective(self.group, now):
-                for pod in self.group | self._synced_joiners():
+                for pod in self.group:
                     self._push(pod)
         if not self.hung:
             self._send(now)
         return TickOutcome()
-
-    def _synced_joiners(self) -> set[str]:
-        """Newcomers whose first push landed and that serve nothing yet."""
-        return {pod for pod in self.synced - self.group if pod not in self.pushes}
 
     def _restarted(self, now: float) -> None:
         """The watchdog aborted the trainer; the driver restarts with it (its generation from
@@ -167,13 +180,15 @@ class RolloutDriver:
         self.sending = set(self.group)
         self.next_step = now + self.settings.step_seconds
 
-    def _collective(self, members: set[str], now: float) -> bool:
-        """A collective over `members`: hangs (False) when one of them is gone."""
-        if all(self.engines(pod) is not None for pod in members):
+    def _collective(self, members: set[str], now: float, missing: set[str] | None = None) -> bool:
+        """A collective over `members`: hangs (False) when one of them is gone (`missing`: known
+        gone although the simulator has not detached it yet)."""
+        gone = {p for p in members if p in (missing or set()) or self.engines(p) is None}
+        if not gone:
             return True
         self.hung_since = now
         self.counters.hangs += 1
-        self._log(now, "hang", ",".join(sorted(p for p in members if self.engines(p) is None)))
+        self._log(now, "hang", ",".join(sorted(gone)))
         return False
 
     def _push(self, pod: str) -> None:
