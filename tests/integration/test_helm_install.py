@@ -70,8 +70,9 @@ def test_cluster_wide_install_reconciles_a_job_under_the_charts_account(
 ) -> None:
     with installed(release, {}):  # the chart's defaults
         kinds = sorted(o["kind"] for o in release.objects)
-        assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                         "ServiceAccount"]  # fmt: skip
+        # Two ClusterRoles: the operator's, and the workload reader users bind to a trainer.
+        assert kinds == ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment",
+                         "Service", "ServiceAccount"]  # fmt: skip
         _every_object_exists(cluster, release, tmp_path / "manifest.yaml")
         # The CRD comes from crds/ (helm skips it when present): the API server accepts it.
         kubectl(cluster, "apply", "--server-side", "--dry-run=server", "--force-conflicts",
@@ -82,10 +83,12 @@ def test_cluster_wide_install_reconciles_a_job_under_the_charts_account(
 
 
 def _rljob_rule_kinds(release: Release) -> set[str]:
-    """Kinds of the chart's RBAC objects that grant anything on RLJobs."""
+    """Kinds of the chart's RBAC objects that grant the operator anything on RLJobs (not the
+    workload-reader ClusterRole, which the chart binds to nothing)."""
     return {
         o["kind"]
         for o in release.find("ClusterRole") + release.find("Role")
+        if not o["metadata"]["name"].endswith("-workload-reader")
         for rule in o["rules"]
         if RLJOB_RULE_RESOURCES & set(rule["resources"])
     }
