@@ -97,7 +97,13 @@ def test_children_exist_with_owner_labels_and_the_job_becomes_ready(
         assert [(o["uid"], o["controller"]) for o in owners] == [(uid, True)]
         assert item["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "rljob-operator"
     assert job["status"]["phase"] == "Running"
-    assert job["status"]["roles"]["rollout"] == {"desired": 2, "ready": 2, "restarts": 0}
+    rollout = job["status"]["roles"]["rollout"]
+    assert {k: rollout[k] for k in ("desired", "ready", "restarts")} == {
+        "desired": 2,
+        "ready": 2,
+        "restarts": 0,
+    }
+    assert [m["state"] for m in rollout["engines"]] == ["serving", "serving"]  # the roster
     wide = kubectl(cluster, "get", "rlj", NAME, "-n", namespace, "-o", "wide")
     header, row = wide.splitlines()[:2]
     assert "PHASE" in header and "RESTARTS" in header
@@ -144,7 +150,10 @@ def test_scale_up_and_down_follows_the_spec(
 
         def rollout_settled(settled: dict[str, int] = settled) -> dict[str, Any] | None:
             job = get_rljob(cluster, namespace, NAME)
-            return job if job["status"]["roles"]["rollout"] == settled else None
+            rollout = job["status"]["roles"]["rollout"]
+            counts = {k: rollout.get(k) for k in settled}
+            serving = [m for m in rollout.get("engines") or [] if m["state"] == "serving"]
+            return job if counts == settled and len(serving) == settled["ready"] else None
 
         wait_for(rollout_settled, 60, f"rollout at {replicas} ready replicas")
         (deployment,) = children(cluster, namespace, DEPLOYMENTS, NAME, "rollout")
