@@ -61,6 +61,11 @@ def draining_uids(status: RLJobStatus) -> set[str]:
     return {p.uid for p in draining(status)}
 
 
+def delete_stamped_uids(action: InFlightAction | None) -> set[str]:
+    """The journaled pods whose delete was decided (their `deletedAt` stamped)."""
+    return {p.uid for p in action.pods or [] if p.deleted_at is not None} if action else set()
+
+
 def reading_of(readings: tuple[EngineReading, ...], pod: str) -> EngineReading | None:
     return next((r for r in readings if r.pod == pod), None)
 

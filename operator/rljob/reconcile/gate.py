@@ -12,6 +12,7 @@ from rljob.api import EngineMember, RLJob, RLJobStatus
 from rljob.reconcile.drain import ROLLOUT, draining_uids, gated, reading_of
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.observed import Observed, ObservedPod
+from rljob.reconcile.progress import newer_generation
 
 GATE_RECHECK_SECONDS = 5.0  # a pass at least this often while an engine awaits its gate
 DRAINING = "Draining"  # the gate's reason while the engine drains
@@ -42,7 +43,9 @@ def gate_target(
     newest of status.policyGeneration and what serving engines report; None: nothing known."""
     if trainer_generation is not None:
         return trainer_generation
-    return _newest(job.status.policy_generation, _serving_generation(job, observed, readings))
+    return newer_generation(
+        job.status.policy_generation, _serving_generation(job, observed, readings)
+    )
 
 
 def passes(reading: EngineReading | None, member: EngineMember | None) -> bool:
@@ -104,10 +107,6 @@ def _serving_generation(
     }
     reported = [r.generation for r in readings if r.pod in serving and r.generation is not None]
     return max(reported, default=None)
-
-
-def _newest(first: int | None, second: int | None) -> int | None:
-    return max((g for g in (first, second) if g is not None), default=None)
 
 
 def gate_recheck_after(job: RLJob, observed: Observed) -> float | None:

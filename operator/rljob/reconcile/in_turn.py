@@ -40,7 +40,7 @@ from rljob.api import (
 )
 from rljob.api.roles import MAX_REPLICAS
 from rljob.api.status import JOURNAL_FORMAT
-from rljob.reconcile.drain import drain_end, drain_entry, drains
+from rljob.reconcile.drain import delete_stamped_uids, drain_end, drain_entry, drains
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.names import role_child_name
@@ -166,7 +166,7 @@ def in_turn_to_delete(status: RLJobStatus, observed: Observed) -> list[ObservedP
     action = in_turn_action(status)
     if action is None or action.step == ROLE_READY_STEP:
         return []
-    marked = {p.uid for p in action.pods or [] if p.deleted_at is not None}
+    marked = delete_stamped_uids(action)
     return [p for p in observed.pods if p.uid in marked and not p.deleting and not p.terminal]
 
 

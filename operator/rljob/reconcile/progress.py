@@ -62,7 +62,7 @@ def with_progress(
     old = status.progress
     if old is not None and old.updated_at is not None and now - old.updated_at < PROGRESS_REFRESH:
         return status  # the generation waits too: a write per trainer step would be too many
-    generation = _newer(status.policy_generation, reading.policy_generation)
+    generation = newer_generation(status.policy_generation, reading.policy_generation)
     status = status.model_copy(update={"policy_generation": generation})
     fresh = Progress(
         step=reading.step if reading.step is not None else (old.step if old else None),
@@ -87,7 +87,8 @@ def engine_policy_env(job: RLJob) -> dict[str, str]:
     return policy_env(location, job.status.policy_generation)
 
 
-def _newer(current: int | None, seen: int | None) -> int | None:
+def newer_generation(current: int | None, seen: int | None) -> int | None:
+    """The newer of two policy generations, either possibly unknown."""
     if seen is None:
         return current
     return seen if current is None else max(current, seen)

@@ -15,7 +15,13 @@ from __future__ import annotations
 
 from rljob.api import EngineMember, EngineState, RLJob
 from rljob.api.roles import MAX_REPLICAS
-from rljob.reconcile.drain import ROLLOUT, draining_uids, gated, reading_of
+from rljob.reconcile.drain import (
+    ROLLOUT,
+    delete_stamped_uids,
+    draining_uids,
+    gated,
+    reading_of,
+)
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.gate import gate_target, restarted_behind_gate
 from rljob.reconcile.observed import Observed, ObservedPod
@@ -32,7 +38,7 @@ def engine_roster(
     `trainer_generation`: the trainer's live policy generation, if read this round."""
     if job.spec.roles.rollout is None:
         return None
-    leaving = _stamped_for_delete(job)
+    leaving = delete_stamped_uids(job.status.in_flight)
     draining = draining_uids(job.status)
     before = {member.pod: member for member in previous or []}
     target = gate_target(job, observed, readings, trainer_generation) if gated(job) else None
@@ -49,11 +55,6 @@ def engine_roster(
             member.model_copy(update={"required_generation": required, "restarts": restarts})
         )
     return sorted(members, key=lambda m: m.pod)[:MAX_REPLICAS]
-
-
-def _stamped_for_delete(job: RLJob) -> set[str]:
-    action = job.status.in_flight
-    return {p.uid for p in (action.pods or []) if p.deleted_at is not None} if action else set()
 
 
 def _state(pod: ObservedPod, draining: set[str], rejoins: bool) -> EngineState:

@@ -24,6 +24,7 @@ from typing import Any
 from rljob.api import parse_duration
 from rljob.api.labels import POLICY_CURRENT_GATE, ROLE_LABEL
 from tests.unit.model.cluster import Cluster
+from tests.unit.model.in_turn import ready_running
 
 JSON = dict[str, Any]
 KIND = "RLJob"
@@ -46,16 +47,6 @@ def _time(value: str) -> dt.datetime:
 
 def _role(pod: Mapping[str, Any]) -> str:
     return str((pod["metadata"].get("labels") or {}).get(ROLE_LABEL, ""))
-
-
-def _ready_running(pod: Mapping[str, Any]) -> bool:
-    conditions = pod["status"].get("conditions") or []
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-    return (
-        ready
-        and pod["status"]["phase"] == "Running"
-        and not pod["metadata"].get("deletionTimestamp")
-    )
 
 
 def _terminating(pod: Mapping[str, Any]) -> bool:
@@ -107,7 +98,7 @@ class DrainChecks:
         if not actor.startswith("operator") or _role(pod) != ROLLOUT:
             return
         uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
-        if _ready_running(pod):
+        if ready_running(pod):
             self.taken_down.add(uid)
         job = self._job()
         if not self._gated(job):
@@ -151,7 +142,7 @@ class DrainChecks:
                         f"{pod['metadata']['name']} still runs after a pass past its drainTimeout"
                     )
         fresh = [e for e in self._draining(job) if e["uid"] not in started]
-        if any(_ready_running(live[e["uid"]]) for e in fresh if e["uid"] in live):
+        if any(ready_running(live[e["uid"]]) for e in fresh if e["uid"] in live):
             self._check_room(job, live)
 
     def _check_room(
@@ -162,11 +153,11 @@ class DrainChecks:
         draining = [
             live[e["uid"]]["metadata"]["name"]
             for e in self._draining(job)
-            if e["uid"] in live and _ready_running(live[e["uid"]])
+            if e["uid"] in live and ready_running(live[e["uid"]])
         ]
         down = [p["metadata"]["name"] for u, p in live.items() if u in self.taken_down
                 and _terminating(p)]  # fmt: skip
-        serving = sum(1 for p in live.values() if _ready_running(p))
+        serving = sum(1 for p in live.values() if ready_running(p))
         unserved = max(0, int(spec.get("replicas", 1)) - serving)
         if len(draining) + min(len(down), unserved) > limit:
             self.recorded[WITHIN_MAX_UNAVAILABLE].append(

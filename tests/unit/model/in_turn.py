@@ -65,7 +65,7 @@ def _faulted(write: Write) -> bool:
     return write.actor.startswith("operator") and failed
 
 
-def _ready_running(pod: Mapping[str, Any]) -> bool:
+def ready_running(pod: Mapping[str, Any]) -> bool:
     conditions = pod["status"].get("conditions") or []
     ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
     return (
@@ -211,7 +211,7 @@ class InTurnChecks:
             self.recorded[EACH_POD_ONCE].append(
                 f"{action['id']} deleted {name} before the journal stamped its turn"
             )
-        if _ready_running(pod):
+        if ready_running(pod):
             self._check_room(action, pod)
             self.serving_deletes[action["key"]].append(uid)
         self.deleted[action["key"]].append(uid)
@@ -221,7 +221,7 @@ class InTurnChecks:
         spec = self._role_spec(role)
         serving = sum(
             1 for p in self.cluster.view("Pod")
-            if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == role and _ready_running(p)
+            if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == role and ready_running(p)
         )  # fmt: skip
         unserved = max(0, int(spec.get("replicas", 1)) - serving)
         ours = len(set(self.deleted[action["key"]]))
@@ -302,6 +302,6 @@ class InTurnChecks:
         ready = int((deployment.get("status") or {}).get("readyReplicas", 0))
         serving = sum(
             1 for p in self.cluster.view("Pod")
-            if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == role and _ready_running(p)
+            if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == role and ready_running(p)
         )  # fmt: skip
         return ready >= replicas and serving >= replicas
