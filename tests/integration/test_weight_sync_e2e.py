@@ -187,15 +187,15 @@ def test_gated_engines_drain_and_rejoin_synced_without_a_hang(
         report, restarts = driver.report(), _restarts(cluster, namespace)
         print(_figures("Gated", report, newcomer, restarts))
         assert report["lost_total"] == 0, report["lost"]
-        assert report["sent_unsynced"].get(newcomer, 0) == 0
-        assert (report["hangs"], report["watchdog_aborts"]) == (0, 0)
+        assert report["sent_unsynced"].get(newcomer, 0) == 0, report
+        assert (report["hangs"], report["watchdog_aborts"]) == (0, 0), report
         assert restarts == {"KVCacheDrift": 1}
         assert (
             get_rljob(cluster, namespace, NAME)["status"]["attempt"] == before["status"]["attempt"]
         )
-        assert driver.roster_events(victim)[-2:] == ["drain", "leave"]
-        assert driver.roster_events(newcomer) == ["join", "serving"]
-        assert newcomer in report["group"] and victim not in report["group"]
+        assert driver.roster_events(victim)[-2:] == ["drain", "leave"], report
+        assert driver.roster_events(newcomer) == ["join", "serving"], report
+        assert newcomer in report["group"] and victim not in report["group"], report
     finally:
         driver.client.stop_driver(namespace=namespace, job=NAME)
 
@@ -219,11 +219,11 @@ def test_ungated_engines_lose_requests_and_hang_the_driver_into_a_gang_restart(
         )
         report, restarts = driver.report(), _restarts(cluster, namespace)
         print(_figures("Ungated", report, newcomer, restarts))
-        assert report["lost"].get(victim, 0) > 0
+        assert report["lost"].get(victim, 0) > 0, report
         hangs = [pods for _, event, pods in report["roster"] if event == "hang"]
-        assert hangs == [victim], report["roster"]  # the deleted engine, once
-        assert report["watchdog_aborts"] >= 1
-        assert "drain" not in driver.roster_events(victim)  # no draining state
+        assert hangs == [victim], report  # the deleted engine, once
+        assert report["watchdog_aborts"] >= 1, report
+        assert "drain" not in driver.roster_events(victim), report  # no draining state
         job = wait_for(
             lambda: (
                 (j := get_rljob(cluster, namespace, NAME))["status"].get("attempt", 0)
@@ -234,6 +234,6 @@ def test_ungated_engines_lose_requests_and_hang_the_driver_into_a_gang_restart(
             "a new trainer attempt",
             interval=1,
         )
-        assert job["status"]["restarts"]["byReason"]["KVCacheDrift"] == 1
+        assert job["status"]["restarts"]["byReason"]["KVCacheDrift"] == 1, job["status"]
     finally:
         driver.client.stop_driver(namespace=namespace, job=NAME)

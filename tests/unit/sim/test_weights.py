@@ -5,6 +5,7 @@ when the engine process goes away."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,37 @@ async def test_a_restarted_engine_container_loses_its_requests_and_weights(bed: 
     restarted = bed.app.workloads[f"{NS}/r2"].model
     assert isinstance(restarted, EngineModel) and restarted.weights.generation == 0
     assert bed.app.lost.of(NS, "job1") == {"r2": 2}
+
+
+def _rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize(
+    ("deletion_asked_after", "lost"),
+    [
+        pytest.param(1.0, 4, id="terminating-seen-late-loses-what-ran-at-the-sigterm"),
+        pytest.param(None, 0, id="gone-without-a-deletion-seen-loses-what-runs-at-the-poll"),
+    ],
+)
+@ON_SESSION_LOOP
+async def test_a_terminating_engine_loses_the_requests_in_flight_when_its_deletion_was_asked(
+    bed: Bed, deletion_asked_after: float | None, lost: int
+) -> None:
+    """The kubelet's SIGTERM ends a vLLM server's requests at once (vllm/entrypoints/launcher.py
+    serve_http): a poll that sees the terminating pod later must not let them finish."""
+    engine = bed.app.workloads[f"{NS}/r1"].model
+    assert isinstance(engine, EngineModel)
+    engine.weights.requests.send(bed.clock.now, 3.0, 4)
+    pod = next(p for p in bed.pods if p["metadata"]["name"] == "r1")
+    if deletion_asked_after is None:
+        bed.pods.remove(pod)
+    else:
+        grace = 30
+        asked = bed.clock.now + deletion_asked_after
+        pod["metadata"]["deletionTimestamp"] = _rfc3339(asked + grace)
+        pod["metadata"]["deletionGracePeriodSeconds"] = grace
+    bed.clock.now += 5  # the poll comes after every request would have ended
+    await bed.app.sync()
+    assert f"{NS}/r1" not in bed.app.workloads
+    assert bed.app.lost.of(NS, "job1").get("r1", 0) == lost

@@ -29,7 +29,7 @@ from rljob.dev.sim.models import (
     TrainerModel,
     VerifierModel,
 )
-from rljob.dev.sim.pods import PodInfo, listen_address, parse_pod
+from rljob.dev.sim.pods import PodInfo, attachable_pods, listen_address
 from rljob.dev.sim.profiles import (
     ROLES,
     AnyProfile,
@@ -201,19 +201,13 @@ class SimulatorApp:
             return True
 
     async def apply_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
-        seen: dict[str, PodInfo] = {}
-        for obj in pods:
-            info = parse_pod(obj)
-            if info is None or not info.attachable:
-                continue
-            if self.config.namespaces and info.namespace not in self.config.namespaces:
-                continue
-            seen[info.key] = info
+        seen, stopping = attachable_pods(pods, self.config.namespaces)
         changed = False
         for key, workload in list(self.workloads.items()):
             info = seen.get(key)
             if info is None or info.uid != workload.pod.uid or info.role != workload.pod.role:
-                await self._detach(key, "gone" if info is None else "replaced")
+                why = "gone" if info is None else "replaced"
+                await self._detach(key, why, stopped_at=stopping.get(workload.pod.uid))
                 changed = True
             elif info.restarts != workload.pod.restarts:
                 self._restart(workload, info)
@@ -313,9 +307,12 @@ class SimulatorApp:
         self.event("restarted", pod, restarts=pod.restarts)
         log.info("restarted %s %s (restart %d)", pod.role, pod.key, pod.restarts)
 
-    async def _detach(self, key: str, why: str) -> None:
+    async def _detach(self, key: str, why: str, stopped_at: float | None = None) -> None:
+        """`stopped_at`: when the pod's deletion was asked, if it is terminating; its engine's
+        requests end then, not at this poll (a slow poll must not let them finish)."""
         workload = self.workloads.pop(key)
-        self._abandon(workload, self.clock())
+        now = self.clock()
+        self._abandon(workload, now if stopped_at is None else min(now, stopped_at))
         await workload.listener.close()
         if workload.gang is not None:
             await workload.gang.close()

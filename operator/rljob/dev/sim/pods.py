@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -44,6 +44,9 @@ class PodInfo:
     engines_port: int | None = None
     engines_through_ray: bool = False
     created: float | None = None  # metadata.creationTimestamp, unix seconds
+    # When its deletion was asked (deletionTimestamp less the grace period, whole seconds): the
+    # kubelet's SIGTERM, which ends an engine's requests in flight (docs/engine-fidelity.md).
+    stop_asked: float | None = None
 
     @property
     def key(self) -> str:
@@ -131,10 +134,38 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
         engines_port=ports.get("engine-metrics") or ports.get("ray-metrics"),
         engines_through_ray=not ports.get("engine-metrics") and bool(ports.get("ray-metrics")),
         created=_timestamp(meta.get("creationTimestamp")),
+        stop_asked=_stop_asked(meta),
     )
 
 
+def attachable_pods(
+    pods: Iterable[Mapping[str, Any]], namespaces: Collection[str]
+) -> tuple[dict[str, PodInfo], dict[str, float]]:
+    """The attachable pods (in `namespaces`, all when empty) by key, and when each terminating
+    pod's deletion was asked, by uid."""
+    seen: dict[str, PodInfo] = {}
+    stopping: dict[str, float] = {}
+    for obj in pods:
+        info = parse_pod(obj)
+        if info is None or (namespaces and info.namespace not in namespaces):
+            continue
+        if info.stop_asked is not None:
+            stopping[info.uid] = info.stop_asked
+        if info.attachable:
+            seen[info.key] = info
+    return seen, stopping
+
+
+def _stop_asked(meta: Mapping[str, Any]) -> float | None:
+    deleting = _timestamp(meta.get("deletionTimestamp"))
+    if deleting is None:
+        return None
+    return deleting - (_int(meta.get("deletionGracePeriodSeconds"), 0) or 0)
+
+
 def _timestamp(value: Any) -> float | None:
+    if value is None:
+        return None
     try:
         return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
     except ValueError:
