@@ -111,3 +111,24 @@ def test_a_pods_termination_time(
 def test_a_pods_policy_current_gate(conditions: list[dict[str, str]], current: bool) -> None:
     body = {"metadata": META, "spec": {}, "status": {"conditions": conditions}}
     assert summarize_pod(body).policy_current is current
+
+
+RUNNING = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+CRASH_LOOP = {"waiting": {"reason": "CrashLoopBackOff"}}
+
+
+@pytest.mark.parametrize(
+    ("states", "running"),
+    [
+        pytest.param([], False, id="no-container-started"),
+        pytest.param([RUNNING], True, id="running"),
+        pytest.param([CRASH_LOOP], False, id="crash-loop"),
+        pytest.param([{"terminated": {"exitCode": 1}}], False, id="terminated"),
+        pytest.param([CRASH_LOOP, RUNNING], True, id="one-of-two-running"),
+    ],
+)
+def test_a_pods_container_running(states: list[dict[str, Any]], running: bool) -> None:
+    status = {"containerStatuses": [{"name": f"c{i}", "state": s} for i, s in enumerate(states)]}
+    assert (
+        summarize_pod({"metadata": META, "spec": {}, "status": status}).container_running is running
+    )

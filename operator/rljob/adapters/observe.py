@@ -142,6 +142,7 @@ def summarize_pod(body: Body) -> ObservedPod:
         metrics_port=_metrics_port(spec),
         finished_at=_time(terminated.get("finishedAt")),
         policy_current=_condition(status, POLICY_CURRENT_GATE).get("status") == "True",
+        container_running=any((c.get("state") or {}).get("running") for c in containers),
     )
 
 

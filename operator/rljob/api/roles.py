@@ -219,7 +219,8 @@ class RolloutRole(ServingRole):
         default=WeightSync.UNGATED,
         description="Ungated: an engine the operator replaces is deleted at once and its "
         "replacement serves when its probes pass. Gated: it is drained first (the roster says "
-        "draining; deleted once its running requests reach zero or drainTimeout passes) and "
+        "draining; deleted once its running requests reach zero, no container of it runs, or "
+        "drainTimeout passes) and "
         "its replacement turns Ready only behind the rljob.io/policy-current readiness gate, "
         "once it reports the job's current policy generation (rljob_engine_policy_generation). "
         "Switching modes rolls the engines once.",

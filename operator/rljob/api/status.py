@@ -207,7 +207,8 @@ class ActionPod(StatusModel):
     drain_started_at: datetime | None = Field(
         default=None,
         description="weightSync Gated: when its drain began (the roster says draining); it is "
-        "deleted once its running requests reach zero or drainTimeout passes.",
+        "deleted once its running requests reach zero, no container of it runs, or "
+        "drainTimeout passes.",
     )
     deleted_at: datetime | None = Field(
         default=None,

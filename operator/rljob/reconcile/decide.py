@@ -31,7 +31,7 @@ from rljob.reconcile.checkpoint_status import RETENTION_FAILED, with_latest
 from rljob.reconcile.conditions import ConditionState, with_condition
 from rljob.reconcile.drain import recheck_after
 from rljob.reconcile.engine_health import with_engine_health
-from rljob.reconcile.engine_readings import EngineReading
+from rljob.reconcile.engine_readings import EngineReading, with_stopped_engines
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.findings import crash_remedy, finding_remedy
 from rljob.reconcile.gate import gate_recheck_after
@@ -106,6 +106,8 @@ class Decision:
 
 def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
     now = inputs.now
+    readings = with_stopped_engines(inputs.engine_readings, observed.pods, now)
+    inputs = replace(inputs, engine_readings=readings)
     diagnosed = job.status.bottleneck
     job = _continued(job, inputs)
     job = _with_status(job, _refreshed(job, inputs))

@@ -1,8 +1,9 @@
 """Draining a rollout engine before the operator replaces it (spec.roles.rollout.weightSync:
 Gated): the journal stamps the pod's `drainStartedAt` (the roster then says draining and the
 driver stops sending to it), and the pod is deleted only once drained: a reading of it taken at
-least DRAIN_SETTLE after the drain began shows no request running, or drainTimeout passed (with
-no reading, only the timeout ends it). The journal holds the start, so a restarted operator keeps
+least DRAIN_SETTLE after the drain began shows no request running, its pod has no container
+running (a crash loop: nothing left to finish), or drainTimeout passed (with no reading, only the
+timeout ends it). The journal holds the start, so a restarted operator keeps
 the deadline. Ungated jobs never drain.
 
 A drain that waits asks for another pass soon (`recheck_after`), as does a Gated engine waiting
@@ -73,11 +74,13 @@ def reading_of(readings: tuple[EngineReading, ...], pod: str) -> EngineReading |
 @dataclass(frozen=True)
 class DrainEnd:
     """How a drain ended: `timed_out` (drainTimeout passed) or drained; `running`: the requests
-    its last reading showed (None: no reading); `seconds` since it began."""
+    its last reading showed (None: no reading); `seconds` since it began; `stopped`: no container
+    of its pod was running."""
 
     timed_out: bool
     running: float | None
     seconds: float
+    stopped: bool = False
 
 
 def drain_end(
@@ -89,6 +92,8 @@ def drain_end(
     started = utc(entry.drain_started_at)
     seconds = max(0.0, (now - started).total_seconds())
     reading = reading_of(readings, entry.name)
+    if reading is not None and reading.stopped:
+        return DrainEnd(timed_out=False, running=0, seconds=seconds, stopped=True)
     if reading is not None and reading.running == 0 and utc(reading.at) >= started + DRAIN_SETTLE:
         return DrainEnd(timed_out=False, running=0, seconds=seconds)
     if seconds >= drain_timeout(job):
@@ -157,6 +162,8 @@ def ended_event(
 def ended_message(job: RLJob, pod: str, end: DrainEnd) -> str:
     """ "<pod> drained: 0 running after 4s" or "<pod> drain timed out after 2m with 3 running:
     deleted"."""
+    if end.stopped:
+        return f"{pod} drained: no container of it running after {end.seconds:.0f}s"
     if not end.timed_out:
         return f"{pod} drained: 0 running after {end.seconds:.0f}s"
     timeout = job.spec.roles.rollout.drain_timeout if job.spec.roles.rollout else ""

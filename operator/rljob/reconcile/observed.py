@@ -59,6 +59,9 @@ class ObservedPod:
     # The container's termination time (finishedAt): the first observed failure across pods.
     finished_at: datetime | None = None
     policy_current: bool = False  # its rljob.io/policy-current condition is True (Gated)
+    # A container of it is running: without one no engine process holds a request (a crash
+    # loop, an in-place restart, a pod not started), so a drain of it has nothing to wait for.
+    container_running: bool = True
 
     @property
     def terminal(self) -> bool:

@@ -134,3 +134,22 @@ def test_an_engine_restarted_in_place_leaves_its_service_until_it_reports_again(
         assert _roster(machine)[name]["state"] == "serving"
     finally:
         machine.teardown()
+
+
+def test_a_draining_engine_that_crashes_is_deleted_without_waiting_for_the_timeout() -> None:
+    """A crash loop leaves nothing to finish: the drain ends at the pass that sees no container
+    running, not at drainTimeout (which would hold every other remedy behind it)."""
+    machine = replay([IDLE, SETTLE, SETTLE, DRIFT, BUSY, SETTLE])
+    try:
+        draining = [name for name, m in _roster(machine).items() if m["state"] == "draining"]
+        assert len(draining) == 1
+        machine.cluster.crash_container(draining[0])
+        machine.readings.pop(draining[0])
+        machine.operator_passes()
+        machine.world_settles(rounds=2)
+        machine.invariants_hold()
+        assert draining[0] not in _rollout(machine)
+        drained = _events(machine, "EngineDrained")
+        assert any("no container of it running" in message for message in drained), drained
+    finally:
+        machine.teardown()

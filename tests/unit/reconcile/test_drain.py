@@ -93,6 +93,8 @@ ENTRY = ActionPod(name="e", uid="uid-e", drain_started_at=T0)
         pytest.param(idle("e", seconds(5), 3), 121, DrainEnd(True, 3, 121), id="timed-out"),
         pytest.param(EngineReading("e", seconds(5)), 60, None, id="running-unread-waits"),
         pytest.param(idle("other", seconds(5)), 60, None, id="another-pods-reading"),
+        pytest.param(EngineReading("e", seconds(0), running=0, stopped=True), 0,
+                     DrainEnd(False, 0, 0, stopped=True), id="no-container-running-ends-at-once"),
     ],
 )  # fmt: skip
 def test_drain_end(reading: EngineReading | None, now: float, expected: DrainEnd | None) -> None:
