@@ -1,7 +1,7 @@
 """`kubectl rljob`: one-screen views of an RLJob, a manual restart and a resume. A kubectl plugin
 runs with kubectl on PATH and the user's kubeconfig, so it reads and writes through kubectl itself.
 
-    kubectl rljob status NAME [-n NS]             phase, roles, progress, restarts, checkpoint
+    kubectl rljob status NAME [-n NS]             phase, roles, engines, restarts, checkpoint
     kubectl rljob diagnose NAME [-n NS] [-o json] what bounds the step, and what to change
     kubectl rljob restart NAME --role R [-n NS]   ask the operator to restart a role once
     kubectl rljob resume NAME [-n NS] [--force]   end a failure-policy suspension once
@@ -85,6 +85,26 @@ def _role_lines(status: Body) -> list[str]:
     return ["", *table(rows)] if len(rows) > 1 else []
 
 
+def _engine_lines(status: Body) -> list[str]:
+    """The rollout roster (status.roles.rollout.engines): what a driver sees."""
+    engines = ((status.get("roles") or {}).get(RoleName.ROLLOUT.value) or {}).get("engines")
+    if not engines:
+        return []
+    rows: list[list[object]] = [["ENGINE", "STATE", "GENERATION", "REQUIRED", "RESTARTS"]]
+    for member in engines:
+        generation, required = member.get("generation"), member.get("requiredGeneration")
+        rows.append(
+            [
+                member.get("pod", ""),
+                member.get("state", ""),
+                "-" if generation is None else generation,
+                "-" if required is None else required,
+                member.get("restarts", 0),
+            ]
+        )
+    return ["", *table(rows)]
+
+
 def _progress_lines(status: Body, now: datetime | None) -> list[str]:
     progress = status.get("progress") or {}
     if not progress:
@@ -159,6 +179,7 @@ def render_status(job: Body, now: datetime | None = None) -> str:
             *_in_flight_lines(status, now),
             *_diagnosis_lines(job, now),
             *_role_lines(status),
+            *_engine_lines(status),
             *_progress_lines(status, now),
             *_condition_lines(status),
             *_restart_lines(status, now),

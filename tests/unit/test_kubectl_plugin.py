@@ -116,6 +116,20 @@ def test_status_shows_one_screen() -> None:
     assert "resumed from v000000001000-a000002 (step 1000)" in text
 
 
+def test_status_shows_the_engine_roster() -> None:
+    engines = [
+        {"pod": "grpo-demo-rollout-a", "address": "10.0.0.1", "state": "serving",
+         "generation": 12, "requiredGeneration": 11, "restarts": 0},
+        {"pod": "grpo-demo-rollout-b", "address": "10.0.0.2", "state": "joining", "restarts": 1},
+    ]  # fmt: skip
+    roles = {"rollout": {"desired": 2, "ready": 1, "restarts": 1, "engines": engines}}
+    text = plugin.render_status(job(phase="Running", roles=roles))
+    assert re.search(r"^ENGINE\s+STATE\s+GENERATION\s+REQUIRED\s+RESTARTS$", text, re.MULTILINE)
+    assert re.search(r"^grpo-demo-rollout-a\s+serving\s+12\s+11\s+0$", text, re.MULTILINE)
+    assert re.search(r"^grpo-demo-rollout-b\s+joining\s+-\s+-\s+1$", text, re.MULTILINE)
+    assert "ENGINE" not in plugin.render_status(RUNNING), "no roster, no table"
+
+
 def test_status_of_a_new_job() -> None:
     text = plugin.render_status(job())
     assert text.splitlines()[0] == "RLJob team-a/grpo-demo: Pending (attempt -)"
