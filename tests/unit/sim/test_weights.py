@@ -166,3 +166,22 @@ async def test_a_terminating_engine_loses_the_requests_in_flight_when_its_deleti
     await bed.app.sync()
     assert f"{NS}/r1" not in bed.app.workloads
     assert bed.app.lost.of(NS, "job1").get("r1", 0) == lost
+
+
+@pytest.mark.parametrize(
+    ("idle_for", "running"),
+    [
+        pytest.param(20.0, 5.0, id="frozen-until-its-idle-log"),
+        pytest.param(31.0, 0.0, id="idle-log-after-30s-shows-none-running"),
+    ],
+)
+def test_a_drained_sglang_engine_logs_its_gauges_when_idle(idle_for: float, running: float) -> None:
+    """SGLang's idle scheduler logs its gauges every 30 s (scheduler_runtime_checker_mixin.py
+    @008e7b87, _maybe_log_idle_metrics): a drain of it reads 0 running then, not never."""
+    engine = EngineModel(EngineProfile(exporter="sglang"), "s", T0)
+    engine.weights.driven = True
+    engine.weights.requests.send(T0, 10.0, 5)
+    engine.advance(T0 + 5)
+    assert _page(engine)["sglang:num_running_reqs"] == 5.0
+    engine.advance(T0 + 10 + idle_for)  # its requests ended at T0 + 10; none sent since
+    assert _page(engine)["sglang:num_running_reqs"] == running

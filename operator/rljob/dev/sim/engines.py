@@ -12,7 +12,8 @@ the engine did; this module decides what a scrape of that version sees.
 - SGLang (python/sglang/srt/metrics/collector.py): metrics go through PROMETHEUS_MULTIPROC_DIR
   (the collector imports prometheus_client after setting it), whose collector emits no
   `_created` series. Gauges and `realtime_tokens_total` change only at a stats log, which a
-  paused or idle scheduler never reaches (scheduler_metrics_mixin.py @01bb3c80); completion
+  paused scheduler never reaches (scheduler_metrics_mixin.py @01bb3c80) and an idle one reaches
+  every 30 s for its gauges (scheduler_runtime_checker_mixin.py @008e7b87); completion
   counters grow only when requests finish. "no-realtime": @01bb3c80 (no realtime counter);
   "realtime-prefill-decode": the older mode labels; "realtime": @00ae9c15 (modes
   prefill_compute, prefill_cache, decode; moe_ep_rank label).

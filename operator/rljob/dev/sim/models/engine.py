@@ -4,6 +4,7 @@ is rljob.dev.sim.engines'."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from enum import Enum
@@ -64,6 +65,9 @@ _FROM_TRACE = {
 }
 # The modes a rollout driver (the concurrency model) puts an engine in.
 _DRIVEN = (Mode.SATURATED, Mode.UNSATURATED, Mode.IDLE)
+# SGLang's idle scheduler logs its gauges (no request running or queued, no throughput) this
+# long after its last log (scheduler_runtime_checker_mixin.py @008e7b87, _maybe_log_idle_metrics).
+SGLANG_IDLE_LOG_SECONDS = 30.0
 
 
 class EngineModel:
@@ -335,15 +339,20 @@ class EngineModel:
 
     def _stats_log(self, t: float, faults: Active) -> None:
         """SGLang's scheduler logs stats (gauges, realtime counters) every `stats_interval`
-        while it runs batches; paused, asleep, idle or wedged it logs nothing, so a scrape keeps
-        seeing the last log. Completion counters catch up every `finish_every` seconds."""
+        while it runs batches; without a request it logs its gauges every 30 s; paused or
+        wedged it logs nothing, so a scrape keeps seeing the last log. Completion counters catch
+        up every `finish_every` seconds."""
         profile = self.profile
         if t - self._last_log < profile.stats_interval:
             return
+        self.weights.requests.settle(t)  # the driver's requests ended by this log
         self._gauges(t, faults)
-        if self.mode not in (Mode.SATURATED, Mode.UNSATURATED, Mode.DRAINING):
-            return
         gauges = self._now_gauges()
+        if self.mode in (Mode.PAUSED, Mode.STALLED):
+            return
+        if self.mode in (Mode.IDLE, Mode.ASLEEP) or gauges.running + gauges.waiting == 0:
+            self._idle_log(t, gauges)
+            return
         gauges.rate = (self.tokens - self._logged_tokens) / (t - self._last_log)
         finished = self._log.finished if self._log is not None else None
         if finished is None or t - self._last_finish >= profile.finish_every:
@@ -356,4 +365,12 @@ class EngineModel:
             retracted=self.preemptions,
             finished=finished,
         )
+        self._last_log, self._logged_tokens = t, self.tokens
+
+    def _idle_log(self, t: float, gauges: Gauges) -> None:
+        if t - self._last_log < SGLANG_IDLE_LOG_SECONDS:
+            return
+        gauges.rate = 0.0
+        last = self._log if self._log is not None else SGLangLog(gauges=gauges)
+        self._log = dataclasses.replace(last, gauges=gauges)
         self._last_log, self._logged_tokens = t, self.tokens
