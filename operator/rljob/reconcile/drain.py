@@ -3,8 +3,8 @@ Gated): the journal stamps the pod's `drainStartedAt` (the roster then says drai
 driver stops sending to it), and the pod is deleted only once drained: a reading of it taken at
 least DRAIN_SETTLE after the drain began shows no request running, its pod has no container
 running (a crash loop: nothing left to finish), or drainTimeout passed (with no reading, only the
-timeout ends it). The journal holds the start, so a restarted operator keeps
-the deadline. Ungated jobs never drain.
+timeout ends it). The journal holds the start, so a restarted operator keeps the deadline.
+Ungated jobs never drain.
 
 A drain that waits asks for another pass soon (`recheck_after`), as does a Gated engine waiting
 for its policy-current gate; the health loop also wakes the job when a reading moves either.
