@@ -124,7 +124,8 @@ CRASH_LOOP = {"waiting": {"reason": "CrashLoopBackOff"}}
         pytest.param([RUNNING], True, id="running"),
         pytest.param([CRASH_LOOP], False, id="crash-loop"),
         pytest.param([{"terminated": {"exitCode": 1}}], False, id="terminated"),
-        pytest.param([CRASH_LOOP, RUNNING], True, id="one-of-two-running"),
+        pytest.param([CRASH_LOOP, RUNNING], True, id="unnamed-one-of-two-running"),
+        pytest.param([{"running": {}}], True, id="running-without-a-start-time"),
     ],
 )
 def test_a_pods_container_running(states: list[dict[str, Any]], running: bool) -> None:
@@ -132,3 +133,19 @@ def test_a_pods_container_running(states: list[dict[str, Any]], running: bool) -
     assert (
         summarize_pod({"metadata": META, "spec": {}, "status": status}).container_running is running
     )
+
+
+@pytest.mark.parametrize(
+    ("engine", "sidecar", "running"),
+    [
+        pytest.param(CRASH_LOOP, RUNNING, False, id="crash-looping-engine-beside-a-sidecar"),
+        pytest.param(RUNNING, CRASH_LOOP, True, id="running-engine-beside-a-failing-sidecar"),
+    ],
+)
+def test_a_rollout_pod_is_judged_by_its_engine_container(
+    engine: dict[str, Any], sidecar: dict[str, Any], running: bool
+) -> None:
+    meta = {**META, "labels": {"rljob.io/role": "rollout"}}
+    containers = [{"name": "istio-proxy", "state": sidecar}, {"name": "rollout", "state": engine}]
+    body = {"metadata": meta, "spec": {}, "status": {"containerStatuses": containers}}
+    assert summarize_pod(body).container_running is running

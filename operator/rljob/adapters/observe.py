@@ -142,8 +142,15 @@ def summarize_pod(body: Body) -> ObservedPod:
         metrics_port=_metrics_port(spec),
         finished_at=_time(terminated.get("finishedAt")),
         policy_current=_condition(status, POLICY_CURRENT_GATE).get("status") == "True",
-        container_running=any((c.get("state") or {}).get("running") for c in containers),
+        container_running=_main_container_running(containers, labels.get(ROLE_LABEL, "")),
     )
+
+
+def _main_container_running(containers: list[Body], role: str) -> bool:
+    """Whether the role's own container (named after the role as rendered; any container when
+    none is) is running: a sidecar running beside a crash-looping engine says nothing."""
+    main = [c for c in containers if c.get("name") == role] or containers
+    return any("running" in (c.get("state") or {}) for c in main)
 
 
 def _metrics_port(spec: Mapping[str, Any]) -> int | None:
