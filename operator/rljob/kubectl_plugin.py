@@ -1,7 +1,7 @@
 """`kubectl rljob`: one-screen views of an RLJob, a manual restart and a resume. A kubectl plugin
 runs with kubectl on PATH and the user's kubeconfig, so it reads and writes through kubectl itself.
 
-    kubectl rljob status NAME [-n NS]             phase, roles, engines, restarts, checkpoint
+    kubectl rljob status NAME [-n NS]             phase, roles, engines, progress, restarts
     kubectl rljob diagnose NAME [-n NS] [-o json] what bounds the step, and what to change
     kubectl rljob restart NAME --role R [-n NS]   ask the operator to restart a role once
     kubectl rljob resume NAME [-n NS] [--force]   end a failure-policy suspension once
@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from datetime import UTC, datetime
 
 from rljob.api.enums import RoleName
@@ -32,6 +33,7 @@ from rljob.kubectl_requests import (
 from rljob.kubectl_text import Body, job_name, namespace_flag, table, when
 
 RECENT_RESTARTS = 5
+ROSTER_ROWS = 16  # engines listed one per row; the rest counted by state
 STATUS_MESSAGE_WIDTH = 100
 _KUBECTL_TIMEOUT = 30
 
@@ -86,12 +88,13 @@ def _role_lines(status: Body) -> list[str]:
 
 
 def _engine_lines(status: Body) -> list[str]:
-    """The rollout roster (status.roles.rollout.engines): what a driver sees."""
+    """The rollout roster (status.roles.rollout.engines): what a driver sees; past
+    ROSTER_ROWS members, the rest counted by state."""
     engines = ((status.get("roles") or {}).get(RoleName.ROLLOUT.value) or {}).get("engines")
     if not engines:
         return []
     rows: list[list[object]] = [["ENGINE", "STATE", "GENERATION", "REQUIRED", "RESTARTS"]]
-    for member in engines:
+    for member in engines[:ROSTER_ROWS]:
         generation, required = member.get("generation"), member.get("requiredGeneration")
         rows.append(
             [
@@ -102,7 +105,9 @@ def _engine_lines(status: Body) -> list[str]:
                 member.get("restarts", 0),
             ]
         )
-    return ["", *table(rows)]
+    rest = Counter(str(member.get("state", "")) for member in engines[ROSTER_ROWS:])
+    more = ", ".join(f"{count} {state}" for state, count in sorted(rest.items()))
+    return ["", *table(rows), *([f"... and {sum(rest.values())} more: {more}"] if rest else [])]
 
 
 def _progress_lines(status: Body, now: datetime | None) -> list[str]:

@@ -130,6 +130,16 @@ def test_status_shows_the_engine_roster() -> None:
     assert "ENGINE" not in plugin.render_status(RUNNING), "no roster, no table"
 
 
+def test_a_large_roster_is_cut_and_the_rest_counted_by_state() -> None:
+    states = ["serving"] * (plugin.ROSTER_ROWS + 3) + ["draining", "joining"]
+    engines = [{"pod": f"e{i}", "state": s, "restarts": 0} for i, s in enumerate(states)]
+    roles = {"rollout": {"desired": len(engines), "ready": 0, "engines": engines}}
+    text = plugin.render_status(job(phase="Running", roles=roles))
+    listed = re.findall(r"^e\d+\s", text, re.MULTILINE)
+    assert len(listed) == plugin.ROSTER_ROWS
+    assert "... and 5 more: 1 draining, 1 joining, 3 serving" in text
+
+
 def test_status_of_a_new_job() -> None:
     text = plugin.render_status(job())
     assert text.splitlines()[0] == "RLJob team-a/grpo-demo: Pending (attempt -)"
