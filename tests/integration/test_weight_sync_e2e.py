@@ -44,7 +44,9 @@ NAME = "grpo-minimal"
 ENGINES = 3
 DRIVER = {
     "step_seconds": 3.0,
-    "request_seconds": 2.0,
+    # Rollout requests run for seconds; 6 s outlasts the simulator's poll lag under load, so the
+    # requests on an Ungated victim are still in flight when the simulator finds it gone.
+    "request_seconds": 6.0,
     "push_seconds": 5.0,  # long enough that a newcomer Ready before its push would be seen
     "watchdog_seconds": 10.0,
 }

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rljob.dev.sim.client import SimError
+from rljob.dev.sim.faults import Active
 from rljob.dev.sim.models import EngineModel
 from rljob.dev.sim.profiles import EngineProfile
 from rljob.dev.sim.weights import ENGINE_POLICY_GENERATION, EngineRequests, EngineWeights
@@ -185,3 +186,16 @@ def test_a_drained_sglang_engine_logs_its_gauges_when_idle(idle_for: float, runn
     assert _page(engine)["sglang:num_running_reqs"] == 5.0
     engine.advance(T0 + 10 + idle_for)  # its requests ended at T0 + 10; none sent since
     assert _page(engine)["sglang:num_running_reqs"] == running
+
+
+@pytest.mark.parametrize("mode", ["paused", "stalled"])
+def test_a_paused_or_wedged_sglang_engine_keeps_its_page_past_the_idle_log(mode: str) -> None:
+    """Only an idle scheduler logs every 30 s: paused or wedged, SGLang logs nothing at all."""
+    engine = EngineModel(EngineProfile(exporter="sglang"), "s", T0)
+    for second in range(1, 6):
+        engine.advance(T0 + second)
+    frozen = engine.render()
+    faults = Active(pause=(T0 + 5, True)) if mode == "paused" else Active(stall_since=T0 + 5)
+    for second in range(6, 60):
+        engine.advance(T0 + second, faults)
+    assert engine.render() == frozen

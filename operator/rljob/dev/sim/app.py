@@ -308,8 +308,9 @@ class SimulatorApp:
         log.info("restarted %s %s (restart %d)", pod.role, pod.key, pod.restarts)
 
     async def _detach(self, key: str, why: str, stopped_at: float | None = None) -> None:
-        """`stopped_at`: when the pod's deletion was asked, if it is terminating; its engine's
-        requests end then, not at this poll (a slow poll must not let them finish)."""
+        """`stopped_at`: when the pod's deletion was asked, if this poll saw it terminating; its
+        engine's requests end then, not at this poll. A pod gone between polls (kwok removes it
+        at once) ends at this poll."""
         workload = self.workloads.pop(key)
         now = self.clock()
         self._abandon(workload, now if stopped_at is None else min(now, stopped_at))
