@@ -33,11 +33,15 @@ class Fleet:
         return EngineModel(EngineProfile(noise=0.0), pod, T0)
 
     def driver(self, settings: DriverSettings = SETTINGS) -> RolloutDriver:
-        driver = RolloutDriver(settings, self.engines.get, lambda pod: T0, T0)
+        self.lost: dict[str, int] = {}
+        driver = RolloutDriver(settings, self.engines.get, lambda pod: T0, T0, self._lose)
         for pod in sorted(self.engines):
             driver.on_join(pod, T0)
             driver.on_serving(pod, T0)
         return driver
+
+    def _lose(self, pod: str, count: int) -> None:
+        self.lost[pod] = self.lost.get(pod, 0) + count
 
 
 def in_flight(engine: EngineModel, at: float) -> int:
@@ -79,6 +83,7 @@ def test_a_drained_engine_leaves_cleanly_and_a_synced_newcomer_gets_traffic() ->
     victim = fleet.engines.pop("e1")
     assert in_flight(victim, T0 + 6.5) == 0  # drained before its deletion
     driver.on_leave("e1", T0 + 6.5)
+    assert fleet.lost == {}
     fleet.engines["e4"] = fleet.engine("e4")
     driver.on_join("e4", T0 + 7)
     run(driver, T0 + 7, T0 + 8.5)
@@ -111,8 +116,12 @@ def test_an_engine_still_attached_when_the_roster_says_it_left_hangs_the_group()
     fleet = Fleet("e1", "e2", "e3")
     driver = fleet.driver()
     run(driver, T0, T0 + 4)
+    in_flight_then = in_flight(fleet.engines["e1"], T0 + 4.1)
     driver.on_leave("e1", T0 + 4.1)
     assert (driver.hung, driver.counters.hangs) == (True, 1)
+    # Its deletion cancelled them (vLLM on SIGTERM): lost now, however late the sim's poll.
+    assert in_flight_then > 0 and fleet.lost == {"e1": in_flight_then}
+    assert in_flight(fleet.engines["e1"], T0 + 4.2) == 0
 
 
 def test_a_serving_newcomer_the_simulator_has_not_attached_waits_instead_of_hanging() -> None:
