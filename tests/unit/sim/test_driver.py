@@ -34,14 +34,16 @@ class Fleet:
 
     def driver(self, settings: DriverSettings = SETTINGS) -> RolloutDriver:
         self.lost: dict[str, int] = {}
-        driver = RolloutDriver(settings, self.engines.get, lambda pod: T0, T0, self._lose)
+        driver = RolloutDriver(settings, self.engines.get, lambda pod: T0, T0, self._stopped)
         for pod in sorted(self.engines):
             driver.on_join(pod, T0)
             driver.on_serving(pod, T0)
         return driver
 
-    def _lose(self, pod: str, count: int) -> None:
-        self.lost[pod] = self.lost.get(pod, 0) + count
+    def _stopped(self, pod: str, at: float) -> None:
+        """What the simulator does (SimulatorApp.end_requests): the pod's requests are lost."""
+        if pod in self.engines:
+            self.lost[pod] = self.engines[pod].weights.requests.abandon(at)
 
 
 def in_flight(engine: EngineModel, at: float) -> int:

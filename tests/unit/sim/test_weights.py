@@ -199,3 +199,20 @@ def test_a_paused_or_wedged_sglang_engine_keeps_its_page_past_the_idle_log(mode:
     for second in range(6, 60):
         engine.advance(T0 + second, faults)
     assert engine.render() == frozen
+
+
+@ON_SESSION_LOOP
+async def test_an_engine_a_driver_saw_leave_loses_its_requests_then_and_once(bed: Bed) -> None:
+    """The driver's word that an engine left (its deletion was asked) ends its requests at once;
+    the poll that later finds the pod gone finds none left to lose."""
+    engine = bed.app.workloads[f"{NS}/r1"].model
+    assert isinstance(engine, EngineModel)
+    engine.weights.requests.send(bed.clock.now, 3.0, 4)
+    bed.app.end_requests(f"{NS}/r1", bed.clock.now + 1)
+    bed.app.end_requests(f"{NS}/gone", bed.clock.now + 1)  # not attached: nothing to do
+    bed.pods = [p for p in bed.pods if p["metadata"]["name"] != "r1"]
+    bed.clock.now += 5
+    await bed.app.sync()
+    assert bed.app.lost.of(NS, "job1") == {"r1": 4}
+    lost = [e["lost"] for e in bed.app.events if e["event"] == "requests-lost"]
+    assert lost == [4]

@@ -323,6 +323,13 @@ class SimulatorApp:
         self.event("detached", workload.pod, why=why)
         log.info("detached %s (%s)", key, why)
 
+    def end_requests(self, key: str, at: float) -> None:
+        """The engine of pod `key` (namespace/name) stopped at `at`, though the pod may still be
+        attached until the next poll: the requests a driver had on it are lost."""
+        workload = self.workloads.get(key)
+        if workload is not None:
+            self._abandon(workload, at)
+
     def _abandon(self, workload: Workload, now: float) -> None:
         """An engine process ends: the requests a driver still had on it are lost."""
         if not isinstance(workload.model, EngineModel):

@@ -34,7 +34,7 @@ from rljob.dev.sim.models import EngineModel
 # pod is gone or unreachable; and when that pod was created (unix seconds).
 EngineLookup = Callable[[str], EngineModel | None]
 CreatedLookup = Callable[[str], float | None]
-LostRecorder = Callable[[str, int], None]  # (pod, requests lost)
+EngineStopper = Callable[[str, float], None]  # (pod, when): its engine process ended then
 
 
 @dataclass(frozen=True)
@@ -87,12 +87,12 @@ class RolloutDriver:
         engines: EngineLookup,
         created: CreatedLookup,
         now: float,
-        lose: LostRecorder | None = None,
+        stopped: EngineStopper | None = None,
     ) -> None:
         self.settings = settings
         self.engines = engines
         self.created = created
-        self.lose = lose
+        self.stopped = stopped
         self.generation = settings.first_generation
         self.group: set[str] = set()
         self.sending: set[str] = set()
@@ -137,7 +137,10 @@ class RolloutDriver:
 
     def on_leave(self, pod: str, now: float) -> None:
         self._log(now, "leave", pod)
-        self._lose_in_flight(pod, now)
+        if self.stopped is not None:
+            # It left the roster once its deletion was asked: its engine cancelled what it ran
+            # then (vLLM on SIGTERM), however late the simulator's poll finds the pod gone.
+            self.stopped(pod, now)
         self.sending.discard(pod)
         self.pushes.pop(pod, None)
         self.unattached.discard(pod)
@@ -145,14 +148,6 @@ class RolloutDriver:
         # so a group it is still in (never drained out) re-forms with a member gone.
         self._leave_group(pod, now, gone=True)
         self.synced.discard(pod)
-
-    def _lose_in_flight(self, pod: str, now: float) -> None:
-        """A pod leaves the roster once its deletion was asked: its engine cancelled what it
-        ran then (vLLM on SIGTERM), so what the driver still has on it is lost now, whenever
-        the simulator's poll finds the pod gone (none after a drain)."""
-        engine = self.engines(pod)
-        if engine is not None and self.lose is not None:
-            self.lose(pod, engine.weights.requests.abandon(now))
 
     def _leave_group(self, pod: str, now: float, *, gone: bool = False) -> None:
         if pod in self.group and not self.hung:

@@ -66,7 +66,7 @@ class Drivers:
             lambda pod: self._engine(namespace, pod),
             lambda pod: self._created(namespace, pod),
             self.app.clock(),
-            lambda pod, count: self.app.lost.record(namespace, job, pod, count),
+            lambda pod, at: self.app.end_requests(f"{namespace}/{pod}", at),
         )
         run = DriverRun(namespace, job, driver)
         self.runs[(namespace, job)] = run
