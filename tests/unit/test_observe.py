@@ -149,3 +149,22 @@ def test_a_rollout_pod_is_judged_by_its_engine_container(
     containers = [{"name": "istio-proxy", "state": sidecar}, {"name": "rollout", "state": engine}]
     body = {"metadata": meta, "spec": {}, "status": {"containerStatuses": containers}}
     assert summarize_pod(body).container_running is running
+
+
+RESTARTED = {"running": {"startedAt": "2026-01-01T00:05:00Z"}}
+
+
+@pytest.mark.parametrize(
+    ("states", "started"),
+    [
+        pytest.param([RUNNING], "2026-01-01T00:00:00+00:00", id="its-start"),
+        pytest.param([RUNNING, RESTARTED], "2026-01-01T00:05:00+00:00", id="the-latest-start"),
+        pytest.param([CRASH_LOOP], None, id="none-while-not-running"),
+        pytest.param([{"running": {}}], None, id="none-without-a-start-time"),
+    ],
+)
+def test_a_pods_container_start(states: list[dict[str, Any]], started: str | None) -> None:
+    """When the main container last (re)started: a reading before it describes a process gone."""
+    status = {"containerStatuses": [{"name": f"c{i}", "state": s} for i, s in enumerate(states)]}
+    pod = summarize_pod({"metadata": META, "spec": {}, "status": status})
+    assert (pod.started_at.isoformat() if pod.started_at else None) == started

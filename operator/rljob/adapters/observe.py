@@ -116,10 +116,12 @@ def summarize_pod(body: Body) -> ObservedPod:
     containers = status.get("containerStatuses") or []
     disruption = _condition(status, "DisruptionTarget")
     disrupted = disruption.get("status") == "True"
+    role = labels.get(ROLE_LABEL, "")
+    running = _main_containers_running(containers, role)
     return ObservedPod(
         name=meta["name"],
         uid=meta["uid"],
-        role=labels.get(ROLE_LABEL, ""),
+        role=role,
         attempt=_int_or_none(labels.get(ATTEMPT_LABEL)),
         node=spec.get("nodeName", "") or "",
         phase=status.get("phase", "Unknown") or "Unknown",
@@ -142,15 +144,22 @@ def summarize_pod(body: Body) -> ObservedPod:
         metrics_port=_metrics_port(spec),
         finished_at=_time(terminated.get("finishedAt")),
         policy_current=_condition(status, POLICY_CURRENT_GATE).get("status") == "True",
-        container_running=_main_container_running(containers, labels.get(ROLE_LABEL, "")),
+        container_running=bool(running),
+        started_at=_started_at(running),
     )
 
 
-def _main_container_running(containers: list[Body], role: str) -> bool:
-    """Whether the role's own container (named after the role as rendered; any container when
-    none is) is running: a sidecar running beside a crash-looping engine says nothing."""
+def _main_containers_running(containers: list[Body], role: str) -> list[Body]:
+    """The role's own containers (named after the role as rendered; any container when none is)
+    that are running: a sidecar running beside a crash-looping engine says nothing."""
     main = [c for c in containers if c.get("name") == role] or containers
-    return any("running" in (c.get("state") or {}) for c in main)
+    return [c for c in main if "running" in (c.get("state") or {})]
+
+
+def _started_at(running: list[Body]) -> dt.datetime | None:
+    """When the latest of them (re)started."""
+    starts = [_time((c["state"]["running"] or {}).get("startedAt")) for c in running]
+    return max((s for s in starts if s is not None), default=None)
 
 
 def _metrics_port(spec: Mapping[str, Any]) -> int | None:

@@ -62,6 +62,8 @@ class ObservedPod:
     # A container of it is running: without one no engine process holds a request (a crash
     # loop, an in-place restart, a pod not started), so a drain of it has nothing to wait for.
     container_running: bool = True
+    # When its main container last (re)started: a reading taken before describes a process gone.
+    started_at: datetime | None = None
 
     @property
     def terminal(self) -> bool:

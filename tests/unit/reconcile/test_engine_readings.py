@@ -1,5 +1,6 @@
 """A rollout pod with no container running is read, at the pass, as stopped with nothing
-running (its generation kept); other pods' readings are left as the health loop gave them."""
+running and no generation; a reading taken before the pod's container (re)started is dropped;
+other readings are left as the health loop gave them."""
 
 from __future__ import annotations
 
@@ -25,8 +26,12 @@ def _down(name: str, role: str = "rollout", *, deleting: bool = False) -> Observ
     [
         pytest.param([pod("r0", "rollout")], (OLD,), (OLD,), id="running-pod-keeps-its-reading"),
         pytest.param([_down("r0")], (OLD,),
-                     (EngineReading("r0", NOW, running=0, generation=7, stopped=True),),
-                     id="down-pod-is-stopped-keeping-its-generation"),
+                     (EngineReading("r0", NOW, running=0, stopped=True),),
+                     id="down-pod-is-stopped-with-no-generation"),
+        pytest.param([pod("r0", "rollout", started_at=T0 + dt.timedelta(seconds=1))], (OLD,), (),
+                     id="a-reading-before-the-container-restarted-is-dropped"),
+        pytest.param([pod("r0", "rollout", started_at=T0)], (OLD,), (OLD,),
+                     id="a-reading-at-the-container-start-is-kept"),
         pytest.param([_down("r1")], (OLD,),
                      (OLD, EngineReading("r1", NOW, running=0, stopped=True)),
                      id="down-pod-without-a-reading"),

@@ -7,6 +7,7 @@ pods, stale or unread generations."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -210,6 +211,35 @@ def test_an_in_place_restart_closes_the_gate_and_refixes_the_target() -> None:
     journal(w, counted)
     pushed = decide_now(w, engine_readings=(reading(8),), progress=ProgressReading(9))
     assert opened(pushed), "the push of the target it rejoined at lets it in"
+
+
+def test_only_a_reading_of_the_restarted_container_opens_its_gate() -> None:
+    """The gate closed for an in-place restart stays shut on the old container's reading (the
+    health loop keeps it while the new container reports nothing): only a reading taken after
+    the container started, of the target generation, opens it."""
+    w = gated_world(mode=GATED)
+    previous_roster(w, EngineMember(pod=NEW, state=EngineState.SERVING, generation=8,
+                                    required_generation=8))  # fmt: skip
+    before_crash = EngineReading(NEW, T0 - dt.timedelta(seconds=10), running=0, generation=8)
+    live = ProgressReading(policy_generation=8)
+    _serving(w, NEW, restarts=1, ready=False, container_running=False, started_at=None)
+    crashed = decide_now(w, engine_readings=(before_crash,), progress=live)
+    assert closed(crashed, NEW) == ["ContainerRestarted"] and not opened(crashed)
+
+    journal(w, crashed)
+    w.advance(2)
+    _serving(w, NEW, restarts=1, policy_current=False)  # the gate write landed; still down
+    assert not opened(decide_now(w, engine_readings=(before_crash,), progress=live))
+
+    w.advance(20)
+    _serving(w, NEW, restarts=1, policy_current=False, container_running=True, started_at=w.now)
+    stale = decide_now(w, engine_readings=(before_crash,), progress=live)
+    assert not opened(stale), "a reading of the process before the restart opens nothing"
+    assert member(stale).state == EngineState.JOINING
+
+    w.advance(5)
+    fresh = EngineReading(NEW, w.now, running=0, generation=8)
+    assert opened(decide_now(w, engine_readings=(fresh,), progress=live))
 
 
 def test_a_restart_of_a_pod_whose_gate_is_false_closes_nothing() -> None:
