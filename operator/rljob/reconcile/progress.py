@@ -56,14 +56,16 @@ def with_progress(
     status: RLJobStatus, reading: ProgressReading | None, now: datetime
 ) -> RLJobStatus:
     """status.progress and status.policyGeneration from the reading, at most every 5 minutes
-    (the policy generation with it: a new generation never rolls engines anyway)."""
+    (the policy generation with it: a new generation never rolls engines anyway). The reading
+    is the current attempt's, so the generation follows it back after a resume from an older
+    checkpoint."""
     if reading is None:
         return status
     old = status.progress
     if old is not None and old.updated_at is not None and now - old.updated_at < PROGRESS_REFRESH:
         return status  # the generation waits too: a write per trainer step would be too many
-    generation = newer_generation(status.policy_generation, reading.policy_generation)
-    status = status.model_copy(update={"policy_generation": generation})
+    if reading.policy_generation is not None:
+        status = status.model_copy(update={"policy_generation": reading.policy_generation})
     fresh = Progress(
         step=reading.step if reading.step is not None else (old.step if old else None),
         last_step_time=_last_step_time(old, reading.step, now),

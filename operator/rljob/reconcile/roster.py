@@ -7,7 +7,8 @@ Ready, else joining. Its generation is the one read when its state or address la
 the roster is rewritten on membership or state changes, never at every weight push.
 
 Gated: a member's requiredGeneration is the gate's target (gate.gate_target) when it joined or
-its container last restarted, kept while it stays (filled in if nothing was known then); its
+its container last restarted, kept while it stays (filled in if nothing was known then) and
+lowered to the target while it is still joining (a resume from an older checkpoint); its
 restarts count the container's restarts, held back while a restart awaits its gate set False
 (it shows joining meanwhile), so a lost gate write is resent by the next pass."""
 
@@ -50,11 +51,22 @@ def engine_roster(
         rejoins = gated(job) and restarted_behind_gate(pod, old)
         state = _state(pod, draining, rejoins)
         required, restarts = _required(pod, old, target, rejoins)
+        if state == EngineState.JOINING:
+            required = _reachable(required, target)
         member = _member(pod, state, readings, old)
         members.append(
             member.model_copy(update={"required_generation": required, "restarts": restarts})
         )
     return sorted(members, key=lambda m: m.pod)[:MAX_REPLICAS]
+
+
+def _reachable(required: int | None, target: int | None) -> int | None:
+    """A joining engine's requirement lowered to the current target: after a resume from an older
+    checkpoint the attempt's driver pushes older generations, and a requirement fixed before it
+    would keep the gate shut until training climbed back (for ever, with no engine serving)."""
+    if required is None or target is None:
+        return required
+    return min(required, target)
 
 
 def _state(pod: ObservedPod, draining: set[str], rejoins: bool) -> EngineState:

@@ -108,8 +108,8 @@ def test_a_newcomer_s_target_is_the_trainer_s_live_generation(
     engine_generation: int,
     marked: bool,
 ) -> None:
-    """status.policyGeneration is refreshed every 5 minutes at most and only ever raised: the
-    trainer's live reading, the current attempt's, is the target when there is one."""
+    """status.policyGeneration is refreshed every 5 minutes at most: the trainer's live reading,
+    the current attempt's, is the target when there is one."""
     w = gated_world(mode=GATED)
     w.body["status"]["policyGeneration"] = status_generation
     joining(w)
@@ -156,11 +156,16 @@ def test_without_a_trainer_reading_the_target_is_level_with_the_serving_engines(
         pytest.param(5, 7, 4, False, 5, id="below-its-own-target"),
         pytest.param(None, 7, 5, False, 7, id="nothing-known-when-it-joined:-this-pass's-target"),
         pytest.param(None, None, 0, True, None, id="nothing-known-yet:-any-generation"),
+        pytest.param(120, 100, 100, True, 100,
+                     id="lowered-while-joining-after-a-resume-from-an-older-checkpoint"),
+        pytest.param(120, None, 100, False, 120, id="kept-while-the-new-attempt-is-unread"),
     ],
 )  # fmt: skip
 def test_a_member_keeps_the_target_fixed_when_it_joined(
     required: int | None, trainer: int | None, engine: int, marked: bool, kept: int | None
 ) -> None:
+    """Fixed, so a push slower than a step still passes; lowered while it joins when the trainer's
+    current attempt is below it (resumed from an older checkpoint), so it stays reachable."""
     w = gated_world(mode=GATED)
     w.body["status"]["policyGeneration"] = None
     joining(w)

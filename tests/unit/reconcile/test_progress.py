@@ -80,12 +80,23 @@ def test_progress_is_refreshed_at_most_every_five_minutes(
     assert (status.progress.updated_at == T0 + later) is updated
 
 
-def test_a_newer_policy_generation_is_recorded_with_the_refresh_and_never_goes_back() -> None:
+@pytest.mark.parametrize(
+    ("reading", "at", "recorded"),
+    [
+        pytest.param(6, T0, 4, id="waits-for-the-refresh"),
+        pytest.param(6, T0 + 5 * MINUTE, 6, id="a-newer-one-with-the-refresh"),
+        pytest.param(2, T0 + 5 * MINUTE, 2, id="an-older-one-after-a-resume"),
+        pytest.param(None, T0 + 5 * MINUTE, 4, id="unread-keeps-the-last"),
+    ],
+)
+def test_the_policy_generation_follows_the_current_attempt_with_the_refresh(
+    reading: int | None, at: dt.datetime, recorded: int
+) -> None:
+    """The trainer's reading is its current attempt's: after a resume from an older checkpoint
+    the generation goes back with it (a higher one kept would be out of the attempt's reach)."""
     status = RLJobStatus(progress=OLD, policy_generation=4)
-    later = T0 + 5 * MINUTE
-    assert with_progress(status, ProgressReading(policy_generation=6), T0).policy_generation == 4
-    assert with_progress(status, ProgressReading(policy_generation=6), later).policy_generation == 6
-    assert with_progress(status, ProgressReading(policy_generation=2), later).policy_generation == 4
+    refreshed = with_progress(status, ProgressReading(policy_generation=reading), at)
+    assert refreshed.policy_generation == recorded
 
 
 def test_engines_get_the_policy_uri_and_generation() -> None:
