@@ -17,6 +17,7 @@ from datetime import datetime
 
 from rljob.api import (
     CheckpointRef,
+    ConditionType,
     FailureAction,
     JobPhase,
     RLJob,
@@ -29,7 +30,7 @@ from rljob.reconcile.attempt_start import AttemptGathered, with_attempt_start
 from rljob.reconcile.bottleneck import bottleneck_event, with_bottleneck
 from rljob.reconcile.checkpoint_status import RETENTION_FAILED, with_latest
 from rljob.reconcile.conditions import ConditionState, with_condition
-from rljob.reconcile.drain import recheck_after
+from rljob.reconcile.drain import gated, recheck_after
 from rljob.reconcile.engine_health import with_engine_health
 from rljob.reconcile.engine_readings import EngineReading, with_stopped_engines
 from rljob.reconcile.events import EventSpec
@@ -65,6 +66,12 @@ NO_SOURCE_MESSAGE = (
     "a default: chart value health.prometheus.url or health.directScrape)"
 )
 MAX_SIGNALS_MESSAGE = 300
+GATE_WITHOUT_SIGNALS_MESSAGE = (
+    "weightSync Gated holds every new rollout engine NotReady until its reported policy "
+    "generation opens its rljob.io/policy-current gate, and the job has no metrics source to "
+    "read it from: no engine can turn Ready (set spec.health.source, or give the operator a "
+    "default: chart value health.prometheus.url or health.directScrape)"
+)
 
 
 @dataclass(frozen=True)
@@ -248,8 +255,7 @@ def _decided(
         job, observed, plan, extras, gathered=inputs.attempt, now=inputs.now
     )
     job, plan = started.job, started.plan
-    if inputs.retention_problem:
-        state = ConditionState.of(RETENTION_FAILED, True, "DeleteFailed", inputs.retention_problem)
+    for state in _overriding_states(job, inputs):
         plan = replace(
             plan, status=with_condition(plan.status, state, inputs.now, job.metadata.generation)
         )
@@ -283,6 +289,26 @@ def _decided(
         restarted=restarted,
         watch=watch,
     )
+
+
+def _overriding_states(job: RLJob, inputs: PassInputs) -> list[ConditionState]:
+    """Conditions the pass's inputs decide over the plan's: a retention apply that failed, and a
+    Gated job whose gate can never open (Degraded, whatever the roles' counts say)."""
+    states = []
+    if inputs.retention_problem:
+        states.append(
+            ConditionState.of(RETENTION_FAILED, True, "DeleteFailed", inputs.retention_problem)
+        )
+    if gated(job) and inputs.watched and inputs.signals_source is None:
+        states.append(
+            ConditionState.of(
+                ConditionType.DEGRADED.value,
+                True,
+                "PolicyGateWithoutSignals",
+                GATE_WITHOUT_SIGNALS_MESSAGE,
+            )
+        )
+    return states
 
 
 def _recheck(job: RLJob, observed: Observed, inputs: PassInputs) -> float | None:

@@ -317,3 +317,28 @@ def test_a_pass_comes_back_while_an_engine_awaits_its_gate(
     joining(w, policy_current=current)
 
     assert decide_now(w).plan.requeue_after == requeue
+
+
+@pytest.mark.parametrize(
+    ("mode", "source", "watched", "said"),
+    [
+        pytest.param(GATED, None, True, True, id="gated-without-a-source"),
+        pytest.param(GATED, "prometheus http://prom:9090", True, False, id="gated-with-a-source"),
+        pytest.param({}, None, True, False, id="ungated-without-a-source"),
+        pytest.param(GATED, None, False, False, id="not-watched:-suspended-or-finished"),
+    ],
+)
+def test_a_gate_that_can_never_open_is_said_in_degraded(
+    mode: dict[str, str], source: str | None, watched: bool, said: bool
+) -> None:
+    """The gate opens only on a generation the engine reports, read from the job's metrics
+    source: with none, no engine can ever turn Ready, and Degraded names the gate."""
+    w = gated_world(mode=mode)
+    joining(w)
+
+    decision = decide_now(w, watched=watched, signals_source=source)
+
+    degraded = next(c for c in decision.plan.status.conditions if c.type == "Degraded")
+    assert (degraded.reason == "PolicyGateWithoutSignals") is said
+    assert ("rljob.io/policy-current" in degraded.message) is said
+    assert not opened(decision)
