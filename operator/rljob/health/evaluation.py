@@ -28,6 +28,9 @@ Evidence = dict[str, float | str]
 CHECKPOINT_STEP_EVIDENCE = "checkpoint_step"
 TRAINER_STEP_EVIDENCE = "trainer_step"
 POLICY_GENERATION_EVIDENCE = "policy_generation"
+# A finding on several engines of a role at once: their pod names, space-separated, in the order
+# to repair them (the fleet finding); its remedy takes these and no others.
+ENGINES_EVIDENCE = "engines"
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from rljob.api import FailureAction, FailureReason, RLJob, RLJobStatus, RoleName
-from rljob.health.evaluation import Evaluation
+from rljob.health.evaluation import ENGINES_EVIDENCE, Evaluation
 from rljob.reconcile.drain import drains
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.in_turn import journal_in_turn_restart
@@ -54,7 +54,8 @@ def finding_remedy(
     if decision.action in _JOB_WIDE:
         return _JOB_WIDE[decision.action](decision)
     if pod is not None and pod.role in SERVING_ROLES:
-        return _serving(job, observed, decision, pod, key=key, now=now)
+        named = named_engines(finding)
+        return _serving(job, observed, decision, pod, key=key, now=now, named=named)
     current = current_trainer_job(job, observed)
     gang = decision.action == FailureAction.RESTART_TRAINER_GANG
     if gang and decision.delay_seconds <= 0 and current is not None:
@@ -92,11 +93,14 @@ def _serving(
     *,
     key: str,
     now: datetime,
+    named: frozenset[str] | None = None,
 ) -> FindingRemedy:
+    """`named`: the engines a finding on several of them named; an in-turn restart takes only
+    these (the others were not judged down, or are in their cooldown)."""
     # A Gated engine's role restarts in turn (a Deployment roll cannot drain).
     rolled = decision.action == FailureAction.RESTART_ROLE and drains(job, pod.role)
     if decision.action == FailureAction.RESTART_ROLE_IN_TURN or rolled:
-        return _in_turn(job, observed, decision, RoleName(pod.role), now=now, key=key)
+        return _in_turn(job, observed, decision, RoleName(pod.role), now=now, key=key, only=named)
     if decision.action == FailureAction.RESTART_POD and not room_to_restart(job, observed, pod):
         spec = getattr(job.spec.roles, pod.role)
         waiting = (
@@ -119,16 +123,23 @@ def _in_turn(
     *,
     now: datetime,
     key: str,
+    only: frozenset[str] | None = None,
 ) -> FindingRemedy:
-    """The role restarted in turn, journaled with its first pod's turn when there is room (the
-    passes after take the others); reported while the backoff runs."""
+    """The role (or the pods in `only`) restarted in turn, journaled with its first pod's turn
+    when there is room (the passes after take the others); reported while the backoff runs."""
     turn = None
     if decision.delay_seconds <= 0:
-        turn = journal_in_turn_restart(job, decision, role, observed, now)
+        turn = journal_in_turn_restart(job, decision, role, observed, now, only=only)
     if turn is None:
         return FindingRemedy(reports=_report(key, decision))
     restarted = (role.value, turn.turn) if turn.turn is not None else None
     return FindingRemedy(status=turn.status, restarted=restarted)
+
+
+def named_engines(finding: Evaluation) -> frozenset[str] | None:
+    """The pods a finding on several engines named (the fleet finding); None: it names one."""
+    names = str(finding.evidence.get(ENGINES_EVIDENCE, "")).split()
+    return frozenset(names) if names else None
 
 
 def _decide(job: RLJob, failure: Failure, now: datetime) -> Decision:

@@ -84,14 +84,20 @@ def oldest_first(pods: list[ObservedPod]) -> list[ObservedPod]:
 
 
 def journal_in_turn_restart(
-    job: RLJob, decision: Decision, role: RoleName, observed: Observed, now: datetime
+    job: RLJob,
+    decision: Decision,
+    role: RoleName,
+    observed: Observed,
+    now: datetime,
+    *,
+    only: frozenset[str] | None = None,
 ) -> InTurnPass | None:
-    """The in-turn restart of `role`, counted and journaled with the role's pods in order, and
-    the first pod's turn if there is room; None when the role has no pod to restart."""
+    """The in-turn restart of `role` (of its pods in `only`, when given), counted and journaled
+    with the pods in order, and the first pod's turn if there is room; None when there is no
+    pod to restart."""
     ledger = record_restart(job.status.restarts, decision, now, job.spec.failure_policy)
-    action = in_turn_entry(
-        job, role, observed, f"turn-{role.value}-{ledger.total}", now, reason=decision.reason
-    )
+    action_id = f"turn-{role.value}-{ledger.total}"
+    action = in_turn_entry(job, role, observed, action_id, now, reason=decision.reason, only=only)
     if action is None:
         return None
     status = job.status.model_copy(update={"restarts": ledger, "in_flight": action})
@@ -106,10 +112,18 @@ def in_turn_entry(
     now: datetime,
     *,
     reason: FailureReason | None = None,
+    only: frozenset[str] | None = None,
 ) -> InFlightAction | None:
-    """The journal entry of an in-turn restart of `role` with its live pods oldest first
-    (nobody's turn yet); None when the role has no pod to restart."""
-    live = [p for p in observed.pods if p.role == role.value and not p.terminal and not p.deleting]
+    """The journal entry of an in-turn restart of `role` with its live pods (those in `only`,
+    when given) oldest first (nobody's turn yet); None when there is no pod to restart."""
+    live = [
+        p
+        for p in observed.pods
+        if p.role == role.value
+        and not p.terminal
+        and not p.deleting
+        and (only is None or p.name in only)
+    ]
     if not live:
         return None
     return InFlightAction(

@@ -98,6 +98,31 @@ def test_the_fleet_finding_is_reported_by_default() -> None:
     assert "a new detector reports by default" in report[1].message
 
 
+@pytest.mark.parametrize(
+    ("named", "listed"),
+    [
+        pytest.param(None, OLDEST_FIRST, id="a-finding-naming-no-engines-takes-the-role"),
+        pytest.param(f"{ROLLOUT}-a {ROLLOUT}-d", [f"{ROLLOUT}-d", f"{ROLLOUT}-a"],
+                     id="the-engines-it-named-oldest-first"),
+        pytest.param(f"{ROLLOUT}-b {ROLLOUT}-gone", [f"{ROLLOUT}-b"],
+                     id="a-named-engine-gone-since-is-skipped"),
+    ],
+)  # fmt: skip
+def test_the_fleet_finding_restarts_only_the_engines_it_named(
+    named: str | None, listed: list[str]
+) -> None:
+    """Engines still warming up or in their cooldown are not judged, so the finding does not name
+    them: restarting them as well would repeat a repair inside its cooldown."""
+    w = fleet_world(IN_TURN_RULE)
+    fleet = fleet_finding()
+    if named is not None:
+        fleet = dataclasses.replace(fleet, evidence={"engines": named})
+
+    action = decide_now(w, findings=(fleet,)).plan.status.in_flight
+
+    assert action is not None and [p.name for p in action.pods or []] == listed
+
+
 def test_journaled_and_counted_once_with_the_pods_oldest_first() -> None:
     w = fleet_world(IN_TURN_RULE)
 

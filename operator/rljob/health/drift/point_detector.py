@@ -22,7 +22,14 @@ from rljob.health.drift.config import DriftConfig
 from rljob.health.drift.point_judge import judge_point
 from rljob.health.drift.point_state import PointState
 from rljob.health.drift.point_summary import from_point_summary, to_point_summary
-from rljob.health.evaluation import KV_FRAGMENTATION, Evaluation, finding, format_duration, healthy
+from rljob.health.evaluation import (
+    ENGINES_EVIDENCE,
+    KV_FRAGMENTATION,
+    Evaluation,
+    finding,
+    format_duration,
+    healthy,
+)
 from rljob.health.samples import EngineSample
 
 MIN_FLEET = 2
@@ -137,7 +144,11 @@ class FragmentationDetector:
             f"the load it is offered, each confirmed by a fragmentation indicator: repair "
             f"{', '.join(order)} in that order (longest-running first); {first.message}"
         )
-        evidence = {**first.evidence, "engines": " ".join(order), "fleet_size": float(len(order))}
+        evidence = {
+            **first.evidence,
+            ENGINES_EVIDENCE: " ".join(order),
+            "fleet_size": float(len(order)),
+        }
         fleet = finding(
             KV_FRAGMENTATION,
             order[0],
