@@ -30,6 +30,11 @@ from rljob.api.kube_types import (
     VolumeList,
     VolumeMountList,
 )
+from rljob.api.ray_ports import (
+    RAY_LAUNCHER_LEAVES_ENGINES_PORT,
+    RAY_LAUNCHER_LEAVES_METRICS_PORT,
+    RAY_METRICS_EXPORT_PORT,
+)
 from rljob.api.rules import CrossFieldRule, Immutable
 
 PROMETHEUS_NAME_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
@@ -234,9 +239,6 @@ class RolloutRole(ServingRole):
     cel_rules = (MAX_UNAVAILABLE_WITHIN_REPLICAS, CUSTOM_ENGINE_NEEDS_METRIC_NAMES)
 
 
-# Ray's metrics agent port on every node of the ray launcher (reconcile/launchers.py RAY_PORTS).
-RAY_METRICS_EXPORT_PORT = 8080
-
 ENGINE_EXPORTER_NEEDS_PORT = CrossFieldRule(
     cel="self.exporter != 'engine' || has(self.port)",
     message="exporter engine needs port: the port the engines serve /metrics on in each pod",
@@ -347,6 +349,8 @@ class TrainerRole(Role):
     cel_rules: ClassVar[tuple[CrossFieldRule, ...]] = (
         RAY_LAUNCHER_NEEDS_COMMAND,
         RAY_EXPORTER_NEEDS_RAY_OR_PORT,
+        RAY_LAUNCHER_LEAVES_METRICS_PORT,
+        RAY_LAUNCHER_LEAVES_ENGINES_PORT,
     )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rljob.api import Launcher, TrainerRole
+from rljob.api.ray_ports import RAY_PORTS, RAY_WORKER_PORTS
 
 EnvList = list[dict[str, Any]]
 
@@ -81,24 +82,6 @@ def _command(inputs: LaunchInputs) -> Launch:
     return Launch(env=_topology(inputs))
 
 
-# Ray's ports, the same on every pod (each has its own IP). GCS, dashboard, dashboard agent
-# (HTTP) and client server are Ray's own defaults (ray/_private/ray_constants.py: DEFAULT_PORT,
-# DEFAULT_DASHBOARD_PORT, DEFAULT_DASHBOARD_AGENT_LISTEN_PORT; scripts.py: 10001 and the
-# 10002-19999 worker range); the ports Ray would otherwise pick at random are fixed here.
-RAY_PORTS: dict[str, tuple[str, int]] = {
-    # env variable: (container port name, port)
-    "RLJOB_RAY_GCS_PORT": ("ray-gcs", 6379),
-    "RLJOB_RAY_NODE_MANAGER_PORT": ("ray-node-mgr", 6380),
-    "RLJOB_RAY_OBJECT_MANAGER_PORT": ("ray-object-mgr", 6381),
-    "RLJOB_RAY_DASHBOARD_AGENT_GRPC_PORT": ("ray-agent-grpc", 6382),
-    "RLJOB_RAY_RUNTIME_ENV_AGENT_PORT": ("ray-runtime-env", 6383),
-    "RLJOB_RAY_METRICS_EXPORT_PORT": ("ray-metrics", 8080),
-    "RLJOB_RAY_DASHBOARD_PORT": ("ray-dashboard", 8265),
-    "RLJOB_RAY_DASHBOARD_AGENT_LISTEN_PORT": ("ray-agent-http", 52365),
-    "RLJOB_RAY_CLIENT_SERVER_PORT": ("ray-client", 10001),
-}
-# Each Ray worker process binds one port of this range; a range is not declared port by port.
-RAY_WORKER_PORTS = {"RLJOB_RAY_MIN_WORKER_PORT": 10002, "RLJOB_RAY_MAX_WORKER_PORT": 19999}
 RAY_HEAD_ADDRESS_ENV = "RLJOB_RAY_HEAD_ADDRESS"
 RAY_NODE_IP_ENV = "RLJOB_RAY_NODE_IP"
 # Ray's session directory (logs, sockets); ray start's own default.
