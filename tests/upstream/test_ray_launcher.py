@@ -32,9 +32,10 @@ from typing import Any
 import pytest
 
 from rljob.api import parse_rljob
+from rljob.api.ray_ports import RAY_PORTS, RAY_WORKER_PORTS
 from rljob.health import ContainerTermination, classify_termination
 from rljob.reconcile import RenderContext, render_children
-from rljob.reconcile.launchers import RAY_PORTS, RAY_READY_CHECK, RAY_WORKER_PORTS
+from rljob.reconcile.launchers import RAY_READY_CHECK
 from tests.unit.reconcile.world import example_body, with_role
 
 TOP = Path(__file__).resolve().parents[2]

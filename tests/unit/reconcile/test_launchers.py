@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from rljob.api import RESERVED_ENV_NAMES, InvalidRLJobError
+from rljob.api.ray_ports import RAY_PORTS
 from rljob.reconcile import DesiredChild
-from rljob.reconcile.launchers import RAY_ENV_NAMES, RAY_PORTS, RAY_READY_CHECK, RAY_SCRIPT_NAME
+from rljob.reconcile.launchers import RAY_ENV_NAMES, RAY_READY_CHECK, RAY_SCRIPT_NAME
 from tests.unit.reconcile.test_render import env_of, job_of, main_container, render
 from tests.unit.reconcile.test_spec_hash import hashes
 from tests.unit.reconcile.world import example_body, with_role
