@@ -133,6 +133,20 @@ class FailurePolicy(SpecModel):
         default="10m",
         description="How long a gang restart waits for the old attempt's pods to go.",
     )
+    node_lost_timeout: Duration = Field(
+        default="1m",
+        description="How long a trainer rank's node may stay unreachable (Ready Unknown: its "
+        "kubelet stopped reporting) before the rank counts as lost and the gang restarts "
+        "(NodeLost); a Node object gone is lost at once. Kubernetes marks a node Unknown after "
+        "--node-monitor-grace-period (50s by default) without a report.",
+    )
+    action_timeout: Duration = Field(
+        default="30m",
+        description="How long a role restart (in turn, or a roll) may go without progress (a turn "
+        "taken, the role ready again) before the operator stops waiting for it and says so; a "
+        "drain under way is bounded by drainTimeout instead. A repair of the trainer ends it "
+        "sooner, once it sent what it decided.",
+    )
     suspect_node_ttl: SuspectNodeTTL = Field(
         default=DEFAULT_SUSPECT_NODE_TTL,
         alias="suspectNodeTTL",

@@ -86,6 +86,8 @@ DISRUPTION_REASONS = {
     "EvictionByEvictionAPI": FailureReason.EVICTED,
     "DeletionByTaintManager": FailureReason.NODE_LOST,
     "DeletionByPodGC": FailureReason.NODE_LOST,
+    # Not Kubernetes': the operator's own reading of a rank whose node stays unreachable.
+    "NodeLost": FailureReason.NODE_LOST,
 }
 # pod.status.reason values set when the node, not the workload, ended the pod.
 POD_STATUS_REASONS = {

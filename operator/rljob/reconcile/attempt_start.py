@@ -44,12 +44,14 @@ class AttemptStarted:
     store_plan: AttemptPlan | None = None
 
 
-def attempt_to_start(job: RLJob, observed: Observed, now: datetime) -> int | None:
+def attempt_to_start(
+    job: RLJob, observed: Observed, now: datetime, lost_nodes: frozenset[str] = frozenset()
+) -> int | None:
     """The attempt whose Job this pass may create, so the runtime reads the store for it first
     (decide() makes the same call with more inputs; it can only hold an attempt back)."""
     # A resume request this pass takes lets the attempt start in it.
     resumed = job.model_copy(update={"status": handle_resume(job, now).status})
-    decision = decide_trainer(resumed, observed, now)
+    decision = decide_trainer(resumed, observed, now, lost_nodes=lost_nodes)
     return decision.attempt if decision.create_job else None
 
 

@@ -15,11 +15,7 @@ A Gated rollout engine drains first (reconcile/drain.py): its turn stamps `drain
 roster says draining; the pod counts as down from then on), and once it drained a later pass
 stamps `deletedAt` and deletes it, through the same fence.
 
-A trainer attempt that fails during a Gated in-turn restart of the rollout preempts it (waiting
-would deadlock: the newcomers turn Ready only once the trainer's driver pushed them weights).
-Deletes already decided go first (they are fenced by the journal); then the pass ends the action
-in the write that journals the trainer's remedy: pods not yet taken are left running, a draining
-one stops draining (back in the roster; the gate reopens on its reading, reconcile/gate.py).
+A repair of the trainer preempts it, and it times out without progress (reconcile/unfinished.py).
 """
 
 from __future__ import annotations
@@ -54,7 +50,6 @@ JOURNALED_STEP = "Journaled"
 ROLE_READY_STEP = "RoleReady"  # every listed pod gone and the role ready: settled next pass
 RESTARTING_IN_TURN = "RestartingRoleInTurn"
 RESTARTED_IN_TURN = "RoleRestartedInTurn"
-PREEMPTED_IN_TURN = "RoleRestartInTurnPreempted"
 _NEVER = datetime.max.replace(tzinfo=UTC)  # a pod without a creation time goes last
 
 
@@ -199,39 +194,6 @@ def restarted_event(job_name: str, action: InFlightAction) -> tuple[str, EventSp
     if skipped:
         message += f"; not restarted (gone before their turn): {', '.join(skipped)}"
     return f"{job_name}.{action.id}.done", EventSpec("Normal", RESTARTED_IN_TURN, message)
-
-
-def preemptable(job: RLJob, observed: Observed) -> InFlightAction | None:
-    """The in-turn restart a failed trainer attempt ends rather than waits for: a Gated
-    rollout's, not yet settling, whose decided deletes were all sent (None otherwise: the
-    trainer waits, as for any other action)."""
-    action = in_turn_action(job.status)
-    if action is None or action.step == ROLE_READY_STEP or not drains(job, _role(action)):
-        return None
-    return None if in_turn_to_delete(job.status, observed) else action
-
-
-def preempted(
-    status: RLJobStatus, action: InFlightAction, observed: Observed
-) -> tuple[RLJobStatus, EventSpec]:
-    """The status without the in-turn restart `action`, and the Warning naming the pods it
-    left: not restarted (a draining one stopped draining), or gone before their turn."""
-    live = {p.uid for p in observed.pods if not p.terminal and not p.deleting}
-    left = [p for p in action.pods or [] if p.deleted_at is None]
-    running = [p.name for p in left if p.uid in live]
-    stopped = [p.name for p in left if p.uid in live and p.drain_started_at is not None]
-    gone = [p.name for p in left if p.uid not in live]
-    message = (
-        f"{_role(action)} restart in turn ({action.id}) ended early: trainer attempt "
-        f"{status.attempt or 1} failed, and Gated engines' replacements turn Ready only once "
-        f"the trainer pushes them weights; not restarted: {', '.join(running) or 'none'}"
-    )
-    if stopped:
-        message += f" ({', '.join(stopped)} stopped draining)"
-    if gone:
-        message += f"; gone before their turn: {', '.join(gone)}"
-    event = EventSpec("Warning", PREEMPTED_IN_TURN, message)
-    return status.model_copy(update={"in_flight": None}), event
 
 
 def _role(action: InFlightAction) -> str:

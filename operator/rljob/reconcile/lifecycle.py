@@ -30,6 +30,7 @@ from rljob.api.spec import CHECKPOINT_VERSION_PATTERN
 from rljob.api.status import MAX_ATTEMPTS
 from rljob.reconcile.conditions import is_true, one_line, valid_reason
 from rljob.reconcile.names import trainer_job_name
+from rljob.reconcile.nodes import without_lost
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.root_cause import root_cause
 from rljob.reconcile.suspended import suspended, suspended_because
@@ -107,8 +108,14 @@ class TrainerHold:
 
 
 def decide_trainer(
-    job: RLJob, observed: Observed, now: datetime, hold: TrainerHold | None = None
+    job: RLJob,
+    observed: Observed,
+    now: datetime,
+    hold: TrainerHold | None = None,
+    lost_nodes: frozenset[str] = frozenset(),
 ) -> TrainerDecision:
+    """`lost_nodes`: nodes gone or unreachable for good; the next attempt does not wait for pods
+    there (a rank that still runs is fenced from the checkpoint store by the newer marker)."""
     status = job.status
     attempt = status.attempt or 1
     current = _trainer_job(observed, job.metadata.name, attempt)
@@ -134,6 +141,7 @@ def decide_trainer(
         )
     if suspended(job):
         return TrainerDecision(TrainerState.SUSPENDED, attempt, message=suspended_because(job))
+    observed = without_lost(observed, lost_nodes)
     if is_true(status.conditions, ConditionType.SUSPENDED) and _started(job, attempt, current):
         return _next_attempt(job, observed, attempt + 1, now)
     deleted = _deleted_outside(job, attempt, current)

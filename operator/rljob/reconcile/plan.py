@@ -92,6 +92,8 @@ class ReconcileExtras:
     engine_readings: tuple[EngineReading, ...] = ()
     # The trainer's live policy generation this round: a joining Gated engine's target.
     trainer_generation: int | None = None
+    # Nodes gone or unreachable past nodeLostTimeout: the next attempt does not wait for them.
+    lost_nodes: frozenset[str] = frozenset()
 
 
 def reconcile(
@@ -104,7 +106,7 @@ def reconcile(
     hold only this job's children and pods; `now` is timezone-aware."""
     extras = extras or ReconcileExtras()
     now = now.replace(microsecond=0)
-    decision = decide_trainer(job, observed, now, extras.trainer_hold)
+    decision = decide_trainer(job, observed, now, extras.trainer_hold, extras.lost_nodes)
     desired = render_children(job, render_context(job, decision, extras, now))
     apply = _to_apply(desired, observed, decision)
     status = build_status(

@@ -21,8 +21,7 @@ from rljob.api import (
 )
 from rljob.api.durations import parse_duration
 from rljob.health.termination import Classification
-from rljob.reconcile.drain import drains
-from rljob.reconcile.in_turn import in_turn_to_delete, preemptable
+from rljob.reconcile.in_turn import ROLE_READY_STEP
 from rljob.reconcile.lifecycle import (
     SUSPENDED_END,
     TrainerHold,
@@ -41,6 +40,7 @@ from rljob.reconcile.policy import (
 )
 from rljob.reconcile.root_cause import classify_rank, root_cause
 from rljob.reconcile.suspects import marked_suspects, suspect_ttl
+from rljob.reconcile.unfinished import preemptable
 
 BUSY_RETRY_SECONDS = 1.0
 # A Job's failure can reach the operator before its failed rank does (two watches): the policy
@@ -140,17 +140,17 @@ def awaiting_root_cause(
 
 def held_by_action(job: RLJob, observed: Observed) -> TrainerHold | None:
     """A failed attempt waits for the action in flight to finish, then goes through the policy:
-    it is neither skipped nor read as the job's end. None: nothing in flight, or a Gated
-    in-turn restart of the rollout, which the failure preempts (in_turn.preemptable) once the
-    deletes it decided were sent."""
+    it is neither skipped nor read as the job's end. None: nothing in flight, or a role restart
+    that sent what it decided, which the failure preempts (unfinished.preemptable). So the hold
+    lasts a pass for a role restart, and a pod restart's drain (drainTimeout) at most."""
     action = job.status.in_flight
     if action is None or preemptable(job, observed) is not None:
         return None
     what = f"{action.kind} {action.id}"
     done = "is done"
-    role = action.target.role.value if action.target is not None else ""
-    if drains(job, role) and in_turn_to_delete(job.status, observed):
-        done = "sent the deletes it decided (the failure then ends it)"
+    endable = (ActionKind.RESTART_ROLE_IN_TURN, ActionKind.RESTART_ROLE)
+    if action.kind in endable and action.step != ROLE_READY_STEP:
+        done = "sent what it decided (the failure then ends it)"
     message = f"trainer attempt {job.status.attempt or 1} failed; handled once {what} {done}"
     return TrainerHold(BUSY_RETRY_SECONDS, message)
 

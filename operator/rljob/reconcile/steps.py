@@ -4,7 +4,6 @@ as a precondition, created objects have deterministic names, a named Event is po
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,13 +25,13 @@ from rljob.reconcile.events import EventSpec
 from rljob.reconcile.gate import to_close, to_open
 from rljob.reconcile.in_turn import ROLE_READY_STEP, in_turn_to_delete, restarted_event
 from rljob.reconcile.journal import journaled_event, pod_to_delete, role_to_roll
+from rljob.reconcile.nodes import GONE, OUT_OF_SERVICE_TAINT, UNKNOWN, UNREAD, NodeState, NodeStates
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.plan import Plan
 from rljob.reconcile.remediation import stuck_pods
 from rljob.reconcile.suspension import suspended_event
 
 # Node states for which nothing will ever confirm a pod's deletion (DESIGN section 6).
-UNREACHABLE_NODE_STATES = frozenset({"NotReady", "Unknown", "Gone"})
 _CRASH_PREFIXES = {
     ActionKind.RESTART_TRAINER_GANG: "gang-restart",
     ActionKind.RESTART_POD: "pod-restart",
@@ -127,7 +126,7 @@ def execution_steps(
     observed: Observed,
     *,
     attempt_plan: AttemptPlan | None,
-    node_states: Mapping[str, str],
+    node_states: NodeStates,
     now: datetime,
     settled: InFlightAction | None = None,
     readings: tuple[EngineReading, ...] = (),
@@ -242,25 +241,37 @@ def _pod_delete(
 
 
 def _teardown_steps(
-    job: RLJob, observed: Observed, node_states: Mapping[str, str], now: datetime
+    job: RLJob, observed: Observed, node_states: NodeStates, now: datetime
 ) -> list[Step]:
-    """Old attempts' pods still terminating past teardownTimeout: force-deleted only where their
-    node can no longer confirm the deletion; a pod on a healthy node may still be saving its
-    checkpoint on SIGTERM, so it is reported instead (TrainerTeardownStuck)."""
+    """Old attempts' pods still terminating past teardownTimeout: force-deleted only where
+    nothing can still run them (their Node gone or out of service); a pod on a healthy node may
+    still be saving its checkpoint on SIGTERM, and one on an unreachable node may still run (a
+    partition), so it is reported instead (TrainerTeardownStuck)."""
     steps: list[Step] = []
     timeout = job.spec.failure_policy.teardown_timeout
     for pod in stuck_pods(job, observed, now):
-        state = node_states.get(pod.node, "Unread") if pod.node else "Gone"
-        if state in UNREACHABLE_NODE_STATES:
-            steps += _force_delete(job, pod, state, timeout)
+        state = node_states.get(pod.node, NodeState(UNREAD)) if pod.node else NodeState(GONE)
+        if state.released:
+            steps += _force_delete(job, pod, _said(state), timeout)
             continue
         message = (
-            f"pod {pod.name} on node {pod.node} (node {state}) still terminating after {timeout} "
-            "(teardownTimeout): not force-deleted while its node runs it; the next attempt waits"
+            f"pod {pod.name} on node {pod.node} (node {_said(state)}) still terminating after "
+            f"{timeout} (teardownTimeout): not force-deleted while its node may run it"
         )
+        if state.ready == UNKNOWN:
+            message += (
+                "; the next attempt does not wait for it (fenced from the checkpoint store), "
+                f"and deleting the Node or tainting it {OUT_OF_SERVICE_TAINT} releases it"
+            )
+        else:
+            message += "; the next attempt waits"
         event = EventSpec("Warning", "TrainerTeardownStuck", message)
         steps.append(PostEvent(event, f"{job.metadata.name}.stuck-{pod.uid}", once=True))
     return steps
+
+
+def _said(state: NodeState) -> str:
+    return f"{state.ready}, out of service" if state.out_of_service else state.ready
 
 
 def _force_delete(job: RLJob, pod: ObservedPod, state: str, timeout: str) -> list[Step]:

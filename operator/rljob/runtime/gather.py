@@ -17,7 +17,18 @@ from rljob.api import CheckpointRef, JobPhase, RLJob
 from rljob.checkpoints.errors import StoreError
 from rljob.observability import CHECKPOINT_ERRORS
 from rljob.reconcile.attempt_start import AttemptGathered, attempt_to_start
-from rljob.reconcile.decide import PassInputs
+from rljob.reconcile.inputs import PassInputs
+from rljob.reconcile.nodes import (
+    GONE,
+    NOT_READY,
+    OUT_OF_SERVICE_TAINT,
+    READY,
+    UNKNOWN,
+    UNREAD,
+    NodeState,
+    lost_nodes,
+    nodes_to_read,
+)
 from rljob.reconcile.observed import Observed
 from rljob.reconcile.remediation import stuck_pods
 from rljob.reconcile.serving import crash_findings
@@ -49,6 +60,8 @@ class Gatherer:
             job = job.model_copy(
                 update={"status": job.status.model_copy(update={"attempt": continued})}
             )
+        nodes = await self._node_states(job, observed, now)
+        lost = lost_nodes(job, nodes, now)
         return PassInputs(
             now=now,
             findings=tuple(memory.findings),
@@ -56,10 +69,10 @@ class Gatherer:
             progress=memory.progress,
             latest_checkpoint=await self._latest(job, memory, now),
             continued_attempt=continued,
-            attempt=await self._attempt(job, observed, now, unsettled),
+            attempt=await self._attempt(job, observed, now, unsettled, lost),
             watched=watched(job),
             signals_error=signals_error,
-            node_states=await self._node_states(job, observed, now),
+            node_states=nodes,
             retention_problem=memory.retention_problem,
             engine_readings=memory.engine_readings,
         )
@@ -100,11 +113,16 @@ class Gatherer:
             return None
 
     async def _attempt(
-        self, job: RLJob, observed: Observed, now: dt.datetime, unsettled: str
+        self,
+        job: RLJob,
+        observed: Observed,
+        now: dt.datetime,
+        unsettled: str,
+        lost: frozenset[str],
     ) -> AttemptGathered | None:
         """The store's answer for the attempt this pass may start; with the attempt number
         itself unsettled (a re-created name, the store down), none: the attempt waits."""
-        attempt = attempt_to_start(job, observed, now)
+        attempt = attempt_to_start(job, observed, now, lost)
         if attempt is None or job.spec.checkpoint is None:
             return None
         if unsettled:
@@ -121,22 +139,34 @@ class Gatherer:
 
     async def _node_states(
         self, job: RLJob, observed: Observed, now: dt.datetime
-    ) -> dict[str, str]:
-        """Ready | NotReady | Unknown | Gone | Unread for the nodes of pods stuck terminating."""
-        nodes = {pod.node for pod in stuck_pods(job, observed, now) if pod.node}
-        return {node: await self._node_state(node) for node in sorted(nodes)}
+    ) -> dict[str, NodeState]:
+        """The nodes of trainer pods stuck terminating or not ready (a lost node's first sign)."""
+        stuck = {pod.node for pod in stuck_pods(job, observed, now) if pod.node}
+        nodes = sorted(stuck | set(nodes_to_read(job, observed)))
+        return {node: await self._node_state(node) for node in nodes}
 
-    async def _node_state(self, node: str) -> str:
+    async def _node_state(self, node: str) -> NodeState:
         try:
             body = await self.kube.request("get", object_path("v1", "Node", None, node))
         except KubeError as exc:
             if exc.not_found:
-                return "Gone"
+                return NodeState(GONE)
             log.warning("cannot read node", node=node, status=exc.status)
-            return "Unread"  # not proof the node is lost: no force delete
-        conditions = (body.get("status") or {}).get("conditions") or []
-        ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
-        return {"True": "Ready", "False": "NotReady"}.get(str(ready.get("status")), "Unknown")
+            return NodeState(UNREAD)  # not proof the node is lost: no force delete
+        return node_state(body)
+
+
+def node_state(body: dict[str, Any]) -> NodeState:
+    """A Node's Ready condition (and since when), and its out-of-service taint."""
+    conditions = (body.get("status") or {}).get("conditions") or []
+    ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
+    taints = (body.get("spec") or {}).get("taints") or []
+    since = ready.get("lastTransitionTime")
+    return NodeState(
+        {"True": READY, "False": NOT_READY}.get(str(ready.get("status")), UNKNOWN),
+        since=dt.datetime.fromisoformat(since.replace("Z", "+00:00")) if since else None,
+        out_of_service=any(t.get("key") == OUT_OF_SERVICE_TAINT for t in taints),
+    )
 
 
 def watched(job: RLJob) -> bool:

@@ -73,7 +73,10 @@ _PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+/[^/]+))/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?$"
 )
+_NODE_PATH = re.compile(r"^/api/v1/nodes/(?P<name>[^/?]+)$")
 _GENERATION_KINDS = frozenset({"RLJob", "Deployment", "Job"})
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+PODGC_QUARANTINE = dt.timedelta(seconds=40)  # pkg/controller/podgc/gc_controller.go @v1.36.3
 
 
 class ProcessDied(BaseException):
@@ -227,12 +230,16 @@ class Cluster(Kube):
         self.objects: dict[Ref, JSON] = {}
         self.revision = 0
         self.nodes: dict[str, bool] = {f"gpu-{i}": True for i in range(nodes)}  # name -> Ready
+        self.node_since: dict[str, dt.datetime] = {}  # name -> when its Ready condition changed
+        self.out_of_service: set[str] = set()  # nodes tainted node.kubernetes.io/out-of-service
+        self.gone_nodes: dict[str, dt.datetime] = {}  # Node objects deleted, and when
         self.log: list[Write] = []
         self.actor = "operator"
         self.history: dict[str, list[tuple[Ref, JSON | None]]] = {k: [] for k in WATCHED_KINDS}
         self.index = Index(self)
         self._applied: dict[Ref, JSON] = {}  # what our field manager last applied, per object
         self._lost: dict[str, list[str]] = {}  # Job uid -> its pods that vanished unfinished
+        self._counted: set[str] = set()  # uids of ended pods their Job has counted
         self._status_conflicts = 0
         self._write_errors: list[int] = []
         self._writes_until_death: int | None = None
@@ -390,8 +397,13 @@ class Cluster(Kube):
         self._put(ref, pod)
 
     def node_not_ready(self, node: str, *, evict: bool = True) -> None:
-        """The node stops answering: its pods turn not ready; with `evict`, the taint manager
-        deletes them (DisruptionTarget), and they stay terminating while the node is down."""
+        """The node stops answering (its Ready turns Unknown): the node lifecycle controller
+        sets its pods not ready; with `evict`, the taint manager deletes them (DisruptionTarget)
+        once their toleration ends, and they stay terminating while the node is down."""
+        if node not in self.nodes:
+            return
+        if self.nodes[node]:
+            self.node_since[node] = self.clock.now
         self.nodes[node] = False
         for ref, live in self._pods_on(node):
             pod = copy.deepcopy(live)
@@ -408,7 +420,46 @@ class Cluster(Kube):
                 self._delete(ref, "controller")
 
     def node_ready(self, node: str) -> None:
+        """The node answers again (a person cleared its out-of-service taint after the repair)."""
+        if node not in self.nodes:
+            return
+        if not self.nodes[node]:
+            self.node_since[node] = self.clock.now
         self.nodes[node] = True
+        self.out_of_service.discard(node)
+
+    def node_deleted(self, node: str) -> None:
+        """Its Node object is deleted (the machine is gone): PodGC force-deletes its pods once
+        the name stayed absent for PODGC_QUARANTINE."""
+        if self.nodes.pop(node, None) is not None:
+            self.gone_nodes[node] = self.clock.now
+            self.out_of_service.discard(node)
+
+    def node_out_of_service(self, node: str) -> None:
+        """A person or a remediator taints a node that does not answer out-of-service (it is
+        powered off): PodGC force-deletes the pods terminating on it."""
+        if node in self.nodes and not self.nodes[node]:
+            self.out_of_service.add(node)
+
+    def node_body(self, node: str) -> JSON:
+        """The Node as the API serves it: its Ready condition (Unknown when it does not
+        answer, as the node lifecycle controller sets it) and its taints."""
+        if node not in self.nodes:
+            raise _error(404, f'nodes "{node}" not found')
+        since = _stamp(self.node_since.get(node, T0))
+        taints = [{"key": OUT_OF_SERVICE_TAINT, "effect": "NoExecute"}] * (
+            node in self.out_of_service
+        )
+        ready = "True" if self.nodes[node] else "Unknown"
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node},
+            "spec": {"taints": taints},
+            "status": {
+                "conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": since}]
+            },
+        }
 
     def kubelet_confirm(self, name: str) -> bool:
         """The pod's kubelet confirms its deletion: the pod goes (its Job, if it was still
@@ -417,7 +468,8 @@ class Cluster(Kube):
         pod = self.objects.get(ref)
         if pod is None or not _deleting(pod):
             return False
-        if not self.nodes.get(pod["spec"].get("nodeName"), True):
+        node = pod["spec"].get("nodeName")
+        if node in self.gone_nodes or not self.nodes.get(node, True):
             return False
         self._remove(ref)
         return True
@@ -437,7 +489,34 @@ class Cluster(Kube):
             self._step_job(ref, job)
         for ref, deployment in self._items("Deployment"):
             self._step_deployment(ref, deployment)
+        self._collect_pods()
         self._collect_garbage()
+
+    def _collect_pods(self) -> None:
+        """PodGC: a pod whose Node is gone (after the quarantine), or terminating on an
+        out-of-service node, ends Failed (DisruptionTarget DeletionByPodGC for the first) and is
+        force-deleted; the Job's tracking finalizer keeps it one round, until its Job counted it
+        (pkg/controller/podgc/gc_controller.go @v1.36.3)."""
+        for ref, pod in self._items("Pod"):
+            node = pod["spec"].get("nodeName")
+            gone = self.gone_nodes.get(node)
+            orphaned = gone is not None and self.clock.now - gone >= PODGC_QUARANTINE
+            released = node in self.out_of_service and _deleting(pod)
+            if not (orphaned or released):
+                continue
+            if _terminal(pod):
+                if not self._job_owned(pod):  # a Job's pod goes once its Job counted it
+                    self._remove(ref)
+                continue
+            failed = copy.deepcopy(pod)
+            failed["status"]["phase"] = "Failed"
+            if orphaned:
+                failed["status"]["conditions"].append(
+                    {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
+                     "message": "PodGC: node no longer exists"}
+                )  # fmt: skip
+            failed["metadata"].setdefault("deletionTimestamp", _stamp(self.clock.now))
+            self._put(ref, failed)
 
     def _kubelets(self) -> None:
         ready_nodes = sorted(n for n, ok in self.nodes.items() if ok)
@@ -465,7 +544,9 @@ class Cluster(Kube):
                 *others,
             ]
             for container in status["containerStatuses"]:
-                container["state"] = {"running": {"startedAt": _stamp(self.clock.now)}}
+                # A readiness change leaves a running container as it is: only a start stamps it.
+                if "running" not in (container.get("state") or {}):
+                    container["state"] = {"running": {"startedAt": _stamp(self.clock.now)}}
                 container["ready"] = True
             self._put(ref, started)
 
@@ -493,18 +574,17 @@ class Cluster(Kube):
 
     def _step_job(self, ref: Ref, job: JSON) -> None:
         uid = job["metadata"]["uid"]
-        for pod_ref, pod in self._owned(uid):  # the tracking finalizer goes once it is counted
-            if _deleting(pod) and _terminal(pod):
-                self._remove(pod_ref)
-        if _deleting(job) or _condition(job, "Complete") or _condition(job, "Failed"):
-            return
+        done = _deleting(job) or _condition(job, "Complete") or _condition(job, "Failed")
         job = copy.deepcopy(job)
         conditions: list[JSON] = job.setdefault("status", {}).setdefault("conditions", [])
-        pods = self._owned(uid)
-        if not _condition(job, "FailureTarget"):
-            why = self._job_failure(job, [p for _, p in pods])
+        if not done and not _condition(job, "FailureTarget"):
+            why = self._job_failure(job, [p for _, p in self._owned(uid)])
             if why is not None:
                 conditions.append(self._job_condition("FailureTarget", *why))
+        self._release_counted(uid)
+        if done:
+            return
+        pods = self._owned(uid)
         live = [(r, p) for r, p in pods if not _terminal(p)]
         target = _condition(job, "FailureTarget")
         if target is not None:
@@ -519,6 +599,16 @@ class Cluster(Kube):
         self._job_status(job)
         if job["status"] != self.objects[ref].get("status"):
             self._put(ref, job)
+
+    def _release_counted(self, uid: str) -> None:
+        """The tracking finalizer goes once the Job counted the pod: one round after it ended."""
+        for pod_ref, pod in self._owned(uid):
+            if not (_deleting(pod) and _terminal(pod)):
+                continue
+            if pod["metadata"]["uid"] in self._counted:
+                self._remove(pod_ref)
+            else:
+                self._counted.add(pod["metadata"]["uid"])
 
     def _run_indexes(
         self, job: JSON, pods: list[tuple[Ref, JSON]], live: list[tuple[Ref, JSON]]
@@ -566,7 +656,10 @@ class Cluster(Kube):
                         "FailJob rule at index 0"
                     )
                     return "PodFailurePolicy", message
-        lost = self._lost.get(job["metadata"]["uid"])
+        # A pod failed with no exit code the policy matches (PodGC's): backoffLimit 0.
+        lost = self._lost.get(job["metadata"]["uid"], []) + [
+            p["metadata"]["name"] for p in pods if p["status"]["phase"] == "Failed"
+        ]
         if lost:
             return "BackoffLimitExceeded", f"Job has reached the specified backoff limit: {lost[0]}"
         return None
@@ -717,6 +810,9 @@ class Cluster(Kube):
     def _serve(
         self, verb: str, path: str, body: JSON | None, content_type: str | None, actor: str
     ) -> JSON:
+        node = _NODE_PATH.match(path)
+        if node is not None and verb == "get":
+            return self.node_body(node["name"])
         match = _PATH.match(path.split("?", maxsplit=1)[0])
         if match is None or match["plural"] not in _PLURALS:
             raise _error(404, f"the server could not find the requested resource ({path})")
@@ -924,6 +1020,12 @@ class Cluster(Kube):
 
     def _owned(self, uid: str) -> list[tuple[Ref, JSON]]:
         return sorted((r, b) for r, b in self.objects.items() if _owner_uid(b) == uid)
+
+    def _job_owned(self, pod: JSON) -> bool:
+        owner = _owner_uid(pod)
+        return any(
+            ref[0] == "Job" and b["metadata"]["uid"] == owner for ref, b in self._items("Job")
+        )
 
     def _pods_on(self, node: str) -> list[tuple[Ref, JSON]]:
         return [(r, p) for r, p in self._items("Pod") if p["spec"].get("nodeName") == node]

@@ -28,8 +28,8 @@ from rljob.health.evaluation import (
     Evaluation,
     healthy,
 )
-from rljob.reconcile.decide import PassInputs
 from rljob.reconcile.engine_readings import EngineReading
+from rljob.reconcile.inputs import PassInputs
 from rljob.runtime.runtime import Runtime, RuntimeOptions
 from rljob.runtime.workers import JobWorkers
 from tests.unit.model.cluster import Clock, Cluster

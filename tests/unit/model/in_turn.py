@@ -12,11 +12,13 @@ at each pod delete and from its write log, never from what the operator believed
   while they serve go in list order;
 - an-in-turn-restart-ends-once-its-role-is-ready: two passes of the leader on caught-up watches
   that began with none of its pods left and its role ready (or scaled to zero) settle it;
-- a-failed-trainer-attempt-is-acted-on-within-bounded-passes: in a Gated job, the current trainer
-  attempt's failed Job (its failed rank shown, or the root-cause wait over) is not held behind an
-  in-turn restart of the rollout (whose newcomers need the trainer's weights) for more than
-  ACTING_PASSES passes of the leader on caught-up watches that wrote without a fault. An in-turn
-  restart it ended counts as carried out (`preempted`), its pods not yet taken left running.
+- a-failed-trainer-attempt-is-acted-on-within-bounded-passes: the current trainer attempt's
+  failed Job (its failed rank shown, or the root-cause wait over) is not held behind an in-turn
+  restart (a Gated rollout's newcomers need the trainer's weights; any other would hold the
+  costliest repair behind the cheapest) for more than ACTING_PASSES passes of the leader on
+  caught-up watches that wrote without a fault. An in-turn restart the operator ended early
+  (preempted, or timed out: a Warning naming it) counts as carried out (`ended_early`), its pods
+  not yet taken left running.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 from rljob.api.labels import ATTEMPT_LABEL, ROLE_LABEL
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.remediation import ROOT_CAUSE_WAIT_SECONDS
+from rljob.reconcile.unfinished import PREEMPTED_IN_TURN, PREEMPTED_ROLL, TIMED_OUT
 from tests.unit.model.cluster import Cluster, Write
 
 JSON = dict[str, Any]
@@ -44,6 +47,8 @@ ACTED_ON = "a-failed-trainer-attempt-is-acted-on-within-bounded-passes"
 CHECKS = frozenset(
     {WITHIN_MAX_UNAVAILABLE, EACH_POD_ONCE, ONE_ENTRY, OLDEST_FIRST, SETTLES, ACTED_ON}
 )
+# The Warnings that say the operator ended an action early.
+ENDED_EARLY = (PREEMPTED_IN_TURN, PREEMPTED_ROLL, TIMED_OUT)
 SETTLING_PASSES = 2  # one says the role is ready (and posts the Event), the next clears it
 # One pass sends the deletes the restart decided (a drain that ended), the next ends it; a
 # second drain ending meanwhile (maxUnavailable 2) takes one more.
@@ -86,7 +91,6 @@ class InTurnChecks:
         self.serving_deletes: defaultdict[str, list[str]] = defaultdict(list)
         self.settling: Counter[str] = Counter()  # action -> passes that began with it done
         self.held: Counter[str] = Counter()  # failed attempt -> passes that began held by one
-        self.preempted: set[str] = set()  # in-turn restarts in flight while the trainer failed
         cluster.pod_delete_observers.append(self._pod_deleted)
 
     def action(self) -> JSON | None:
@@ -126,7 +130,6 @@ class InTurnChecks:
         """(the in-turn action whose end the coming pass must see, if the truth shows it done;
         the failed trainer attempt it holds, if any; where the write log stands), the first two
         only when the leader's watches are caught up."""
-        self._note_preemptable()
         action = self.action()
         start = len(self.cluster.log)
         if action is None or not leading or self.cluster.index.lagging():
@@ -152,19 +155,26 @@ class InTurnChecks:
 
     # -- a trainer failure behind a Gated in-turn restart ----------------------------------------
 
+    def ended_early(self, key: str) -> bool:
+        """Whether the operator said it ended the action `key` ("<uid>/<id>") unfinished:
+        preempted by a repair of the trainer, or timed out without progress."""
+        uid, action_id = key.split("/", 1)
+        return any(
+            e["involvedObject"].get("uid") == uid and f"({action_id})" in e["message"]
+            for reason in ENDED_EARLY
+            for e in self.cluster.events(reason)
+        )
+
     def _failed_attempt(self) -> tuple[str, Mapping[str, Any]] | None:
-        """("<uid>/a<attempt>", its Job) when the current attempt's Job failed, in a Gated job
-        that runs on, with a rollout in-turn restart in flight."""
+        """("<uid>/a<attempt>", its Job) when the current attempt's Job failed, in a job that
+        runs on, with an in-turn restart in flight."""
         job = self.cluster.peek(KIND, self.name)
         action = self.action()
         if job is None or action is None or job["metadata"].get("deletionTimestamp"):
             return None
         status = job.get("status") or {}
-        rollout = self._role_spec("rollout")
         held = job["spec"].get("suspend") or status.get("suspension")
-        if rollout.get("weightSync") != "Gated" or held or status.get("phase") == "Failed":
-            return None
-        if (action.get("target") or {}).get("role") != "rollout":
+        if held or status.get("phase") == "Failed":
             return None
         attempt = int(status.get("attempt") or 1)
         trainer = self.cluster.peek("Job", trainer_job_name(self.name, attempt))
@@ -173,10 +183,6 @@ class InTurnChecks:
         if not (_condition(trainer, "FailureTarget") or _condition(trainer, "Failed")):
             return None
         return f"{job['metadata']['uid']}/a{attempt}", trainer
-
-    def _note_preemptable(self) -> None:
-        if self._failed_attempt() is not None and (action := self.action()) is not None:
-            self.preempted.add(action["key"])
 
     def _held_attempt(self) -> str | None:
         """The failed attempt held by a Gated in-turn restart, once the operator can act on it:

@@ -36,7 +36,7 @@ from rljob.checkpoints.layout import CheckpointLocation, KeyKind, VersionId
 from rljob.checkpoints.models import AttemptMarker
 from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
 from rljob.reconcile.engine_readings import EngineReading
-from tests.unit.model import drain, harness, in_turn, suspension
+from tests.unit.model import drain, harness, in_turn, nodes, suspension
 from tests.unit.model.cluster import (
     TEMPLATE_HASH_LABEL,
     WATCHED_KINDS,
@@ -96,7 +96,7 @@ ALL_CHECKS = frozenset(
     {ONE_ATTEMPT, NEXT_ATTEMPT, NO_DOUBLE_DELETE, LEDGER, FAILED_STOPS, FAILJOB_FAILS,
      RESUMES_NEWEST, KEEPS_LINEAGE, WITHIN_MAX_UNAVAILABLE, NO_PROGRESS_COUNTS_POLICY,
      FORGETS_DELETED, LEASED_WRITES, SOFT_SUSPECTS, *in_turn.CHECKS, *suspension.CHECKS,
-     *drain.CHECKS}
+     *drain.CHECKS, *nodes.CHECKS}
 )  # fmt: skip
 FAIL_THE_JOB = "fail the job"  # how the failure policy's decision message ends for FailJob
 # The failure policy's note when gang restarts made no progress (policy/choose.py).
@@ -196,7 +196,8 @@ class ActionEngine(RuleBasedStateMachine):
     """One RLJob, started and running, then any sequence of the rules below. Invariants:
 
     - one-trainer-attempt-at-a-time: never non-terminal pods (terminating ones included) of two
-      trainer attempts at once;
+      trainer attempts at once, but for an old attempt's pods terminating on a lost node, which
+      the next attempt does not wait for (fenced from the checkpoint store by its marker);
     - each-trainer-job-is-the-next-attempt: every trainer Job created is attempt + 1 of the one
       before;
     - an-action-deletes-a-uid-once: one operator process never deletes a uid twice (with the
@@ -228,6 +229,8 @@ class ActionEngine(RuleBasedStateMachine):
       remains;
     - a-replica-without-the-lease-writes-nothing: no write of a replica that does not hold the
       leader Lease reaches the API server or S3;
+    - the lost-node invariants (model/nodes.py): a rank lost with its node leads to a new
+      attempt within a bound, and a pod is force-deleted only where nothing can still run it;
     - suspect-nodes-are-expiring-preferences: after a pass, status.suspectNodes lists only nodes
       with hardware-like evidence (a lost node here), each until at most the TTL after marking,
       none expired if the pass wrote the status; no trainer Job requires avoiding a node
@@ -272,6 +275,7 @@ class ActionEngine(RuleBasedStateMachine):
         self.in_turn = in_turn.InTurnChecks(self.cluster, NAME)
         self.suspension = suspension.SuspensionChecks(self.cluster)
         self.drains = drain.DrainChecks(self.cluster, NAME)
+        self.node_checks = nodes.NodeChecks(self.cluster, NAME)
         self.readings: dict[str, EngineReading] = {}  # the health loop's, by rollout pod
 
     def teardown(self) -> None:
@@ -395,10 +399,43 @@ class ActionEngine(RuleBasedStateMachine):
 
     @rule(index=st.integers(0, 3), ready=st.booleans())
     def node_readiness_changes(self, index: int, ready: bool) -> None:
+        """A node stops answering, its pods evicted at once (a short unreachable toleration, as
+        on the bed), or answers again."""
         if ready:
             self.cluster.node_ready(f"gpu-{index}")
         else:
             self.cluster.node_not_ready(f"gpu-{index}")
+
+    @rule(index=st.integers(0, 3))
+    def node_stops_answering(self, index: int) -> None:
+        """A node's kubelet goes silent within the default 300 s toleration: its pods turn not
+        ready and stay running as far as the API knows (a partition, or a dead machine)."""
+        self.cluster.node_not_ready(f"gpu-{index}", evict=False)
+
+    @precondition(lambda self: bool(self._pods("trainer")))
+    @rule(index=st.integers(0, 3), how=st.sampled_from(["silent", "deleted"]))
+    def trainer_node_is_lost(self, index: int, how: str) -> None:
+        """The node under a running trainer rank goes silent, or its Node object is deleted."""
+        pods = [
+            p for p in self.cluster.view("Pod") if p["metadata"]["name"] in self._pods("trainer")
+        ]
+        node = pods[index % len(pods)]["spec"]["nodeName"]
+        if how == "silent":
+            self.cluster.node_not_ready(node, evict=False)
+        else:
+            self.cluster.node_deleted(node)
+
+    @rule(index=st.integers(0, 3))
+    def node_object_deleted(self, index: int) -> None:
+        """The machine is gone and its Node object with it (a cloud node deleted)."""
+        self.cluster.node_deleted(f"gpu-{index}")
+
+    @precondition(lambda self: not all(self.cluster.nodes.values()))
+    @rule(index=st.integers(0, 3))
+    def node_marked_out_of_service(self, index: int) -> None:
+        """A person (or a remediator) that powered a silent node off taints it out-of-service."""
+        silent = sorted(node for node, ready in self.cluster.nodes.items() if not ready)
+        self.cluster.node_out_of_service(silent[index % len(silent)])
 
     @rule(status=st.sampled_from([409, 500]))
     def next_write_fails(self, status: int) -> None:
@@ -556,6 +593,10 @@ class ActionEngine(RuleBasedStateMachine):
                 for check in drain.CHECKS
             },
             **{
+                check: partial(_nothing_recorded, self.node_checks.faults(check))
+                for check in nodes.CHECKS
+            },
+            **{
                 check: partial(_nothing_recorded, *[self.suspension.faults(check)])
                 for check in suspension.CHECKS
             },
@@ -567,7 +608,11 @@ class ActionEngine(RuleBasedStateMachine):
         _nothing_recorded(self.in_turn.faults(check))
 
     def _one_trainer_attempt_at_a_time(self) -> None:
-        live = {p["metadata"]["name"]: _labels(p).get(ATTEMPT) for p in self._trainer_pods()}
+        live = {
+            p["metadata"]["name"]: _labels(p).get(ATTEMPT)
+            for p in self._trainer_pods()
+            if not self.node_checks.fenced(p)
+        }
         assert len(set(live.values())) <= 1, f"trainer pods of two attempts at once: {live}"
 
     def _each_trainer_job_is_the_next_attempt(self) -> None:
@@ -747,6 +792,7 @@ class ActionEngine(RuleBasedStateMachine):
         runtime = replica or self.operator
         settling = self.in_turn.before_pass(leading=runtime.leadership.acting())
         draining = self.drains.before_pass(leading=runtime.leadership.acting())
+        lost = self.node_checks.before_pass(leading=runtime.leadership.acting())
         changed = self.cluster.index.deliver()
         if KIND in changed:
             self._watch_delivered(deleted_events=True)
@@ -769,6 +815,7 @@ class ActionEngine(RuleBasedStateMachine):
             self._check_no_progress(decided)
         self.in_turn.after_pass(settling)
         self.drains.after_pass(draining)
+        self.node_checks.after_pass(lost)
         after, jobs = self.cluster.peek(KIND, NAME), self.cluster.view("Job")
         ttl = dt.timedelta(seconds=parse_duration(SUSPECT_NODE_TTL))
         self.suspect_faults += suspect_faults(before, after, jobs, self.clock.now, ttl)
@@ -896,8 +943,8 @@ class ActionEngine(RuleBasedStateMachine):
             return any(w.verb == "delete" and w.uid == target.get("uid") and w.code == 200
                        for w in log)  # fmt: skip
         if kind == "RestartRoleInTurn":  # each listed pod deleted (by anyone) or gone
-            if f"{self.uid}/{action['id']}" in self.in_turn.preempted:
-                return True  # a trainer failure ended it: its pods not yet taken stay
+            if self.in_turn.ended_early(f"{self.uid}/{action['id']}"):
+                return True  # ended early (preempted, timed out): its pods not yet taken stay
             live = {p["metadata"]["uid"] for p in self.cluster.view("Pod")}
             deleted = {w.uid for w in log if w.verb == "delete" and w.code == 200}
             return all(p["uid"] in deleted or p["uid"] not in live for p in action["pods"])

@@ -245,8 +245,6 @@ FLEET = ("health_round_finds_the_fleet_fragmented", {"index": 0})
                      id="suspended-midway-the-rest-go-with-the-suspension"),
         pytest.param([FLEET, ("user_requests_a_restart", {"role": "rollout"}),
                       ("world_settles", {"rounds": 8})], 2, 0, id="a-manual-roll-waits-for-it"),
-        pytest.param([FLEET, NCCL_FAILS, ("world_settles", {"rounds": 8})], 2, 0,
-                     id="a-failed-trainer-waits-for-it"),
         pytest.param([FLEET, ("world_settles", {"rounds": 6}), FLEET, SETTLE], 2, 0,
                      id="a-second-fleet-finding-within-the-cooldown-is-ignored"),
     ],
@@ -263,6 +261,61 @@ def test_an_in_turn_restart_is_counted_once_and_ends_naming_its_pods(
     assert status["restarts"]["byReason"]["FleetKVCacheFragmentation"] == 1
     assert len(went.split(": ", 1)[1].split(", ")) == restarted
     assert (len(gone.split(", ")) if gone else 0) == skipped
+
+
+def test_a_failed_trainer_ends_an_in_turn_restart_and_its_gang_restarts() -> None:
+    """Once the first turn's delete was sent, the trainer's repair goes first: the restart ends,
+    naming the engines it left, and the gang restarts."""
+    machine = replay(ALL_CHECKS, [FLEET, NCCL_FAILS, ("world_settles", {"rounds": 8})])
+    status = (machine.cluster.peek("RLJob", "grpo-demo") or {})["status"]
+
+    (ended,) = machine.cluster.events("RoleRestartInTurnPreempted")
+    assert "ended early: trainer attempt 1 failed; not restarted: " in ended["message"]
+    assert not machine.cluster.events("RoleRestartedInTurn")
+    assert (status["attempt"], status["restarts"]["total"], "inFlight" in status) == (2, 2, False)
+
+
+LOST = ("trainer_node_is_lost", {"index": 1, "how": "silent"})
+MINUTE = ("time_passes", {"seconds": 61})
+
+
+@pytest.mark.parametrize(
+    ("steps", "left"),
+    [
+        pytest.param([LOST, SETTLE, MINUTE, ("world_settles", {"rounds": 6})], True,
+                     id="a-silent-node:-its-pod-left-terminating"),
+        pytest.param([("trainer_node_is_lost", {"index": 1, "how": "deleted"}), SETTLE,
+                      ("time_passes", {"seconds": 41}), ("world_settles", {"rounds": 6})], False,
+                     id="a-deleted-node:-podgc-fails-its-pod"),
+        pytest.param([LOST, SETTLE, MINUTE, ("world_settles", {"rounds": 2}),
+                      ("node_marked_out_of_service", {"index": 1}),
+                      ("world_settles", {"rounds": 4})], False,
+                     id="an-out-of-service-node:-podgc-releases-its-pod"),
+    ],
+)  # fmt: skip
+def test_a_trainer_rank_lost_with_its_node_restarts_the_gang(
+    steps: Sequence[Step], left: bool
+) -> None:
+    """The gang restarts with reason NodeLost once the node has been lost for nodeLostTimeout
+    (or PodGC failed its rank), the node turns suspect, and the next attempt runs without waiting
+    for the old pod that no kubelet will confirm gone; nothing is force-deleted by the operator."""
+    machine = replay(ALL_CHECKS, steps)
+    status = (machine.cluster.peek("RLJob", "grpo-demo") or {})["status"]
+    trainer = [
+        p for p in machine.cluster.view("Pod")
+        if p["metadata"]["labels"].get("rljob.io/role") == "trainer"
+    ]  # fmt: skip
+    running = {
+        p["metadata"]["labels"]["rljob.io/attempt"] for p in trainer
+        if p["status"]["phase"] == "Running" and not p["metadata"].get("deletionTimestamp")
+    }  # fmt: skip
+    stuck = [p for p in trainer if p["metadata"]["labels"]["rljob.io/attempt"] == "1"]
+
+    assert status["attempt"] == 2 and status["restarts"]["recent"][-1]["reason"] == "NodeLost"
+    assert [s["reason"] for s in status["suspectNodes"]] == ["NodeLost"]
+    assert running == {"2"}
+    assert bool(stuck) is left
+    assert not machine.cluster.events("PodForceDeleted")
 
 
 def _classified_as_gpu_hardware(

@@ -12,10 +12,12 @@ from rljob.api import ActionKind, FailureReason, JobPhase
 from rljob.api.status import JOURNAL_FORMAT
 from rljob.health.evaluation import finding
 from rljob.reconcile.attempt_start import AttemptGathered
-from rljob.reconcile.decide import Decision, PassInputs, decide
+from rljob.reconcile.decide import Decision, decide
+from rljob.reconcile.inputs import PassInputs
 from rljob.reconcile.names import trainer_job_name
+from rljob.reconcile.nodes import NodeState
 from rljob.reconcile.steps import DeleteObject, PostEvent, RollDeployment
-from tests.unit.reconcile.world import World, example_body, pod
+from tests.unit.reconcile.world import T0, World, example_body, pod
 
 NCCL = "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE)"
 
@@ -158,15 +160,23 @@ def test_stall_findings_on_several_engines_respect_max_unavailable() -> None:
 @pytest.mark.parametrize(
     ("node_state", "force_deleted"),
     [
-        pytest.param("NotReady", True, id="node-not-ready"),
-        pytest.param("Gone", True, id="node-gone"),
-        pytest.param("Ready", False, id="node-ready-rank-still-saving"),
-        pytest.param("Unread", False, id="node-unreadable"),
+        pytest.param(NodeState("Gone"), True, id="node-gone"),
+        pytest.param(NodeState("Unknown", T0, out_of_service=True), True,
+                     id="node-unreachable-and-out-of-service"),
+        pytest.param(NodeState("NotReady", T0, out_of_service=True), True,
+                     id="node-not-ready-and-out-of-service"),
+        pytest.param(NodeState("Unknown", T0), False, id="node-unreachable-may-still-run-it"),
+        pytest.param(NodeState("NotReady", T0), False, id="node-not-ready-kubelet-alive"),
+        pytest.param(NodeState("Ready"), False, id="node-ready-rank-still-saving"),
+        pytest.param(NodeState("Ready", out_of_service=True), False,
+                     id="out-of-service-but-ready-again"),
+        pytest.param(NodeState("Unread"), False, id="node-unreadable"),
     ],
-)
-def test_old_ranks_stuck_terminating_are_force_deleted_only_on_a_lost_node(
-    node_state: str, force_deleted: bool
+)  # fmt: skip
+def test_old_ranks_stuck_terminating_are_force_deleted_only_where_nothing_runs_them(
+    node_state: NodeState, force_deleted: bool
 ) -> None:
+    """Ready Unknown alone is not enough: a partitioned kubelet may still run the rank."""
     w = running_world(failurePolicy={"teardownTimeout": "30s"})
     fail_trainer(w)
     journal(w, decide_now(w))

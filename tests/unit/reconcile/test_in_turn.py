@@ -19,12 +19,12 @@ from rljob.health.evaluation import finding
 from rljob.reconcile.decide import Decision
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.in_turn import (
-    PREEMPTED_IN_TURN,
     RESTARTED_IN_TURN,
     RESTARTING_IN_TURN,
     ROLE_READY_STEP,
 )
 from rljob.reconcile.steps import DeleteObject, PostEvent, SetPolicyCurrent
+from rljob.reconcile.unfinished import PREEMPTED_IN_TURN
 from tests.unit.reconcile.test_decide import (
     decide_now,
     fail_trainer,
@@ -277,17 +277,22 @@ def test_a_manual_restart_waits_for_it() -> None:
     assert decision.plan.status.last_restart_request is None
 
 
-def test_a_failed_trainer_waits_for_it_without_failing_the_job() -> None:
+def test_a_failed_trainer_ends_it_without_failing_the_job() -> None:
+    """Once its decided deletes were sent, the trainer's repair goes first: waiting behind the
+    remaining turns would hold the costliest repair behind the cheapest for as long as they take."""
     w = fleet_world(IN_TURN_RULE)
     started(w)
+    w.advance(5)
     fail_trainer(w)
 
     decision = decide_now(w)
 
     assert decision.plan.status.phase != JobPhase.FAILED
-    assert decision.plan.status.attempt == 1
+    assert decision.plan.status.attempt == 2
     action = decision.plan.status.in_flight
-    assert action is not None and action.kind == ActionKind.RESTART_ROLE_IN_TURN
+    assert action is not None and action.kind == ActionKind.RESTART_TRAINER_GANG
+    (message,) = preemption(decision)
+    assert "trainer attempt 1 failed" in message and "Gated" not in message
 
 
 def test_suspended_midway_it_takes_no_more_turns_and_settles_once_the_pods_are_gone() -> None:
@@ -367,8 +372,7 @@ GANG = ActionKind.RESTART_TRAINER_GANG
                      id="a-manual-rollout-restart-in-turn"),
         pytest.param(gated_started, 0, None, 1, 1, DRAINING_LEFT,
                      id="within-the-backoff-it-ends-and-the-trainer-waits"),
-        pytest.param(started, 5, ActionKind.RESTART_ROLE_IN_TURN, 1, 1, None,
-                     id="ungated-the-trainer-waits-for-it"),
+        pytest.param(started, 5, GANG, 2, 2, ", ".join(REST), id="ungated-it-ends-too"),
     ],
 )  # fmt: skip
 def test_a_failed_trainer_preempts_a_gated_in_turn_restart(
@@ -381,7 +385,7 @@ def test_a_failed_trainer_preempts_a_gated_in_turn_restart(
 ) -> None:
     """Its replacements turn Ready only once the trainer's driver pushed them weights: waiting
     for them would be a deadlock. The pass that sees the failure ends it (counted, backoff and
-    FailJob apply as ever); Ungated, the trainer waits as before."""
+    FailJob apply as ever); Ungated too, once its decided deletes were sent."""
     w = fleet_world(IN_TURN_RULE)
     begin(w)
     w.advance(after)
@@ -401,6 +405,122 @@ def test_a_failed_trainer_preempts_a_gated_in_turn_restart(
     assert not deleted(decision), "its pods not yet taken are left running"
     engines = status.roles.rollout.engines if status.roles and status.roles.rollout else None
     assert EngineState.DRAINING not in [m.state for m in engines or []]
+
+
+STALL = finding("trainer_stall", "trainer", FailureReason.TRAINER_STALLED, "no heartbeat", {})
+REPORT_STALLS = {"roles": ["trainer"], "onReasons": ["TrainerStalled"], "action": "Report"}
+
+
+@pytest.mark.parametrize(
+    ("begin", "rules", "findings", "asked", "ended", "why"),
+    [
+        pytest.param(first_replaced_awaiting_its_gate, [], (STALL,), None, True,
+                     "the trainer's TrainerStalled finding goes first",
+                     id="a-stalled-trainer-ends-a-gated-one"),
+        pytest.param(first_replaced_awaiting_its_gate, [], (), "trainer/unstick", True,
+                     "a trainer restart was requested (unstick)",
+                     id="a-manual-trainer-restart-ends-a-gated-one"),
+        pytest.param(started, [], (STALL,), None, True,
+                     "the trainer's TrainerStalled finding goes first", id="ungated-too"),
+        pytest.param(first_replaced_awaiting_its_gate, [REPORT_STALLS], (STALL,), None, False,
+                     None, id="a-finding-only-reported-ends-nothing"),
+        pytest.param(first_replaced_awaiting_its_gate, [], (), "rollout/again", False, None,
+                     id="a-manual-rollout-restart-waits-for-it"),
+        pytest.param(gated_started, [], (STALL,), None, False, None,
+                     id="a-drained-engine's-delete-goes-first"),
+    ],
+)  # fmt: skip
+def test_a_repair_of_the_trainer_ends_it(
+    begin: Callable[[World], object],
+    rules: list[dict[str, Any]],
+    findings: tuple[Any, ...],
+    asked: str | None,
+    ended: bool,
+    why: str | None,
+) -> None:
+    """A hung trainer never pushes the weights a Gated replacement waits for, so a stalled
+    trainer the policy restarts, or a manual trainer restart, ends the restart in turn as a
+    failed attempt does, in the write that journals the gang restart."""
+    w = fleet_world(*rules, IN_TURN_RULE)
+    begin(w)
+    w.advance(5)
+    if asked is not None:
+        request_restart(w, asked)
+
+    readings = (idle(FIRST, w.now),) if begin is gated_started else ()
+    decision = decide_now(w, findings=findings, engine_readings=readings)
+
+    action = decision.plan.status.in_flight
+    assert action is not None
+    assert (action.kind == GANG) is ended
+    assert (decision.plan.status.attempt == 2) is ended
+    if not ended:
+        assert not preemption(decision)
+        return
+    (message,) = preemption(decision)
+    assert why is not None and why in message
+
+
+def timed_out_events(decision: Decision) -> list[str]:
+    return [e.message for _, e in decision.reports if e.reason == "RoleRestartTimedOut"]
+
+
+@pytest.mark.parametrize(
+    ("minutes", "ended"),
+    [
+        pytest.param(29, False, id="within-actiontimeout-it-waits"),
+        pytest.param(30, True, id="after-actiontimeout-without-a-turn-it-ends"),
+    ],
+)
+def test_a_replacement_that_never_turns_ready_ends_it_after_actiontimeout(
+    minutes: int, ended: bool
+) -> None:
+    """Every wait of an action is bounded: the role never gets room for the next turn while the
+    first replacement stays Pending, so it ends, said in a Warning naming the pods left."""
+    w = fleet_world(IN_TURN_RULE)
+    started(w)
+    new = replaced(w, FIRST, ready=False)
+    w.pods[new] = dataclasses.replace(w.pods[new], phase="Pending", node="",
+                                      unschedulable_message="0/8 nodes are available")  # fmt: skip
+    w.advance(minutes * 60 - 1)
+
+    decision = decide_now(w)
+
+    action = decision.plan.status.in_flight
+    assert (action is None) is ended
+    if ended:
+        (message,) = timed_out_events(decision)
+        assert message.endswith(f"no turn taken and the role not ready for 30m (actionTimeout); "
+                                f"not restarted: {', '.join(REST)}")  # fmt: skip
+    else:
+        assert not timed_out_events(decision)
+
+
+def test_a_drain_under_way_is_bounded_by_drain_timeout_not_actiontimeout() -> None:
+    w = fleet_world(IN_TURN_RULE)
+    w.body["spec"]["roles"]["rollout"].update(weightSync="Gated", drainTimeout="45m")
+    carry_out(w, decide_now(w, findings=(fleet_finding(),)))
+    w.advance(40 * 60)
+
+    draining = decide_now(w, engine_readings=(EngineReading(FIRST, w.now, 3, 1),))
+
+    assert draining.plan.status.in_flight is not None and not timed_out_events(draining)
+
+
+def test_a_roll_whose_role_never_turns_ready_ends_after_actiontimeout() -> None:
+    w = fleet_world()
+    request_restart(w, "rollout/n1")
+    rolled = decide_now(w)
+    journal(w, rolled)
+    action = rolled.plan.status.in_flight
+    assert action is not None and action.kind == ActionKind.RESTART_ROLE
+    w.advance(30 * 60)
+
+    decision = decide_now(w)
+
+    assert decision.plan.status.in_flight is None
+    (message,) = timed_out_events(decision)
+    assert "not ready 30m (actionTimeout) after its roll" in message
 
 
 def test_preempted_within_the_backoff_the_gang_restart_follows_it() -> None:

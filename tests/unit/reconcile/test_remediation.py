@@ -329,6 +329,9 @@ def test_a_gang_restart_marks_the_root_cause_node_only_on_hardware_like_evidence
 ENGINE = pod("e", "rollout", uid="uid-e")
 DRAINING = [ActionPod(name="e", uid="uid-e", drain_started_at=T0)]
 TAKEN = [ActionPod(name="e", uid="uid-e", drain_started_at=T0, deleted_at=T0)]
+# The rollout Deployment as the roll of action "rolled" left it.
+ROLLED = ObservedChild("Deployment", f"{NAME}-rollout", "uid-d", "rollout", "h", None,
+                       restarted_at="rolled")  # fmt: skip
 IN_TURN = ActionKind.RESTART_ROLE_IN_TURN
 ROLLOUT, VERIFIER = RoleName.ROLLOUT, RoleName.VERIFIER
 
@@ -339,12 +342,16 @@ ROLLOUT, VERIFIER = RoleName.ROLLOUT, RoleName.VERIFIER
         pytest.param(True, None, ROLLOUT, {}, None, id="nothing-in-flight"),
         pytest.param(True, IN_TURN, ROLLOUT, {"pods": DRAINING}, None,
                      id="a-gated-rollout-in-turn-restart-is-preempted"),
-        pytest.param(False, IN_TURN, ROLLOUT, {"pods": DRAINING}, "is done",
-                     id="an-ungated-one-is-waited-for"),
-        pytest.param(True, IN_TURN, VERIFIER, {"pods": DRAINING}, "is done",
-                     id="a-verifier-one-is-waited-for"),
-        pytest.param(True, IN_TURN, ROLLOUT, {"pods": TAKEN}, "sent the deletes it decided",
+        pytest.param(False, IN_TURN, ROLLOUT, {"pods": DRAINING}, None,
+                     id="an-ungated-one-is-preempted-too"),
+        pytest.param(True, IN_TURN, VERIFIER, {"pods": DRAINING}, None,
+                     id="a-verifier-one-is-preempted-too"),
+        pytest.param(True, IN_TURN, ROLLOUT, {"pods": TAKEN}, "sent what it decided",
                      id="the-delete-of-a-pod-whose-turn-came-goes-first"),
+        pytest.param(False, ActionKind.RESTART_ROLE, ROLLOUT, {}, "sent what it decided",
+                     id="a-roll-not-seen-landed-goes-first"),
+        pytest.param(False, ActionKind.RESTART_ROLE, ROLLOUT, {"id": "rolled"}, None,
+                     id="a-roll-seen-landed-is-preempted"),
         pytest.param(True, IN_TURN, ROLLOUT, {"pods": DRAINING, "step": "RoleReady"}, "is done",
                      id="a-ready-role-settles-first"),
         pytest.param(True, ActionKind.RESTART_POD, ROLLOUT, {"pods": DRAINING}, "is done",
@@ -362,7 +369,7 @@ def test_which_action_a_failed_attempt_waits_for(
         target = ActionTarget(role=role, name=f"{NAME}-{role.value}")
         job = with_in_flight(job, kind=kind, target=target, **fields)
 
-    hold = held_by_action(job, Observed(pods=(ENGINE,)))
+    hold = held_by_action(job, Observed((ROLLED,), (ENGINE,)))
 
     assert (hold is None) == (held is None)
     assert hold is None or (held is not None and held in hold.message)
