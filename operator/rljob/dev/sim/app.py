@@ -10,13 +10,14 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rljob.dev.sim import faults as faultlib
+from rljob.dev.sim.collectives import DEFAULT_WATCHDOG_SECONDS, Collectives
 from rljob.dev.sim.control import ControlApi, ProfileRule
 from rljob.dev.sim.coupling import couple
 from rljob.dev.sim.exposition import CONTENT_TYPE
@@ -55,6 +56,8 @@ MAX_WORKLOADS = 5000
 TICK_SECONDS = 1.0
 EVENTS_KEPT = 200
 PodLister = Callable[[], list[dict[str, Any]]]
+NodeLister = Callable[[], set[str]]  # the nodes the API says are not Ready
+RankFailer = Callable[[str, str], None]  # (namespace, pod): fails it as NCCL's watchdog does
 
 
 @dataclass
@@ -66,6 +69,7 @@ class SimConfig:
     profiles: Profiles = field(default_factory=Profiles)
     max_workloads: int = MAX_WORKLOADS
     checkpoints: bool = False
+    nccl_watchdog_seconds: float = DEFAULT_WATCHDOG_SECONDS
 
 
 @dataclass
@@ -105,9 +109,14 @@ class SimulatorApp:
         *,
         clock: Callable[[], float] = time.time,
         sink: CheckpointSink | None = None,
+        lost_nodes: NodeLister | None = None,
+        fail_rank: RankFailer | None = None,
     ) -> None:
         self.config = config
         self.list_pods = list_pods
+        self.list_lost_nodes = lost_nodes
+        self.fail_rank = fail_rank
+        self.collectives = Collectives(config.nccl_watchdog_seconds)
         self.clock = clock
         self.sink = sink
         self.rules = faultlib.RuleBook()
@@ -179,6 +188,7 @@ class SimulatorApp:
             await asyncio.sleep(TICK_SECONDS)
             self.advance_all()
             self._checkpoints()
+            await self._watchdogs()
 
     # ---------------------------------------------------------------- pods
 
@@ -188,6 +198,7 @@ class SimulatorApp:
         async with self._sync_lock:
             try:
                 pods = await asyncio.to_thread(self.list_pods)
+                lost = await asyncio.to_thread(self.list_lost_nodes or set)
             except Exception as exc:
                 self.metrics.polls.labels("error").inc()
                 if self.last_poll_error is None:
@@ -197,10 +208,12 @@ class SimulatorApp:
             self.metrics.polls.labels("ok").inc()
             self.polls_ok += 1
             self.last_poll_error = None
-            await self.apply_pods(pods)
+            await self.apply_pods(pods, lost)
             return True
 
-    async def apply_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
+    async def apply_pods(
+        self, pods: Sequence[Mapping[str, Any]], lost_nodes: Collection[str] = ()
+    ) -> None:
         seen, stopping = attachable_pods(pods, self.config.namespaces)
         changed = False
         for key, workload in list(self.workloads.items()):
@@ -222,6 +235,9 @@ class SimulatorApp:
                 break
             await self._attach(info)
             changed = True
+        ranks = [w.pod for w in self.workloads.values()]
+        for pod in self.collectives.observe(ranks, lost_nodes, self.clock()):
+            self.event("rank-lost", pod, node=pod.node)  # its gang hangs in its next collective
         if changed:
             self.rules.prune({w.instance for w in self.workloads.values()})
             self.publish()
@@ -348,7 +364,7 @@ class SimulatorApp:
 
     def faults_of(self, workload: Workload) -> faultlib.Active:
         pod = workload.pod
-        return self.rules.resolve(
+        injected = self.rules.resolve(
             instance=pod.instance,
             namespace=pod.namespace,
             pod=pod.name,
@@ -356,6 +372,16 @@ class SimulatorApp:
             role=pod.role,
             started=workload.started,
         )
+        return self.collectives.faults(pod, injected)
+
+    async def _watchdogs(self) -> None:
+        """Ranks left hung by a lost one past the NCCL timeout abort, as torch's watchdog does."""
+        ranks = [w.pod for w in self.workloads.values()]
+        for pod in self.collectives.expired(ranks, self.clock()):
+            self.event("nccl-watchdog", pod)
+            log.info("%s: NCCL watchdog: a rank of its gang was lost", pod.key)
+            if self.fail_rank is not None:
+                await asyncio.to_thread(self.fail_rank, pod.namespace, pod.name)
 
     def advance(self, workload: Workload, now: float | None = None) -> faultlib.Active:
         active = self.faults_of(workload)

@@ -44,6 +44,7 @@ class PodInfo:
     engines_port: int | None = None
     engines_through_ray: bool = False
     created: float | None = None  # metadata.creationTimestamp, unix seconds
+    node: str = ""  # spec.nodeName
     # When its deletion was asked (deletionTimestamp less the grace period, whole seconds): the
     # kubelet's SIGTERM, which ends an engine's requests in flight (docs/engine-fidelity.md).
     stop_asked: float | None = None
@@ -134,6 +135,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
         engines_port=ports.get("engine-metrics") or ports.get("ray-metrics"),
         engines_through_ray=not ports.get("engine-metrics") and bool(ports.get("ray-metrics")),
         created=_timestamp(meta.get("creationTimestamp")),
+        node=str(spec.get("nodeName") or ""),
         stop_asked=_stop_asked(meta),
     )
 

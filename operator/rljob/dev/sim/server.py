@@ -10,6 +10,8 @@
   on the role's metrics port, as the pod would on a cluster.
 - After each change it writes the Prometheus file_sd targets to a temporary file renamed into
   place.
+- It lists the nodes too: a trainer rank whose node is not Ready is lost, its gang's other ranks
+  hang in their next collective and abort after the NCCL watchdog (rljob.dev.sim.collectives).
 - The control API on 127.0.0.1:<control-port> injects and clears faults, overrides profiles,
   lists workloads and serves the simulator's own /metrics.
 
@@ -25,12 +27,13 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from rljob.dev.sim.app import MAX_WORKLOADS, PodLister, SimConfig, SimulatorApp
+from rljob.dev.sim.collectives import DEFAULT_WATCHDOG_SECONDS
 from rljob.dev.sim.pods import SELECTOR
 from rljob.dev.sim.profiles import ROLES, ProfileError, Profiles, override
 
@@ -58,6 +61,21 @@ def pod_lister(api: Any, namespaces: Sequence[str]) -> PodLister:
     return list_pods
 
 
+def lost_node_lister(api: Any) -> Callable[[], set[str]]:
+    """Lists the nodes whose Ready condition is not True (a silent kubelet: Unknown)."""
+
+    def lost_nodes() -> set[str]:
+        nodes = api.get("/api/v1/nodes?resourceVersion=0").get("items", [])
+        return {node["metadata"]["name"] for node in nodes if not _ready(node)}
+
+    return lost_nodes
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m rljob.dev.sim", description=__doc__.split("\n")[0]
@@ -78,6 +96,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help='default profile overrides, e.g. rollout={"throughput": 1000}',
     )
     parser.add_argument("--max-workloads", type=int, default=MAX_WORKLOADS)
+    parser.add_argument(
+        "--nccl-watchdog-seconds",
+        type=float,
+        default=DEFAULT_WATCHDOG_SECONDS,
+        help="how long a trainer gang with a rank lost hangs before its watchdog aborts it",
+    )
     parser.add_argument(
         "--checkpoints",
         action="store_true",
@@ -121,8 +145,15 @@ async def _amain(args: argparse.Namespace) -> int:
         profiles=profiles_from_args(args.profile),
         max_workloads=args.max_workloads,
         checkpoints=args.checkpoints,
+        nccl_watchdog_seconds=args.nccl_watchdog_seconds,
     )
-    app = SimulatorApp(config, pod_lister(api, config.namespaces), sink=sink)
+    app = SimulatorApp(
+        config,
+        pod_lister(api, config.namespaces),
+        sink=sink,
+        lost_nodes=lost_node_lister(api),
+        fail_rank=trainer_failer(api),
+    )
     app.drivers = Drivers(app, roster_factory(api), trainer_failer(api))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
