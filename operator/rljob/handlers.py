@@ -12,6 +12,7 @@ from rljob.adapters.observe import (
     MANAGED_BY_LABEL,
     job_key,
     summarize_child,
+    summarize_owner_link,
     summarize_pod,
 )
 from rljob.api import GROUP, PLURAL, VERSION
@@ -20,7 +21,12 @@ from rljob.runtime.runtime import Runtime, RuntimeOptions
 FINALIZER = "rljob.io/finalizer"
 ANNOTATION_PREFIX = "rljob.io"
 MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}
-CHILD_RESOURCES = (("apps", "v1", "deployments"), ("batch", "v1", "jobs"), ("", "v1", "services"))
+CHILD_RESOURCES = (
+    ("apps", "v1", "deployments"),
+    ("apps", "v1", "replicasets"),  # links of a Deployment pod's controller chain
+    ("batch", "v1", "jobs"),
+    ("", "v1", "services"),
+)
 POD_RESOURCE = ("", "v1", "pods")
 
 
@@ -65,6 +71,12 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 def deployments_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
     key = job_key(body)
     return {key: summarize_child(body)} if key else {}
+
+
+@kopf.index("apps", "v1", "replicasets", labels=MANAGED)
+def replicasets_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    key = job_key(body)
+    return {key: summarize_owner_link(body)} if key else {}
 
 
 @kopf.index("batch", "v1", "jobs", labels=MANAGED)

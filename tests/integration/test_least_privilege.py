@@ -258,6 +258,9 @@ ACCESS = [
     _case(True, "update", "rljobs", group="rljob.io", subresource="finalizers"),
     *(_case(True, verb, "jobs", group="batch") for verb in ("create", "patch", "delete")),
     *(_case(True, verb, "deployments", group="apps") for verb in ("create", "update", "watch")),
+    # A rollout pod's controller chain (pod -> ReplicaSet -> Deployment -> RLJob): read only.
+    *(_case(True, verb, "replicasets", group="apps") for verb in ("list", "watch")),
+    *(_case(False, verb, "replicasets", group="apps") for verb in ("create", "patch", "delete")),
     _case(True, "create", "services"),
     _case(True, "list", "pods"),
     _case(True, "delete", "pods"),

@@ -29,6 +29,7 @@ __all__ = [
     "job_key",
     "observed_from",
     "summarize_child",
+    "summarize_owner_link",
     "summarize_pod",
 ]
 _MESSAGE_LIMIT = 4096
@@ -46,6 +47,17 @@ def job_key(body: Body) -> JobKey | None:
 
 def _time(value: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def controller_uid(body: Body) -> str:
+    """The uid of the object's controller (its ownerReference with controller true), or ""."""
+    owners = body.get("metadata", {}).get("ownerReferences") or []
+    return next((str(o.get("uid", "")) for o in owners if o.get("controller")), "")
+
+
+def summarize_owner_link(body: Body) -> tuple[str, str]:
+    """A ReplicaSet as (its uid, its controller's uid): a link of its pods' controller chain."""
+    return str(body["metadata"]["uid"]), controller_uid(body)
 
 
 def _int_or_none(value: str | None) -> int | None:
@@ -91,6 +103,7 @@ def summarize_child(body: Body) -> ObservedChild:
         restarted_at=str(template_annotations.get(RESTARTED_AT_ANNOTATION, "")),
         generation=int(meta.get("generation", 0) or 0),
         observed_generation=int(status.get("observedGeneration", 0) or 0),
+        owner_uid=controller_uid(body),
     )
 
 
@@ -146,6 +159,7 @@ def summarize_pod(body: Body) -> ObservedPod:
         policy_current=_condition(status, POLICY_CURRENT_GATE).get("status") == "True",
         container_running=bool(running),
         started_at=_started_at(running),
+        owner_uid=controller_uid(body),
     )
 
 
@@ -174,8 +188,13 @@ def _metrics_port(spec: Mapping[str, Any]) -> int | None:
     return port if isinstance(port, int) else None
 
 
-def observed_from(children: Iterable[ObservedChild], pods: Iterable[ObservedPod]) -> Observed:
+def observed_from(
+    children: Iterable[ObservedChild],
+    pods: Iterable[ObservedPod],
+    owners: Iterable[tuple[str, str]] = (),
+) -> Observed:
     return Observed(
         children=tuple(sorted(children, key=lambda c: (c.kind, c.name))),
         pods=tuple(sorted(pods, key=lambda p: p.name)),
+        owners=tuple(sorted(owners)),
     )

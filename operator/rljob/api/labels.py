@@ -13,6 +13,9 @@ MANAGED_BY = "rljob-operator"
 JOB_LABEL = "rljob.io/job"
 ROLE_LABEL = "rljob.io/role"
 ATTEMPT_LABEL = "rljob.io/attempt"
+# On the pods (and in the selectors) of a role named by the fallback name: the RLJob's own, so its
+# Services never select the pods a leftover namesake still runs (reconcile/names.py).
+INSTANCE_LABEL = "rljob.io/instance"
 
 SPEC_HASH_ANNOTATION = "rljob.io/spec-hash"
 # On a pod template: the remediation action that rolled the role (its action id).

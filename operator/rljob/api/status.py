@@ -39,6 +39,9 @@ MAX_COUNTED_AT = 101
 MAX_RECENT_RESTARTS = 20
 MAX_SUSPECT_NODES = 16
 MAX_ATTEMPTS = 20
+# Scopes named by the fallback name: the four roles, and trainer attempts ("trainer-a<N>").
+MAX_RENAMED = 16
+RENAMED_SCOPE_PATTERN = r"^(rollout|trainer|reference|verifier|trainer-a[0-9]{1,9})$"
 JOURNAL_FORMAT = 1  # status.inFlight's format: raised when an entry's meaning changes
 # Per-engine detector state kept across operator restarts: a few hundred bytes an engine.
 MAX_ENGINE_HEALTH = 256
@@ -386,4 +389,15 @@ class RLJobStatus(StatusModel):
     )
     last_resume_request: ResumeRequest | None = Field(
         default=None, description="Last rljob.io/resume-request handled."
+    )
+    renamed: Annotated[
+        list[Annotated[str, Field(pattern=RENAMED_SCOPE_PATTERN, max_length=20)]],
+        Field(max_length=MAX_RENAMED),
+        KubeList("set"),
+    ] = Field(
+        default_factory=list,
+        description="What this job names with its fallback name, <name>-<first 5 characters of "
+        "its uid>-...: a role (its Deployment and Services, its pods labelled rljob.io/instance "
+        "and selected by it too) or a trainer attempt's Job (trainer-a<N>), because an object "
+        "this RLJob does not own (a leftover of a deleted namesake) held the usual name.",
     )

@@ -33,9 +33,11 @@ from rljob.reconcile.gate import gate_recheck_after
 from rljob.reconcile.in_turn import InTurnPass, advance_in_turn
 from rljob.reconcile.inputs import PassInputs
 from rljob.reconcile.journal import settle_journal
+from rljob.reconcile.leftovers import with_renamed
 from rljob.reconcile.lifecycle import FAIL_JOB_END, close_attempt
 from rljob.reconcile.nodes import lost_nodes
 from rljob.reconcile.observed import Observed
+from rljob.reconcile.ownership import owned_by
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile
 from rljob.reconcile.progress import (
     engine_policy_env,
@@ -80,13 +82,16 @@ class Decision:
 
 
 def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
+    """`observed`: every object with the job's name label; what the RLJob does not own (a
+    leftover of a deleted namesake) is set apart first and never read as the job's."""
     now = inputs.now
+    observed, leftovers = owned_by(observed, job.metadata.uid or "")
     readings = with_stopped_engines(inputs.engine_readings, observed.pods, now)
-    inputs = replace(inputs, engine_readings=readings)
+    inputs = replace(inputs, engine_readings=readings, leftovers=leftovers)
     diagnosed = job.status.bottleneck
     job = _continued(job, inputs)
     job = with_status(job, _refreshed(job, inputs))
-    job = with_status(job, settle_journal(job.status, observed, job.metadata.name))
+    job = with_status(job, settle_journal(job.status, observed))
     turn = advance_in_turn(job, observed, now, inputs.engine_readings)
     job = with_status(job, turn.status)
     notes: tuple[tuple[str, EventSpec], ...] = ()
@@ -135,6 +140,8 @@ def _decided(
 ) -> Decision:
     live = inputs.progress.policy_generation if inputs.progress is not None else None
     extras = replace(extras, trainer_generation=live)  # a joining Gated engine's target
+    job, renamed = with_renamed(job, observed, inputs.leftovers, inputs.taken)
+    events = [*events, *renamed]
     plan = reconcile(job, observed, inputs.now, extras)
     started = with_attempt_start(
         job, observed, plan, extras, gathered=inputs.attempt, now=inputs.now

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from rljob.api import ConditionStatus, ConditionType, JobPhase, RLJobStatus, RolesStatus
 from rljob.reconcile.conditions import PODS_SCHEDULED, find, is_true, one_line
 from rljob.reconcile.lifecycle import TrainerDecision, TrainerState
-from rljob.reconcile.names import ROLE_ORDER, trainer_job_name
+from rljob.reconcile.names import ROLE_ORDER
 from rljob.reconcile.render import DesiredChild
 
 NORMAL = "Normal"
@@ -76,7 +76,7 @@ def _created(
         return [normal("Created", f"created {names}")]
     record = next((r for r in new.attempts if r.attempt == decision.attempt), None)
     if decision.create_job and record is not None and record not in old.attempts:
-        job = trainer_job_name(job_name, decision.attempt)
+        job = next((c.name for c in applied if c.kind == "Job"), f"attempt {decision.attempt}")
         start = (
             f"resuming from step {record.resumed_from_step}"
             if record.resumed_from_step is not None

@@ -39,7 +39,7 @@ from rljob.api.status import JOURNAL_FORMAT
 from rljob.reconcile.drain import delete_stamped_uids, drain_end, drain_entry, drains
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec
-from rljob.reconcile.names import role_child_name
+from rljob.reconcile.names import child_names
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.policy import Decision, record_restart
 from rljob.reconcile.policy.ledger import utc
@@ -124,7 +124,7 @@ def in_turn_entry(
     return InFlightAction(
         id=action_id,
         kind=ActionKind.RESTART_ROLE_IN_TURN,
-        target=ActionTarget(role=role, name=role_child_name(job.metadata.name, role)),
+        target=ActionTarget(role=role, name=child_names(job).role(role)),
         reason=reason,
         step=JOURNALED_STEP,
         started_at=now,

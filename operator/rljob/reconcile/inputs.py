@@ -13,7 +13,7 @@ from rljob.health.evaluation import Evaluation
 from rljob.reconcile.attempt_start import AttemptGathered
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.nodes import NodeStates
-from rljob.reconcile.observed import ObservedPod
+from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.progress import ProgressReading
 
 
@@ -36,3 +36,7 @@ class PassInputs:
     engine_summaries: tuple[EngineHealth, ...] | None = None  # detector state to keep in status
     bottleneck: Bottleneck | None = None  # the health loop's latest diagnosis
     engine_readings: tuple[EngineReading, ...] = ()  # rollout engines: running, generation
+    # Names an object without the job's labels held when the executor came to create a child.
+    taken: tuple[tuple[str, str], ...] = ()
+    # What of the job's name label the job does not own (decide() sorts it from its observed).
+    leftovers: Observed = field(default_factory=Observed)

@@ -8,7 +8,7 @@ from rljob.api import ActionKind, InFlightAction, RLJobStatus
 from rljob.api.status import JOURNAL_FORMAT
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.in_turn import RESTARTING_IN_TURN, started_message
-from rljob.reconcile.names import trainer_job_name
+from rljob.reconcile.lifecycle import attempt_job
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 
 GANG_RESTARTED = "GangRestarted"
@@ -32,7 +32,7 @@ def pod_to_delete(status: RLJobStatus, observed: Observed) -> ObservedPod | None
     return next((p for p in observed.pods if p.uid == uid and not p.deleting), None)
 
 
-def settle_journal(status: RLJobStatus, observed: Observed, job_name: str) -> RLJobStatus:
+def settle_journal(status: RLJobStatus, observed: Observed) -> RLJobStatus:
     """Clears the journal once the action is done: a gang restart when the new attempt's Job
     exists, a pod restart when the pod is gone, a role roll when its Deployment was rolled (an
     in-turn restart settles in reconcile/in_turn.py)."""
@@ -40,8 +40,7 @@ def settle_journal(status: RLJobStatus, observed: Observed, job_name: str) -> RL
     if action is None or unknown_format(status):
         return status
     if action.kind == ActionKind.RESTART_TRAINER_GANG:
-        created = trainer_job_name(job_name, status.attempt or 1)
-        done = any(c.kind == "Job" and c.name == created for c in observed.children)
+        done = attempt_job(observed, status.attempt or 1) is not None
     elif action.kind == ActionKind.RESTART_POD:
         uid = action.target.uid if action.target else None
         done = not any(p.uid == uid and not p.deleting for p in observed.pods)

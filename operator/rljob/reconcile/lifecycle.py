@@ -29,7 +29,7 @@ from rljob.api import (
 from rljob.api.spec import CHECKPOINT_VERSION_PATTERN
 from rljob.api.status import MAX_ATTEMPTS
 from rljob.reconcile.conditions import is_true, one_line, valid_reason
-from rljob.reconcile.names import trainer_job_name
+from rljob.reconcile.names import child_names
 from rljob.reconcile.nodes import without_lost
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.root_cause import root_cause
@@ -118,7 +118,7 @@ def decide_trainer(
     there (a rank that still runs is fenced from the checkpoint store by the newer marker)."""
     status = job.status
     attempt = status.attempt or 1
-    current = _trainer_job(observed, job.metadata.name, attempt)
+    current = attempt_job(observed, attempt)
     if status.phase in TERMINAL_PHASES:
         return TrainerDecision(TrainerState.FINISHED, attempt, job=current)
     if hold is not None:
@@ -164,9 +164,16 @@ def _attempt_pods(observed: Observed, attempt: int) -> list[ObservedPod]:
     ]
 
 
-def _trainer_job(observed: Observed, job_name: str, attempt: int) -> ObservedChild | None:
-    name = trainer_job_name(job_name, attempt)
-    return next((c for c in observed.children if c.kind == "Job" and c.name == name), None)
+def attempt_job(observed: Observed, attempt: int) -> ObservedChild | None:
+    """The trainer Job of `attempt` (by its attempt label: observed holds only this job's)."""
+    return next(
+        (
+            c
+            for c in observed.children
+            if c.kind == "Job" and c.role == RoleName.TRAINER.value and c.attempt == attempt
+        ),
+        None,
+    )
 
 
 def _started(job: RLJob, attempt: int, current: ObservedChild | None) -> bool:
@@ -183,7 +190,7 @@ def _deleted_outside(job: RLJob, attempt: int, current: ObservedChild | None) ->
     record = _record(job.status.attempts, attempt)
     if current is not None or record is None or record.job_uid is None:
         return ""
-    return "" if record.ended_at is not None else trainer_job_name(job.metadata.name, attempt)
+    return "" if record.ended_at is not None else child_names(job).trainer_job(attempt)
 
 
 def _running_attempt(
@@ -245,7 +252,7 @@ def _after_timeout(job: RLJob, attempt: int) -> bool:
 def _next_attempt(job: RLJob, observed: Observed, attempt: int, now: datetime) -> TrainerDecision:
     """The current attempt has no live Job: create it unless something must go first."""
     after_timeout = _after_timeout(job, attempt)
-    lingering = _lingering_trainer(observed, job.metadata.name, attempt)
+    lingering = _lingering_trainer(observed, attempt)
     if lingering:
         message = f"trainer attempt {attempt} waits for {lingering} to terminate"
         return TrainerDecision(
@@ -267,7 +274,7 @@ def _next_attempt(job: RLJob, observed: Observed, attempt: int, now: datetime) -
     )
 
 
-def _lingering_trainer(observed: Observed, job_name: str, attempt: int) -> str:
+def _lingering_trainer(observed: Observed, attempt: int) -> str:
     """Trainer pods still running or terminating (of earlier attempts, or of this attempt's Job
     being deleted), an earlier attempt's Job (its foreground deletion ends only once its pods,
     terminated ones too, are gone) or this attempt's Job being deleted: the new Job waits."""
@@ -281,7 +288,7 @@ def _lingering_trainer(observed: Observed, job_name: str, attempt: int) -> str:
     )
     if older:
         return f"Job {older[0]}"
-    current = _trainer_job(observed, job_name, attempt)
+    current = attempt_job(observed, attempt)
     if current is not None and current.deleting:
         return f"Job {current.name}"
     return ""

@@ -31,6 +31,7 @@ class ObservedChild:
     restarted_at: str = ""  # the pod template's rljob.io/restarted-at (a role roll's action id)
     generation: int = 0
     observed_generation: int = 0  # status describes this generation of the spec
+    owner_uid: str = ""  # its controller's uid (the RLJob's, for this job's own); "": none
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class ObservedPod:
     container_running: bool = True
     # When its main container last (re)started: a reading taken before describes a process gone.
     started_at: datetime | None = None
+    owner_uid: str = ""  # its controller's uid: its Job's, or its ReplicaSet's; "": none
 
     @property
     def terminal(self) -> bool:
@@ -72,7 +74,9 @@ class ObservedPod:
 
 @dataclass(frozen=True)
 class Observed:
-    """Everything observed of one RLJob's children and pods."""
+    """Everything observed of one RLJob's children and pods; `owners`: (uid, controller uid) of
+    the objects between them (a Deployment's ReplicaSets), to follow a pod's controller chain."""
 
     children: tuple[ObservedChild, ...] = ()
     pods: tuple[ObservedPod, ...] = ()
+    owners: tuple[tuple[str, str], ...] = ()

@@ -145,6 +145,7 @@ def render_context(
         avoid_nodes=tuple(sorted(node.name for node in suspects)),
         trainer_master_port=extras.trainer_master_port,
         finished=decision.finished,
+        renamed=frozenset(job.status.renamed),
     )
 
 

@@ -25,10 +25,10 @@ from rljob.reconcile.in_turn import ROLE_READY_STEP
 from rljob.reconcile.lifecycle import (
     SUSPENDED_END,
     TrainerHold,
+    attempt_job,
     close_attempt,
     resumed_by_gang_restarts,
 )
-from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.policy import (
     Decision,
@@ -66,16 +66,8 @@ def failed_attempt(
     attempt = job.status.attempt or 1
     if any(r.attempt == attempt and r.end_reason == SUSPENDED_END for r in job.status.attempts):
         return None
-    name = trainer_job_name(job.metadata.name, attempt)
-    failed = next(
-        (
-            c
-            for c in observed.children
-            if c.kind == "Job" and c.name == name and c.failed and not c.deleting
-        ),
-        None,
-    )
-    if failed is None:
+    failed = attempt_job(observed, attempt)
+    if failed is None or not failed.failed or failed.deleting:
         return None
     ranks = [
         p
@@ -156,11 +148,8 @@ def held_by_action(job: RLJob, observed: Observed) -> TrainerHold | None:
 
 
 def current_trainer_job(job: RLJob, observed: Observed) -> ObservedChild | None:
-    name = trainer_job_name(job.metadata.name, job.status.attempt or 1)
-    return next(
-        (c for c in observed.children if c.kind == "Job" and c.name == name and not c.deleting),
-        None,
-    )
+    current = attempt_job(observed, job.status.attempt or 1)
+    return current if current is not None and not current.deleting else None
 
 
 def journal_gang_restart(

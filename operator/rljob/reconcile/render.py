@@ -95,6 +95,11 @@ class RenderContext:
     trainer_master_port: int = DEFAULT_MASTER_PORT
     # Succeeded or Failed: serving roles at zero replicas and no trainer Job, like suspend.
     finished: bool = False
+    renamed: frozenset[str] = frozenset()  # status.renamed: scopes named by the fallback name
+
+    @property
+    def names(self) -> names.ChildNames:
+        return names.ChildNames(self.name, self.uid, self.renamed)
 
 
 def render_children(job: RLJob, ctx: RenderContext) -> list[DesiredChild]:
@@ -115,7 +120,7 @@ def _rollout_children(job: RLJob, role: RolloutRole, ctx: RenderContext) -> list
     headless = _service(
         ctx,
         RoleName.ROLLOUT,
-        names.rollout_headless_service_name(ctx.name),
+        ctx.names.rollout_headless(),
         _serving_ports(RoleName.ROLLOUT, role),
         headless=True,
         hash_key="rollout-headless",
@@ -130,7 +135,7 @@ def _serving_children(
     service = _service(
         ctx,
         role_name,
-        names.role_child_name(ctx.name, role_name),
+        ctx.names.role(role_name),
         _serving_ports(role_name, role),
         headless=False,
         hash_key=role_name.value,
@@ -145,7 +150,7 @@ def _trainer_children(job: RLJob, role: TrainerRole, ctx: RenderContext) -> list
     service = _service(
         ctx,
         RoleName.TRAINER,
-        names.trainer_service_name(ctx.name),
+        ctx.names.trainer_service(),
         ports,
         headless=True,
         hash_key="trainer",
@@ -175,7 +180,7 @@ def _service(
     publish_not_ready: bool = False,
 ) -> DesiredChild:
     spec: dict[str, Any] = {
-        "selector": names.selector_labels(ctx.name, role_name),
+        "selector": ctx.names.selector(role_name),
         "ports": [
             {"name": port_name, "port": port, "targetPort": port, "protocol": "TCP"}
             for port_name, port in ports.items()
@@ -187,7 +192,7 @@ def _service(
         # Rank 0's name must resolve before any rank is Ready: ranks rendezvous to become Ready.
         spec["publishNotReadyAddresses"] = True
     digest = service_hash(hash_key, ports)
-    labels = names.child_labels(ctx.name, role_name)
+    labels = ctx.names.labels(role_name)
     return _child(ctx, "Service", "v1", name, role_name, digest=digest, labels=labels, spec=spec)
 
 
@@ -207,7 +212,7 @@ def _deployment(
         scaled_to_zero=scaled_to_zero,
         policy_env=hashed_env,
     )
-    labels = names.child_labels(ctx.name, role_name)
+    labels = ctx.names.labels(role_name)
     template = pod_template(
         PodInputs(
             role_name=role_name,
@@ -222,7 +227,7 @@ def _deployment(
     )
     spec = {
         "replicas": 0 if scaled_to_zero else role.replicas,
-        "selector": {"matchLabels": names.selector_labels(ctx.name, role_name)},
+        "selector": {"matchLabels": ctx.names.selector(role_name)},
         "strategy": {
             "type": "RollingUpdate",
             "rollingUpdate": {"maxSurge": 0, "maxUnavailable": role.max_unavailable},
@@ -230,7 +235,7 @@ def _deployment(
         "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
         "template": template,
     }
-    name = names.role_child_name(ctx.name, role_name)
+    name = ctx.names.role(role_name)
     return _child(
         ctx, "Deployment", "apps/v1", name, role_name, digest=digest, labels=labels, spec=spec
     )
@@ -245,7 +250,7 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
         resume_env=ctx.resume_env,
         avoid_nodes=ctx.avoid_nodes,
     )
-    labels = _trainer_labels(ctx.name, ctx.attempt)
+    labels = {**ctx.names.labels(RoleName.TRAINER), ATTEMPT_LABEL: str(ctx.attempt)}
     launched = _trainer_launch(role, ctx)
     entrypoint = (launched.command, launched.args or []) if launched.command else None
     template = pod_template(
@@ -270,7 +275,7 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
                 "restartPolicy": "Never",
                 # With the Job controller's hostname <job>-<index> this gives every rank a
                 # stable DNS name under the trainer's headless Service.
-                "subdomain": names.trainer_service_name(ctx.name),
+                "subdomain": ctx.names.trainer_service(),
                 "terminationGracePeriodSeconds": trainer_grace_default(job),
             },
             avoid_nodes=ctx.avoid_nodes,
@@ -288,7 +293,7 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
         "template": template,
         **launched.job_spec,
     }
-    name = trainer_job_name(ctx.name, ctx.attempt)
+    name = ctx.names.trainer_job(ctx.attempt)
     return _child(
         ctx, "Job", "batch/v1", name, RoleName.TRAINER, digest=digest, labels=labels, spec=spec
     )
@@ -303,14 +308,10 @@ def _with_engine_port(role: TrainerRole, ports: list[dict[str, Any]]) -> list[di
     return [*ports, port]
 
 
-def _trainer_labels(job_name: str, attempt: int) -> dict[str, str]:
-    return {**names.child_labels(job_name, RoleName.TRAINER), ATTEMPT_LABEL: str(attempt)}
-
-
 def _trainer_launch(role: TrainerRole, ctx: RenderContext) -> Launch:
     """The launcher's env (topology), entrypoint, ports, probes and Job fields, with the
     attempt."""
-    master = names.trainer_master_address(ctx.name, ctx.namespace, ctx.attempt)
+    master = ctx.names.trainer_master_address(ctx.namespace, ctx.attempt)
     launched = launch(LaunchInputs(role, master, ctx.trainer_master_port, _node_rank()))
     attempt = {"name": "RLJOB_ATTEMPT", "value": str(ctx.attempt)}
     return dataclasses.replace(launched, env=[*launched.env, attempt])
@@ -350,10 +351,10 @@ def _common_env(job: RLJob, role_name: RoleName, ctx: RenderContext) -> list[dic
     for other in names.ROLE_ORDER:
         if other == role_name or getattr(job.spec.roles, other.value) is None:
             continue
-        address = names.service_address(names.role_child_name(ctx.name, other), ctx.namespace)
+        address = names.service_address(ctx.names.role(other), ctx.namespace)
         env.append({"name": f"RLJOB_{other.value.upper()}_SERVICE", "value": address})
         if other == RoleName.ROLLOUT:
-            headless = names.rollout_headless_service_name(ctx.name)
+            headless = ctx.names.rollout_headless()
             env.append(
                 {
                     "name": "RLJOB_ROLLOUT_HEADLESS_SERVICE",

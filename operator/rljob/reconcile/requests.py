@@ -28,7 +28,7 @@ from rljob.reconcile.events import EventSpec
 from rljob.reconcile.in_turn import advance_in_turn, in_turn_entry
 from rljob.reconcile.journal import MANUAL_PREFIX
 from rljob.reconcile.lifecycle import RESTART_REQUESTED_END, close_attempt
-from rljob.reconcile.names import role_child_name
+from rljob.reconcile.names import child_names
 from rljob.reconcile.observed import Observed
 from rljob.reconcile.remediation import current_trainer_job
 
@@ -114,7 +114,7 @@ def journal_manual_restart(
             return status
         journaled = status.model_copy(update={"in_flight": entry})
         return advance_in_turn(job.model_copy(update={"status": journaled}), observed, now).status
-    target = ActionTarget(role=order.role, name=role_child_name(job.metadata.name, order.role))
+    target = ActionTarget(role=order.role, name=child_names(job).role(order.role))
     action = InFlightAction(
         id=action_id, kind=ActionKind.RESTART_ROLE, target=target, started_at=now
     )

@@ -20,7 +20,7 @@ from rljob.health.evaluation import Evaluation
 from rljob.health.termination import DISRUPTION_REASONS, ContainerTermination, CrashRepeatTracker
 from rljob.reconcile.drain import DRAINING_STEP, drain_entry, draining_uids, drains
 from rljob.reconcile.events import EventSpec
-from rljob.reconcile.names import role_child_name
+from rljob.reconcile.names import child_names
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.policy import Decision, record_restart
 
@@ -115,7 +115,7 @@ def unavailable(job: RLJob, observed: Observed, role: str) -> int:
     seen not ready or terminating if more (its status lags a deletion we just made)."""
     spec = getattr(job.spec.roles, role, None)
     desired = getattr(spec, "replicas", 0) if spec is not None else 0
-    name = role_child_name(job.metadata.name, RoleName(role))
+    name = child_names(job).role(RoleName(role))
     deployment = next(
         (c for c in observed.children if c.kind == "Deployment" and c.name == name), None
     )

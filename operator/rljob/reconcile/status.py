@@ -31,7 +31,7 @@ from rljob.reconcile.lifecycle import (
     TrainerState,
     updated_attempts,
 )
-from rljob.reconcile.names import ROLE_ORDER, role_child_name
+from rljob.reconcile.names import ROLE_ORDER
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.roster import engine_roster
 from rljob.reconcile.suspects import active_suspects, suspect_in_use_state, suspect_ttl
@@ -132,9 +132,8 @@ def _ready(job: RLJob, observed: Observed, decision: TrainerDecision, role: Role
     if role == RoleName.TRAINER:
         active = decision.state in (TrainerState.STARTING, TrainerState.RUNNING)
         return decision.job.ready_replicas if active and decision.job is not None else 0
-    name = role_child_name(job.metadata.name, role)
     deployment = next(
-        (c for c in observed.children if c.kind == "Deployment" and c.name == name), None
+        (c for c in observed.children if c.kind == "Deployment" and c.role == role.value), None
     )
     return deployment.ready_replicas if deployment is not None else 0
 

@@ -87,7 +87,11 @@ class SetPolicyCurrent:
 
 @dataclass(frozen=True)
 class ApplyChild:
+    """A child applied; `new`: not observed as the job's, so the executor first makes sure no
+    other object holds its name (it never takes one over)."""
+
     body: dict[str, Any]
+    new: bool = False
 
 
 @dataclass(frozen=True)
@@ -174,7 +178,8 @@ def execution_steps(
     creates = creates_attempt(plan)
     if creates and attempt_plan is not None:
         steps += [WriteMarker(attempt_plan.marker), CrashPoint("attempt:marker-written")]
-    steps += [ApplyChild(c.body) for c in plan.apply]
+    ours = {(c.kind, c.name) for c in observed.children}
+    steps += [ApplyChild(c.body, new=(c.kind, c.name) not in ours) for c in plan.apply]
     if creates and prefix == "gang-restart":
         steps.append(CrashPoint("gang-restart:new-job-created"))
     if creates and attempt_plan is not None and not attempt_plan.retention.empty:

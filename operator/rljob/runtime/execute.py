@@ -10,9 +10,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from rljob.adapters.checkpoints import Checkpoints
 from rljob.adapters.events import post_event
 from rljob.adapters.kube import Kube, KubeError
+from rljob.adapters.observe import controller_uid
 from rljob.adapters.paths import api_version_of, object_path
 from rljob.api import API_VERSION, KIND, RLJob
 from rljob.api.labels import (
@@ -36,6 +39,7 @@ from rljob.reconcile.steps import (
 )
 from rljob.runtime.memory import JobMemory
 
+log = structlog.get_logger("rljob.runtime")
 RESTART_FIELD_MANAGER = "rljob-operator-restart"
 # Tests only: stands in for "a new operator version renders templates differently".
 RENDER_MARKER_ENV = "RLJOB_TEST_RENDER_MARKER"
@@ -125,7 +129,28 @@ async def _write_marker(step: WriteMarker, ctx: Context) -> None:
 
 
 async def _apply(step: ApplyChild, ctx: Context) -> None:
+    """A new child's name may be held by an object that is not the job's and carries none of
+    its labels (the watches never showed it): it is left alone, and the next pass renames."""
+    if step.new and not await _free(step.body, ctx):
+        return
     await ctx.kube.apply(_with_render_marker(step.body))
+
+
+async def _free(body: dict[str, Any], ctx: Context) -> bool:
+    """Whether the name is free, or held by this job's own object (a watch that lags)."""
+    meta = body["metadata"]
+    path = object_path(body["apiVersion"], body["kind"], meta["namespace"], meta["name"])
+    try:
+        held = await ctx.kube.request("get", path)
+    except KubeError as exc:
+        if exc.not_found:
+            return True
+        raise
+    if controller_uid(held) == ctx.job.metadata.uid:
+        return True
+    ctx.memory.taken.add((body["kind"], meta["name"]))
+    log.warning("name held by another object", kind=body["kind"], name=meta["name"])
+    return False
 
 
 async def _retention(step: ApplyRetention, ctx: Context) -> None:

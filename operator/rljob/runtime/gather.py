@@ -75,6 +75,7 @@ class Gatherer:
             node_states=nodes,
             retention_problem=memory.retention_problem,
             engine_readings=memory.engine_readings,
+            taken=tuple(sorted(memory.taken)),
         )
 
     @staticmethod

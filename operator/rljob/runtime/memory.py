@@ -43,6 +43,7 @@ class JobMemory:
     written: dict[str, Any] | None = None  # the last status patch this process wrote
     phase: str | None = None  # for the jobs-by-phase gauge
     retention_problem: str = ""  # the last retention apply's failure, for the next journal
+    taken: set[tuple[str, str]] = field(default_factory=set)  # (kind, name) held by another
 
 
 class Memories:

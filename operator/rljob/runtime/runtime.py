@@ -28,7 +28,7 @@ from rljob.runtime.memory import JobMemory, Memories
 from rljob.runtime.passes import Passes
 from rljob.runtime.workers import JobWorkers
 
-CHILD_INDEXES = ("deployments_idx", "jobs_idx", "services_idx", "pods_idx")
+CHILD_INDEXES = ("deployments_idx", "replicasets_idx", "jobs_idx", "services_idx", "pods_idx")
 RLJOB_INDEX = "rljobs_idx"
 
 
@@ -138,7 +138,7 @@ class Runtime:
             *values("services_idx"),
         ]
         pods: list[ObservedPod] = values("pods_idx")
-        return observed_from(children, pods)
+        return observed_from(children, pods, values("replicasets_idx"))
 
     def submit(self, body: dict[str, Any]) -> None:
         self.workers.submit(body)

@@ -234,12 +234,12 @@ def test_a_role_roll_targets_its_deployment_and_settles_once_rolled() -> None:
         )  # fmt: skip
         return Observed((child,))
 
-    assert settle_journal(status, deployment("", 2), NAME).in_flight is not None
-    assert settle_journal(status, deployment("role-verifier-1", 1), NAME).in_flight
+    assert settle_journal(status, deployment("", 2)).in_flight is not None
+    assert settle_journal(status, deployment("role-verifier-1", 1)).in_flight
     # The first watch event after the patch still carries the previous template's status.
     stale = deployment("role-verifier-1", 2, observed_generation=1)
-    assert settle_journal(status, stale, NAME).in_flight is not None
-    assert settle_journal(status, deployment("role-verifier-1", 2), NAME).in_flight is None
+    assert settle_journal(status, stale).in_flight is not None
+    assert settle_journal(status, deployment("role-verifier-1", 2)).in_flight is None
 
 
 @pytest.mark.parametrize(

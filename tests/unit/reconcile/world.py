@@ -91,7 +91,28 @@ class World:
 
     @property
     def observed(self) -> Observed:
-        return Observed(tuple(self.children.values()), tuple(self.pods.values()))
+        """What the job's watches show; a pod made by hand (no owner given) is its role's
+        Deployment's, or its attempt's Job's, as the controllers would make it."""
+        pods = tuple(self._controlled(p) for p in self.pods.values())
+        return Observed(tuple(self.children.values()), pods)
+
+    @property
+    def uid(self) -> str:
+        return str(self.body["metadata"].get("uid") or "")
+
+    def _controlled(self, pod: ObservedPod) -> ObservedPod:
+        if pod.owner_uid:
+            return pod
+        owner = next(
+            (
+                c.uid
+                for c in self.children.values()
+                if c.role == pod.role
+                and (c.kind == "Deployment" or (c.kind == "Job" and c.attempt == pod.attempt))
+            ),
+            "",
+        )
+        return dataclasses.replace(pod, owner_uid=owner)
 
     def plan(self) -> Plan:
         return reconcile(self.job, self.observed, self.now, self.extras)
@@ -144,6 +165,7 @@ class World:
             replicas=int(spec.get("parallelism" if kind == "Job" else "replicas", 0) or 0),
             ready_replicas=existing.ready_replicas if existing else 0,
             created_at=existing.created_at if existing else self.now,
+            owner_uid=existing.owner_uid if existing else self.uid,
         )
 
     # What the cluster's controllers do.
