@@ -35,7 +35,7 @@ from rljob.reconcile.inputs import PassInputs
 from rljob.reconcile.journal import settle_journal
 from rljob.reconcile.leftovers import with_renamed
 from rljob.reconcile.lifecycle import FAIL_JOB_END, close_attempt
-from rljob.reconcile.nodes import lost_nodes
+from rljob.reconcile.nodes import lost_nodes, lost_recheck_after
 from rljob.reconcile.observed import Observed
 from rljob.reconcile.ownership import owned_by
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile
@@ -204,9 +204,12 @@ def _overriding_states(job: RLJob, inputs: PassInputs) -> list[ConditionState]:
 
 
 def _recheck(job: RLJob, observed: Observed, inputs: PassInputs) -> float | None:
-    """A drain that waits, or a Gated engine awaiting its gate, is looked at again soon."""
+    """A drain that waits, a Gated engine awaiting its gate, or a rank whose node is not
+    answering yet lost, is looked at again soon."""
+    lost = lost_recheck_after(job, observed, inputs.node_states, inputs.now)
     return _sooner(
-        recheck_after(job, inputs.engine_readings, inputs.now), gate_recheck_after(job, observed)
+        _sooner(recheck_after(job, inputs.engine_readings, inputs.now), lost),
+        gate_recheck_after(job, observed),
     )
 
 

@@ -90,6 +90,24 @@ def lost_rank(
     return None
 
 
+def lost_recheck_after(
+    job: RLJob, observed: Observed, nodes: NodeStates, now: datetime
+) -> float | None:
+    """Seconds until a rank's node, Unknown now, has been so for nodeLostTimeout: the pass that
+    finds it lost must not wait for another event."""
+    timeout = timedelta(seconds=parse_duration(job.spec.failure_policy.node_lost_timeout))
+    attempt = job.status.attempt or 1
+    deadlines = [
+        (state.since + timeout - now).total_seconds()
+        for pod in observed.pods
+        if pod.role == RoleName.TRAINER.value and pod.attempt == attempt and not pod.terminal
+        and (state := nodes.get(pod.node)) is not None
+        and state.ready == UNKNOWN and state.since is not None
+    ]  # fmt: skip
+    pending = [seconds for seconds in deadlines if seconds > 0]
+    return min(pending) if pending else None
+
+
 def lost_nodes(job: RLJob, nodes: NodeStates, now: datetime) -> frozenset[str]:
     """Nodes gone, or unreachable for nodeLostTimeout: the next attempt does not wait for them."""
     timeout = timedelta(seconds=parse_duration(job.spec.failure_policy.node_lost_timeout))

@@ -139,3 +139,29 @@ def test_which_nodes_a_pass_reads(pod_fields: dict[str, object], phase: str, rea
 )  # fmt: skip
 def test_a_node_as_read(body: dict[str, object], expected: NodeState) -> None:
     assert node_state(body) == expected
+
+
+@pytest.mark.parametrize(
+    ("seconds", "requeue"),
+    [
+        pytest.param(0, 60.0, id="just-unknown:-back-when-the-timeout-ends"),
+        pytest.param(45, 15.0, id="midway"),
+        pytest.param(61, None, id="lost-already:-acted-on-now"),
+    ],
+)
+def test_a_pass_comes_back_when_a_silent_node_turns_lost(
+    seconds: float, requeue: float | None
+) -> None:
+    """No other event need come: the node's silence is the only signal left."""
+    w = running_world()
+    node = unreachable(w)
+    went = w.now
+    w.advance(seconds)
+
+    decision = decide_now(w, node_states={node: NodeState("Unknown", since=went)})
+
+    if requeue is None:
+        assert decision.plan.status.attempt == 2
+    else:
+        assert decision.plan.requeue_after is not None
+        assert decision.plan.requeue_after <= requeue
