@@ -30,6 +30,10 @@ NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 
+# Handled request nonces remembered beyond the last (a set-back annotation is not new).
+MAX_EARLIER_REQUESTS = 16
+
+
 class BottleneckRole(StrEnum):
     """What bounds the trainer's step (the printer column shows it)."""
 
@@ -167,3 +171,18 @@ class ResumeRequest(StatusModel):
     id: Annotated[str, Field(min_length=1, max_length=64)] = Field(description="The nonce.")
     handled_at: datetime = Field(description="When it was handled.")
     resumed: bool = Field(description="Whether it ended a policy suspension.")
+    earlier: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=64)]],
+        Field(max_length=MAX_EARLIER_REQUESTS),
+    ] = Field(
+        default_factory=list,
+        description="Ids handled before it, newest last: one set back (a GitOps tool "
+        "re-applying an older manifest) is not a new request.",
+    )
+
+    def handled(self, nonce: str) -> bool:
+        return nonce == self.id or nonce in self.earlier
+
+    def after(self) -> list[str]:
+        """`earlier` for the request handled next."""
+        return [*self.earlier, self.id][-MAX_EARLIER_REQUESTS:]

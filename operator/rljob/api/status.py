@@ -9,7 +9,12 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 
 from rljob.api.base import StatusModel
-from rljob.api.diagnosis import Bottleneck, PolicySuspension, ResumeRequest
+from rljob.api.diagnosis import (
+    MAX_EARLIER_REQUESTS,
+    Bottleneck,
+    PolicySuspension,
+    ResumeRequest,
+)
 from rljob.api.engine_roster import EngineMember
 from rljob.api.enums import (
     ActionKind,
@@ -265,6 +270,21 @@ class RestartRequest(StatusModel):
     id: Annotated[str, Field(min_length=1, max_length=64)] = Field(description="Request id.")
     role: RoleName | None = Field(default=None, description="Role restarted; empty: the job.")
     handled_at: datetime = Field(description="When it was carried out.")
+    earlier: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=64)]],
+        Field(max_length=MAX_EARLIER_REQUESTS),
+    ] = Field(
+        default_factory=list,
+        description="Ids handled before it, newest last: one set back (a GitOps tool "
+        "re-applying an older manifest) is not a new request.",
+    )
+
+    def handled(self, nonce: str) -> bool:
+        return nonce == self.id or nonce in self.earlier
+
+    def after(self) -> list[str]:
+        """`earlier` for the request handled next."""
+        return [*self.earlier, self.id][-MAX_EARLIER_REQUESTS:]
 
 
 class AttemptRecord(StatusModel):

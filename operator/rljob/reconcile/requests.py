@@ -64,7 +64,7 @@ def pending_restart(annotations: Mapping[str, str], status: RLJobStatus) -> Rest
     if match is None:
         return None
     done = status.last_restart_request
-    if done is not None and done.id == match["nonce"]:
+    if done is not None and done.handled(match["nonce"]):
         return None
     return RestartOrder(RoleName(match["role"]), match["nonce"])
 
@@ -85,7 +85,12 @@ def journal_manual_restart(
     the write and the roll resumes the roll. Not counted towards the restart budget."""
     status = job.status.model_copy(
         update={
-            "last_restart_request": RestartRequest(id=order.nonce, role=order.role, handled_at=now)
+            "last_restart_request": RestartRequest(
+                id=order.nonce,
+                role=order.role,
+                handled_at=now,
+                earlier=done.after() if (done := job.status.last_restart_request) else [],
+            )
         }
     )
     action_id = f"{MANUAL_PREFIX}{order.nonce}"[:64]

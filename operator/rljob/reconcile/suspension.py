@@ -70,7 +70,7 @@ def pending_resume(annotations: Mapping[str, str], status: RLJobStatus) -> str |
     if not _NONCE.match(nonce):
         return None
     done = status.last_resume_request
-    return None if done is not None and done.id == nonce else nonce
+    return None if done is not None and done.handled(nonce) else nonce
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,10 @@ def handle_resume(job: RLJob, now: datetime) -> ResumeOutcome:
     if nonce is None:
         return ResumeOutcome(status)
     held = status.suspension
-    record = ResumeRequest(id=nonce, handled_at=now, resumed=held is not None)
+    done = status.last_resume_request
+    record = ResumeRequest(
+        id=nonce, handled_at=now, resumed=held is not None, earlier=done.after() if done else []
+    )
     status = status.model_copy(update={"last_resume_request": record, "suspension": None})
     request = f"{RESUME_REQUEST_ANNOTATION}={nonce}"
     if held is None:

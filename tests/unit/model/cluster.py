@@ -233,6 +233,8 @@ class Cluster(Kube):
         self.node_since: dict[str, dt.datetime] = {}  # name -> when its Ready condition changed
         self.out_of_service: set[str] = set()  # nodes tainted node.kubernetes.io/out-of-service
         self.gone_nodes: dict[str, dt.datetime] = {}  # Node objects deleted, and when
+        # Roles whose pods created from now on never start (an image that does not pull).
+        self.unstartable: dict[str, dt.datetime] = {}
         self.log: list[Write] = []
         self.actor = "operator"
         self.history: dict[str, list[tuple[Ref, JSON | None]]] = {k: [] for k in WATCHED_KINDS}
@@ -521,7 +523,7 @@ class Cluster(Kube):
     def _kubelets(self) -> None:
         ready_nodes = sorted(n for n, ok in self.nodes.items() if ok)
         for ref, pod in self._items("Pod"):
-            if _deleting(pod) or _terminal(pod):
+            if _deleting(pod) or _terminal(pod) or self._never_starts(pod):
                 continue
             node = pod["spec"].get("nodeName")
             if node is None:
@@ -560,6 +562,14 @@ class Cluster(Kube):
             if node in load and not _terminal(other):
                 load[node] += 1
         return min(fitting, key=lambda n: (-_preference(pod, n), load[n], n), default=None)
+
+    def _never_starts(self, pod: JSON) -> bool:
+        role = (pod["metadata"].get("labels") or {}).get("rljob.io/role", "")
+        since = self.unstartable.get(role)
+        born = dt.datetime.fromisoformat(
+            pod["metadata"]["creationTimestamp"].replace("Z", "+00:00")
+        )
+        return since is not None and born >= since and pod["status"]["phase"] != "Running"
 
     def _unschedulable(self, ref: Ref, pod: JSON) -> None:
         message = f"0/{len(self.nodes)} nodes are available: {len(self.nodes)} node(s) not ready"

@@ -12,7 +12,13 @@ as the API server stores it, the pods, the write log), never from what the opera
 - an-ungated-job-never-shows-draining: no roster member draining, no drain journaled;
 - a-gated-engine-passes-its-gate-at-its-required-generation: a Gated rollout pod whose
   policy-current condition is True has reported at least its roster member's
-  requiredGeneration (any generation while that is empty).
+  requiredGeneration (any generation while that is empty);
+- a-gate-opens-only-on-a-reading-of-the-running-container: a pass that sets a Gated engine's
+  gate True had, for that engine, a reading taken at or after its container last started (the
+  health loop keeps an engine's last reading across an in-place restart);
+- a-joining-engines-requirement-is-within-the-current-attempts-reach: a joining member's
+  requiredGeneration is at most the trainer's current generation, once the trainer reports one
+  (a resume from an older checkpoint takes it back).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 
 from rljob.api import parse_duration
 from rljob.api.labels import POLICY_CURRENT_GATE, ROLE_LABEL
+from rljob.reconcile.engine_readings import EngineReading
 from tests.unit.model.cluster import Cluster
 from tests.unit.model.in_turn import ready_running
 
@@ -35,9 +42,11 @@ WITHIN_MAX_UNAVAILABLE = "draining-or-down-engines-stay-within-maxunavailable"
 DRAIN_ENDS = "a-drain-always-ends"
 UNGATED_NEVER_DRAINS = "an-ungated-job-never-shows-draining"
 GATE_AT_REQUIRED = "a-gated-engine-passes-its-gate-at-its-required-generation"
+GATE_FRESH = "a-gate-opens-only-on-a-reading-of-the-running-container"
+REACHABLE = "a-joining-engines-requirement-is-within-the-current-attempts-reach"
 CHECKS = frozenset(
     {DRAIN_BEFORE_DELETE, WITHIN_MAX_UNAVAILABLE, DRAIN_ENDS, UNGATED_NEVER_DRAINS,
-     GATE_AT_REQUIRED}
+     GATE_AT_REQUIRED, GATE_FRESH, REACHABLE}
 )  # fmt: skip
 
 
@@ -57,12 +66,14 @@ def _terminating(pod: Mapping[str, Any]) -> bool:
 class DrainChecks:
     """Observes one RLJob's drains; `faults(check)` says what broke each invariant."""
 
-    def __init__(self, cluster: Cluster, name: str) -> None:
+    def __init__(self, cluster: Cluster, name: str, readings: Mapping[str, EngineReading]) -> None:
         self.cluster = cluster
         self.name = name
+        self.readings = readings  # the health loop's, by pod: what a pass is handed
         self.recorded: dict[str, list[str]] = {check: [] for check in CHECKS}
         self.taken_down: set[str] = set()  # ready rollout pods the operator deleted
         self.reported: dict[str, int] = {}  # the newest generation each engine reported
+        self.trainer_generation: int | None = None  # the trainer's current, once it reports
         cluster.pod_delete_observers.append(self._pod_deleted)
 
     # -- the truth -------------------------------------------------------------------------------
@@ -111,9 +122,9 @@ class DrainChecks:
 
     # -- the pass --------------------------------------------------------------------------------
 
-    def before_pass(self, *, leading: bool) -> tuple[set[str], list[str], int]:
+    def before_pass(self, *, leading: bool) -> tuple[set[str], list[str], int, set[str]]:
         """(the drains journaled now, those past their timeout the pass must end, the log's
-        length) as the pass begins."""
+        length, the engines whose gate is True) as the pass begins."""
         job = self._job()
         started = {e["uid"] for e in self._draining(job)}
         due: list[str] = []
@@ -126,11 +137,12 @@ class DrainChecks:
                 past = self.cluster.clock.now >= _time(entry["drainStartedAt"]) + timeout
                 if past and pod is not None and not pod["metadata"].get("deletionTimestamp"):
                     due.append(entry["uid"])
-        return started, due, len(self.cluster.log)
+        return started, due, len(self.cluster.log), self._gated_open()
 
-    def after_pass(self, before: tuple[set[str], list[str], int]) -> None:
-        started, due, start = before
+    def after_pass(self, before: tuple[set[str], list[str], int, set[str]]) -> None:
+        started, due, start, open_before = before
         job = self._job()
+        self._check_fresh(self._gated_open() - open_before)
         writes = self.cluster.log[start:]
         faulted = any(w.actor.startswith("operator") and w.code >= 400 for w in writes)
         live = self._pods()
@@ -165,6 +177,31 @@ class DrainChecks:
                 f"replicas unserved): maxUnavailable {limit}"
             )
 
+    def _gated_open(self) -> set[str]:
+        return {
+            p["metadata"]["uid"]
+            for p in self._pods().values()
+            if any(c["type"] == POLICY_CURRENT_GATE and c.get("status") == "True"
+                   for c in p["status"].get("conditions") or [])
+        }  # fmt: skip
+
+    def _check_fresh(self, opened: set[str]) -> None:
+        live = self._pods()
+        for uid in opened:
+            pod = live[uid]
+            name = pod["metadata"]["name"]
+            starts = [
+                _time(c["state"]["running"]["startedAt"])
+                for c in pod["status"].get("containerStatuses") or []
+                if "running" in (c.get("state") or {})
+            ]
+            reading = self.readings.get(name)
+            if starts and (reading is None or reading.at < max(starts)):
+                self.recorded[GATE_FRESH].append(
+                    f"{name}'s gate opened on a reading from {reading.at if reading else None}, "
+                    f"before its container started at {max(starts)}"
+                )
+
     def engine_reported(self, pod: str, generation: int | None) -> None:
         if generation is not None:
             self.reported[pod] = max(generation, self.reported.get(pod, generation))
@@ -177,7 +214,23 @@ class DrainChecks:
             found += self._ungated_drains()
         if check == GATE_AT_REQUIRED:
             found += self._gates_below_required()
+        if check == REACHABLE:
+            found += self._out_of_reach()
         return found
+
+    def _out_of_reach(self) -> list[str]:
+        job = self._job()
+        if not self._gated(job) or self.trainer_generation is None:
+            return []
+        rollout = (((job or {}).get("status") or {}).get("roles") or {}).get(ROLLOUT) or {}
+        return [
+            f"{m['pod']} joins at requiredGeneration {m['requiredGeneration']}, above the "
+            f"trainer's {self.trainer_generation}"
+            for m in rollout.get("engines") or []
+            if m["state"] == "joining"
+            and m.get("requiredGeneration") is not None
+            and m["requiredGeneration"] > self.trainer_generation
+        ]
 
     def _gates_below_required(self) -> list[str]:
         job = self._job()

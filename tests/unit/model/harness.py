@@ -24,6 +24,7 @@ from rljob.adapters.checkpoints import Checkpoints
 from rljob.adapters.leadership import Leadership
 from rljob.health.evaluation import (
     CHECKPOINT_STEP_EVIDENCE,
+    POLICY_GENERATION_EVIDENCE,
     TRAINER_STALL,
     Evaluation,
     healthy,
@@ -165,6 +166,12 @@ def feed_health(runtime: Runtime, key: JobKey, evaluations: list[Evaluation]) ->
 def report_checkpoint(runtime: Runtime, key: JobKey, step: int) -> None:
     """The trainer's checkpoint-step metric reports a save at `step`."""
     evidence: dict[str, float | str] = {CHECKPOINT_STEP_EVIDENCE: step}
+    feed_health(runtime, key, [healthy(TRAINER_STALL, "trainer", "heartbeat fresh", evidence)])
+
+
+def report_generation(runtime: Runtime, key: JobKey, generation: int) -> None:
+    """The trainer's rljob_policy_generation reads `generation` (its current attempt's)."""
+    evidence: dict[str, float | str] = {POLICY_GENERATION_EVIDENCE: generation}
     feed_health(runtime, key, [healthy(TRAINER_STALL, "trainer", "heartbeat fresh", evidence)])
 
 

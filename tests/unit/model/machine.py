@@ -36,7 +36,7 @@ from rljob.checkpoints.layout import CheckpointLocation, KeyKind, VersionId
 from rljob.checkpoints.models import AttemptMarker
 from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
 from rljob.reconcile.engine_readings import EngineReading
-from tests.unit.model import drain, harness, in_turn, nodes, suspension
+from tests.unit.model import bounds, drain, harness, in_turn, nodes, suspension
 from tests.unit.model.cluster import (
     TEMPLATE_HASH_LABEL,
     WATCHED_KINDS,
@@ -96,7 +96,7 @@ ALL_CHECKS = frozenset(
     {ONE_ATTEMPT, NEXT_ATTEMPT, NO_DOUBLE_DELETE, LEDGER, FAILED_STOPS, FAILJOB_FAILS,
      RESUMES_NEWEST, KEEPS_LINEAGE, WITHIN_MAX_UNAVAILABLE, NO_PROGRESS_COUNTS_POLICY,
      FORGETS_DELETED, LEASED_WRITES, SOFT_SUSPECTS, *in_turn.CHECKS, *suspension.CHECKS,
-     *drain.CHECKS, *nodes.CHECKS}
+     *drain.CHECKS, *nodes.CHECKS, *bounds.CHECKS}
 )  # fmt: skip
 FAIL_THE_JOB = "fail the job"  # how the failure policy's decision message ends for FailJob
 # The failure policy's note when gang restarts made no progress (policy/choose.py).
@@ -259,6 +259,7 @@ class ActionEngine(RuleBasedStateMachine):
         self.uid = ""
         self.step = 0
         self.nonces = 0
+        self.written_annotations: dict[str, list[str]] = {}  # request annotation -> its values
         self.failed_passes: list[str] = []  # why a pass that began Failed left a trainer running
         self.unfailed_passes: list[str] = []  # FailJob decided before a pass that left it unfailed
         self.stale_resumes: list[str] = []  # markers naming other than the newest resumable
@@ -274,9 +275,10 @@ class ActionEngine(RuleBasedStateMachine):
         self.suspect_faults: list[str] = []  # what passes got wrong about suspect nodes
         self.in_turn = in_turn.InTurnChecks(self.cluster, NAME)
         self.suspension = suspension.SuspensionChecks(self.cluster)
-        self.drains = drain.DrainChecks(self.cluster, NAME)
-        self.node_checks = nodes.NodeChecks(self.cluster, NAME)
         self.readings: dict[str, EngineReading] = {}  # the health loop's, by rollout pod
+        self.drains = drain.DrainChecks(self.cluster, NAME, self.readings)
+        self.node_checks = nodes.NodeChecks(self.cluster, NAME)
+        self.bound_checks = bounds.BoundChecks(self.cluster, NAME)
 
     def teardown(self) -> None:
         self._patches.close()
@@ -330,7 +332,8 @@ class ActionEngine(RuleBasedStateMachine):
         """A health round reads every running engine: its requests running now and the policy
         generation it serves (the job's current one, or none yet)."""
         job = self.cluster.peek(KIND, NAME) or {}
-        policy = (job.get("status") or {}).get("policyGeneration") or 1
+        status_generation = (job.get("status") or {}).get("policyGeneration") or 1
+        policy = self.drains.trainer_generation or status_generation
         for name in self._pods("rollout"):
             generation = policy if current else None
             self.readings[name] = EngineReading(name, self.clock.now, running, generation)
@@ -352,8 +355,9 @@ class ActionEngine(RuleBasedStateMachine):
         pods = self._pods(*SERVING)
         exit_code, reason, message = CONTAINER_ENDINGS[how]
         name = pods[index % len(pods)]
+        # The health loop keeps its last reading until the new container reports: a pass must
+        # not take it for the new container's (drain.py's gate-freshness check).
         self.cluster.crash_container(name, reason, exit_code, message)
-        self.readings.pop(name, None)  # an engine restarted in place is read afresh
 
     @precondition(lambda self: bool(self._pods("rollout", "trainer")))
     @rule(index=st.integers(0, 5))
@@ -531,6 +535,7 @@ class ActionEngine(RuleBasedStateMachine):
             body["metadata"].setdefault("annotations", {})[RESTART_REQUEST] = request
 
         self.cluster.edit(KIND, NAME, annotate)
+        self.written_annotations.setdefault(RESTART_REQUEST, []).append(request)
 
     @precondition(lambda self: self._live_job() is not None)
     @rule()
@@ -544,6 +549,7 @@ class ActionEngine(RuleBasedStateMachine):
 
         self.cluster.edit(KIND, NAME, annotate)
         self.suspension.nonce_written(nonce)
+        self.written_annotations.setdefault(RESUME_REQUEST, []).append(nonce)
 
     @rule(what=st.sampled_from(BY_HAND), index=st.integers(0, 7))
     def user_deletes_a_child(self, what: str, index: int) -> None:
@@ -552,15 +558,54 @@ class ActionEngine(RuleBasedStateMachine):
             self.cluster.remove(kind, names[index % len(names)])
 
     @precondition(lambda self: self._live_job() is not None)
-    @rule()
-    def user_deletes_the_rljob(self) -> None:
-        self.cluster.remove(KIND, NAME)
+    @rule(cascade=st.sampled_from(["Background", "Orphan"]))
+    def user_deletes_the_rljob(self, cascade: str) -> None:
+        """kubectl delete, or with --cascade=orphan: its children stay, without an owner."""
+        self.cluster.remove(KIND, NAME, propagation=cascade)
 
     @precondition(lambda self: self.cluster.peek(KIND, NAME) is None)
-    @rule()
-    def user_recreates_the_rljob(self) -> None:
-        """The same name again: a new uid, whose attempts continue after the old markers."""
-        self.uid = self.cluster.create(job_body(gated=self.GATED))["metadata"]["uid"]
+    @rule(store=st.booleans())
+    def user_recreates_the_rljob(self, store: bool) -> None:
+        """The same name again, maybe before the old children were collected: a new uid. With
+        the checkpoint store its attempts continue after the old markers; without, they number
+        from 1 again, the old trainer Jobs' names."""
+        body = job_body(gated=self.GATED)
+        if not store:
+            body["spec"].pop("checkpoint", None)
+        self.uid = self.cluster.create(body)["metadata"]["uid"]
+
+    @precondition(lambda self: self._live_job() is not None and self.nonces > 0)
+    @rule(which=st.sampled_from([RESTART_REQUEST, RESUME_REQUEST]), back=st.integers(1, 3))
+    def user_sets_an_annotation_back(self, which: str, back: int) -> None:
+        """A GitOps tool re-applies an older manifest: a request annotation takes a value it
+        had before (a nonce already handled)."""
+        earlier = self.written_annotations.get(which, [])
+        if len(earlier) < 2:
+            return
+        value = earlier[-min(back + 1, len(earlier))]
+
+        def annotate(body: JSON) -> None:
+            body["metadata"].setdefault("annotations", {})[which] = value
+
+        self.cluster.edit(KIND, NAME, annotate)
+
+    @precondition(lambda self: bool(self._pods(*SERVING)))
+    @rule(role=st.sampled_from(sorted(SERVING)), fixed=st.booleans())
+    def role_replacements_never_start(self, role: str, fixed: bool) -> None:
+        """New pods of a role never start (an image that no longer pulls, quota), or do again."""
+        if fixed:
+            self.cluster.unstartable.pop(role, None)
+        else:
+            self.cluster.unstartable.setdefault(role, self.clock.now)
+
+    @precondition(lambda self: self._live_job() is not None)
+    @rule(move=st.sampled_from([1, 1, 1, -3]))
+    def trainer_reports_its_generation(self, move: int) -> None:
+        """The trainer's rljob_policy_generation: a step further, or back (a gang restart that
+        resumed from an older checkpoint)."""
+        generation = max(1, (self.drains.trainer_generation or 1) + move)
+        self.drains.trainer_generation = generation
+        harness.report_generation(self.operator, KEY, generation)
 
     @precondition(lambda self: self._live_job() is not None)
     @rule(edit=st.sampled_from(EDITS))
@@ -597,6 +642,10 @@ class ActionEngine(RuleBasedStateMachine):
                 for check in nodes.CHECKS
             },
             **{
+                check: partial(_nothing_recorded, self.bound_checks.faults(check))
+                for check in bounds.CHECKS
+            },
+            **{
                 check: partial(_nothing_recorded, *[self.suspension.faults(check)])
                 for check in suspension.CHECKS
             },
@@ -619,24 +668,21 @@ class ActionEngine(RuleBasedStateMachine):
         """A trainer Job is created for the next attempt; for the same attempt again only when
         the operator never recorded seeing the first (deleted the instant it was created, it is
         created anew from the same resume point: the attempt had not run)."""
-        created: list[int] = []
-        seen: set[int] = set()
-        owner = None
+        # Each RLJob's own: a re-created one (a new uid) continues after every marker of the
+        # name (some of which may have no Job), or numbers from 1 again without a store.
+        created: dict[str, list[int]] = {}
+        seen: dict[str, set[int]] = {}
         for write in self.cluster.log:
             if write.verb == "patch_status" and write.code == 200:
-                seen |= set(write.detail.get("seen_jobs_after", {}))
+                seen.setdefault(write.uid, set()).update(write.detail.get("seen_jobs_after", {}))
             if write.verb == "apply" and write.kind == "Job" and write.code == 201:
-                attempt = int(write.detail["attempt"])
-                again = bool(created) and attempt == created[-1] and attempt not in seen
-                # A re-created RLJob continues after every marker of the name, some of which
-                # may have no Job (an attempt of the deleted one that never got its Job).
-                renamed = owner is not None and write.detail.get("owner") != owner
-                later = bool(created) and renamed and attempt > created[-1]
-                assert not created or attempt == created[-1] + 1 or again or later, (
-                    f"trainer Jobs created for attempts {[*created, attempt]}"
+                owner, attempt = str(write.detail.get("owner")), int(write.detail["attempt"])
+                mine = created.setdefault(owner, [])
+                again = bool(mine) and attempt == mine[-1] and attempt not in seen.get(owner, ())
+                assert not mine or attempt == mine[-1] + 1 or again, (
+                    f"trainer Jobs created for attempts {[*mine, attempt]} of {owner}"
                 )
-                created.append(attempt)
-                owner = write.detail.get("owner")
+                mine.append(attempt)
 
     def _an_action_deletes_a_uid_once(self) -> None:
         deletes = Counter(
@@ -793,6 +839,7 @@ class ActionEngine(RuleBasedStateMachine):
         settling = self.in_turn.before_pass(leading=runtime.leadership.acting())
         draining = self.drains.before_pass(leading=runtime.leadership.acting())
         lost = self.node_checks.before_pass(leading=runtime.leadership.acting())
+        overdue = self.bound_checks.before_pass(leading=runtime.leadership.acting())
         changed = self.cluster.index.deliver()
         if KIND in changed:
             self._watch_delivered(deleted_events=True)
@@ -816,6 +863,7 @@ class ActionEngine(RuleBasedStateMachine):
         self.in_turn.after_pass(settling)
         self.drains.after_pass(draining)
         self.node_checks.after_pass(lost)
+        self.bound_checks.after_pass(overdue)
         after, jobs = self.cluster.peek(KIND, NAME), self.cluster.view("Job")
         ttl = dt.timedelta(seconds=parse_duration(SUSPECT_NODE_TTL))
         self.suspect_faults += suspect_faults(before, after, jobs, self.clock.now, ttl)

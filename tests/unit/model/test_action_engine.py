@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from rljob.api import FailureReason as R
+from rljob.api.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUEST
+from rljob.api.labels import RESUME_REQUEST_ANNOTATION as RESUME_REQUEST
 from rljob.health.termination import (
     Classification,
     ContainerTermination,
@@ -316,6 +318,20 @@ def test_a_trainer_rank_lost_with_its_node_restarts_the_gang(
     assert running == {"2"}
     assert bool(stuck) is left
     assert not machine.cluster.events("PodForceDeleted")
+
+
+@pytest.mark.parametrize("which", [RESTART_REQUEST, RESUME_REQUEST])
+def test_a_request_annotation_set_back_is_not_a_new_request(which: str) -> None:
+    """A GitOps tool re-applying an older manifest puts back a nonce handled before the last
+    (found by the exploration: the gang restarted again)."""
+    ask = ("user_requests_a_restart", {"role": "trainer"}) if which == RESTART_REQUEST else RESUME
+    steps = [ask, ("world_settles", {"rounds": 6}), ask, ("world_settles", {"rounds": 6}),
+             ("user_sets_an_annotation_back", {"which": which, "back": 1}),
+             ("world_settles", {"rounds": 6})]  # fmt: skip
+    machine = replay(ALL_CHECKS, steps)
+    status = (machine.cluster.peek("RLJob", "grpo-demo") or {})["status"]
+    handled = status["lastRestartRequest" if which == RESTART_REQUEST else "lastResumeRequest"]
+    assert (handled["id"], handled["earlier"]) in (("n2", ["n1"]), ("r2", ["r1"]))
 
 
 def _classified_as_gpu_hardware(

@@ -478,3 +478,28 @@ def test_a_resume_refused_for_another_node_count_fails_the_job_saying_why() -> N
     assert (status.phase, status.attempt, status.in_flight) == (JobPhase.FAILED, 1, None)
     (failed,) = [c for c in status.conditions if c.type == "Failed"]
     assert "WorldSizeMismatch" in failed.message and "resume with 2 node(s)" in failed.message
+
+
+@pytest.mark.parametrize(
+    ("written", "restarted"),
+    [
+        pytest.param("trainer/n1", False, id="an-older-nonce-set-back"),
+        pytest.param("trainer/n2", False, id="the-last-nonce"),
+        pytest.param("trainer/n3", True, id="a-new-nonce"),
+    ],
+)
+def test_a_restart_request_is_carried_out_once_per_nonce(written: str, restarted: bool) -> None:
+    """A GitOps tool re-applying an older manifest sets the annotation back to a handled nonce:
+    that is not a new request."""
+    w = running_world(checkpoint=None)
+    for nonce in ("trainer/n1", "trainer/n2"):
+        request_restart(w, nonce)
+        journal(w, decide_now(w))
+        w.body["status"].pop("inFlight", None)  # its gang restart done
+    request_restart(w, written)
+
+    decision = decide_now(w)
+
+    handled = decision.plan.status.last_restart_request
+    assert handled is not None
+    assert (handled.id, handled.earlier) == (("n3", ["n1", "n2"]) if restarted else ("n2", ["n1"]))

@@ -273,3 +273,19 @@ def test_a_malformed_nonce_is_said_and_changes_nothing(written: str) -> None:
     assert decision.plan.status.last_resume_request is None, "nothing handled"
     (said,) = [e for _, e in decision.reports if e.reason == "ResumeRequested"]
     assert said.type == "Warning" and "is not a nonce" in said.message
+
+
+def test_a_nonce_set_back_by_a_gitops_resync_never_ends_a_later_suspension() -> None:
+    """An older manifest re-applied puts back a nonce handled before the last: not a request."""
+    w = running_world(SUSPEND_RULE)
+    for nonce in ("first", "second"):
+        request_resume(w, nonce)
+        carry_out(w, decide_now(w))
+    suspended_by_policy(w)
+    request_resume(w, "first")
+
+    decision = decide_now(w)
+
+    assert decision.plan.status.suspension is not None
+    handled = decision.plan.status.last_resume_request
+    assert handled is not None and (handled.id, handled.earlier) == ("second", ["first"])
