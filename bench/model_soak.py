@@ -1,14 +1,16 @@
-"""`python -m bench.model_soak --minutes N [--smoke]`: a randomized soak of the action engine's
-model (tests/unit/model): the same state machine and invariants the unit suite explores with a
-fixed seed, here with fresh random seeds until the time budget is spent. It prints what it
-explored (examples, steps, how often each rule ran, invariant checks) and every failure found,
-with hypothesis's shrunk failing sequence. The invariants are the suite's holding ones (its
-BROKEN ones have their replays already); a run that fails is reported and the soak goes on with
-new seeds. Figures only: nothing is written; exit status 1 when an invariant failed.
+"""`python -m bench.model_soak --minutes N [--seed S] [--smoke]`: a randomized soak of the
+action engine's model (tests/unit/model): the same state machines (Ungated and Gated, batch by
+batch) and invariants the unit suite explores from its fixed seed, here from seed S, S+1, ...
+(S random unless given, and printed) until the time budget is spent. It prints what it explored
+(examples, steps, how often each rule ran, invariant checks) and every failure found, with its
+batch's seed and hypothesis's shrunk failing sequence: `--seed` of that batch replays it.
+The invariants are the suite's holding ones (its BROKEN ones have their replays already); a run
+that fails is reported and the soak goes on with new seeds. Figures only: nothing is written;
+exit status 1 when an invariant failed.
 
-The suite's budget is derandomized and small enough for CI; this explores further for as long
-as it is given (bench/RESULTS.md records a 10-minute run). `--smoke` runs 20 s (`python -m
-bench --smoke` runs it too, with the other pure parts).
+The suite's budget is fixed (a seed, 600 Ungated and 200 Gated examples) and small enough for
+CI; this explores further for as long as it is given (bench/RESULTS.md records a 10-minute
+run). `--smoke` runs 20 s (`python -m bench --smoke` runs it too, with the other pure parts).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import contextlib
 import io
 import logging
+import random
 import sys
 import time
 import traceback
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import (
     Rule,
@@ -56,8 +59,9 @@ class Tally:
     failures: list[str] = field(default_factory=list)
 
 
-def counting_machine(tally: Tally) -> type[ActionEngine]:
-    """ActionEngine with every rule, the initial one and the invariant check counted."""
+def counting_machine(tally: Tally, *, gated: bool = False) -> type[ActionEngine]:
+    """ActionEngine (a Gated job's, with `gated`) with every rule, the initial one and the
+    invariant check counted."""
     members: dict[str, Any] = {}
     for step in ActionEngine.setup_state().rules:
         members[step.function.__name__] = _counted(step, tally)
@@ -71,6 +75,7 @@ def counting_machine(tally: Tally) -> type[ActionEngine]:
         ActionEngine.invariants_hold(self)
 
     members["CHECKS"] = HOLDING
+    members["GATED"] = gated
     members["user_applies_the_rljob"] = initialize()(user_applies_the_rljob)
     members["invariants_hold"] = invariant()(invariants_hold)
     return type("CountedActionEngine", (ActionEngine,), members)
@@ -121,25 +126,28 @@ def quiet() -> Iterator[io.StringIO]:
         structlog.configure(**before)
 
 
-def soak(seconds: float, log: Callable[[str], None]) -> Tally:
+def soak(seconds: float, log: Callable[[str], None], first_seed: int = 0) -> Tally:
     tally = Tally()
-    machine = counting_machine(tally)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
+        batch_seed = first_seed + tally.batches
+        gated = tally.batches % 2 == 1
         tally.batches += 1
+        machine = seed(batch_seed)(counting_machine(tally, gated=gated))
         with quiet() as captured:
             try:
                 run_state_machine_as_test(machine, settings=soak_settings())
                 failure = ""
             except (AssertionError, Flaky, Exception):
                 failure = _falsifying(captured.getvalue()) + traceback.format_exc(limit=-3)
+        kind = "Gated" if gated else "Ungated"
         if failure:
-            tally.failures.append(failure)
-            log(f"batch {tally.batches}: an invariant failed (shrunk; going on with new seeds)")
+            tally.failures.append(f"seed {batch_seed} ({kind}):\n{failure}")
+            log(f"batch {tally.batches} (seed {batch_seed}, {kind}): an invariant failed")
             continue
         log(
-            f"batch {tally.batches}: {tally.examples} examples, {tally.steps} steps so far, "
-            f"{max(0.0, deadline - time.monotonic()):.0f} s left"
+            f"batch {tally.batches} (seed {batch_seed}, {kind}): {tally.examples} examples, "
+            f"{tally.steps} steps so far, {max(0.0, deadline - time.monotonic()):.0f} s left"
         )
     return tally
 
@@ -189,14 +197,17 @@ def main(argv: list[str] | None = None) -> int:
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--minutes", type=float, default=10.0, help="time budget (default 10)")
     budget.add_argument("--smoke", action="store_true", help=f"{SMOKE_SECONDS:.0f} s (CI)")
+    parser.add_argument("--seed", type=int, default=None, help="the first batch's seed")
     args = parser.parse_args(argv)
     seconds = SMOKE_SECONDS if args.smoke else args.minutes * 60
+    first_seed = args.seed if args.seed is not None else random.randrange(2**31)
 
     def log(message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
     started = time.monotonic()
-    tally = soak(seconds, log)
+    log(f"seeds from {first_seed}")
+    tally = soak(seconds, log, first_seed)
     print(report(tally, seconds, time.monotonic() - started), flush=True)
     return 1 if tally.failures else 0
 

@@ -37,7 +37,7 @@ from rljob.reconcile.leftovers import with_renamed
 from rljob.reconcile.lifecycle import FAIL_JOB_END, close_attempt
 from rljob.reconcile.nodes import lost_nodes, lost_recheck_after
 from rljob.reconcile.observed import Observed
-from rljob.reconcile.ownership import owned_by
+from rljob.reconcile.ownership import owned_by, recorded_jobs
 from rljob.reconcile.plan import Plan, ReconcileExtras, reconcile
 from rljob.reconcile.progress import (
     engine_policy_env,
@@ -85,7 +85,7 @@ def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
     """`observed`: every object with the job's name label; what the RLJob does not own (a
     leftover of a deleted namesake) is set apart first and never read as the job's."""
     now = inputs.now
-    observed, leftovers = owned_by(observed, job.metadata.uid or "")
+    observed, leftovers = owned_by(observed, job.metadata.uid or "", recorded_jobs(job))
     readings = with_stopped_engines(inputs.engine_readings, observed.pods, now)
     inputs = replace(inputs, engine_readings=readings, leftovers=leftovers)
     diagnosed = job.status.bottleneck

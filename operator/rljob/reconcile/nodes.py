@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from rljob.api import JobPhase, RLJob, RoleName
+from rljob.api import RLJob, RoleName
 from rljob.api.durations import parse_duration
 from rljob.reconcile.observed import Observed, ObservedPod
 
@@ -53,10 +53,9 @@ NodeStates = Mapping[str, NodeState]
 
 
 def nodes_to_read(job: RLJob, observed: Observed) -> list[str]:
-    """The nodes a pass needs: those of trainer pods not ready that are terminating or of an
-    attempt that ran (a rank whose node stopped reporting turns not ready first). A gang still
-    starting costs no read."""
-    ran = job.status.phase == JobPhase.RUNNING
+    """The nodes a pass needs: those of trainer pods not ready, terminating or of the current
+    attempt (a rank whose node stopped reporting turns not ready first; the runtime serves one
+    read to every job for a few seconds, so a gang starting costs little)."""
     attempt = job.status.attempt or 1
     nodes = {
         pod.node
@@ -65,7 +64,7 @@ def nodes_to_read(job: RLJob, observed: Observed) -> list[str]:
         and pod.node
         and not pod.terminal
         and not pod.ready
-        and (pod.deleting or pod.disruption or (ran and pod.attempt == attempt))
+        and (pod.deleting or pod.disruption or pod.attempt == attempt)
     }
     return sorted(nodes)
 

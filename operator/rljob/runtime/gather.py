@@ -5,7 +5,8 @@ cannot answer becomes an input saying so, never an exception that stops the pass
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -38,10 +39,17 @@ from rljob.runtime.memory import JobMemory
 log = structlog.get_logger("rljob.runtime")
 
 
+MAX_NODES_KEPT = 4096
+NODE_READ_SECONDS = 5.0  # a node read serves every job's passes this long (a gang starting)
+
+
 @dataclass(frozen=True)
 class Gatherer:
     kube: Kube
     checkpoints: Checkpoints
+    # node -> (monotonic time read, state): one read serves every pass for NODE_READ_SECONDS,
+    # far inside nodeLostTimeout's scale.
+    nodes: dict[str, tuple[float, NodeState]] = field(default_factory=dict)
 
     async def inputs(
         self,
@@ -147,6 +155,16 @@ class Gatherer:
         return {node: await self._node_state(node) for node in nodes}
 
     async def _node_state(self, node: str) -> NodeState:
+        read = self.nodes.get(node)
+        if read is not None and time.monotonic() - read[0] < NODE_READ_SECONDS:
+            return read[1]
+        state = await self._read_node(node)
+        self.nodes[node] = (time.monotonic(), state)
+        if len(self.nodes) > MAX_NODES_KEPT:
+            self.nodes.pop(next(iter(self.nodes)))
+        return state
+
+    async def _read_node(self, node: str) -> NodeState:
         try:
             body = await self.kube.request("get", object_path("v1", "Node", None, node))
         except KubeError as exc:

@@ -36,6 +36,7 @@ from rljob.reconcile.conditions import ConditionState, with_condition
 from rljob.reconcile.decide import Decision, decide
 from rljob.reconcile.expectations import with_deletes_issued
 from rljob.reconcile.observed import Observed
+from rljob.reconcile.ownership import owned_by, recorded_jobs
 from rljob.reconcile.plan import status_patch
 from rljob.runtime.execute import Context, ensure_leading, execute
 from rljob.runtime.gather import Gatherer
@@ -111,7 +112,9 @@ class Passes:
         memory = self._memory(body)
         action = job.status.in_flight
         issued = memory.deletes_issued.current(time.monotonic(), action.id if action else None)
-        observed = with_deletes_issued(self.observed(memory.key), issued)
+        everything = with_deletes_issued(self.observed(memory.key), issued)
+        # What is gathered (crash loops, nodes) is of the job's own; decide() sorts again.
+        observed, _ = owned_by(everything, job.metadata.uid or "", recorded_jobs(job))
         inputs = await self.gatherer.inputs(
             job, observed, memory, now, self.health.source_error(memory.key)
         )
@@ -121,7 +124,7 @@ class Passes:
         if summaries is not None:
             inputs = replace(inputs, engine_summaries=tuple(summaries))
         inputs = replace(inputs, bottleneck=self.health.bottleneck(memory.key))
-        decision = decide(job, observed, inputs)
+        decision = decide(job, everything, inputs)
         self._watch(decision, memory)
         status = with_accepted(decision.plan.status, decision.job, now)
         wrote = await self.write_status(body, status, memory)

@@ -45,8 +45,6 @@ class BoundChecks:
         self.cluster = cluster
         self.name = name
         self.recorded: dict[str, list[str]] = {check: [] for check in CHECKS}
-        self._owners: dict[str, str] = {}  # uid -> controller uid, of every object seen
-        self._read: dict[str, int] = {}  # how far each kind's history was read
 
     def faults(self, check: str) -> list[str]:
         found = list(self.recorded[check])
@@ -58,25 +56,12 @@ class BoundChecks:
 
     # -- another uid's objects -------------------------------------------------------------------
 
-    def _controllers(self) -> dict[str, str]:
-        """uid -> controller uid of every object the cluster ever held (read incrementally)."""
-        for kind, history in self.cluster.history.items():
-            for _, body in history[self._read.get(kind, 0) :]:
-                if body is None:
-                    continue
-                refs = body["metadata"].get("ownerReferences") or []
-                owner = next((str(r["uid"]) for r in refs if r.get("controller")), "")
-                if owner or body["metadata"]["uid"] not in self._owners:
-                    self._owners[body["metadata"]["uid"]] = owner
-            self._read[kind] = len(history)
-        return self._owners
-
     def _foreign(self) -> list[str]:
         job = self.cluster.peek(KIND, self.name)
         if job is None:
             return []
         uid, status = job["metadata"]["uid"], job.get("status") or {}
-        owners = self._controllers()
+        owners = self.cluster.controllers
         named = [(f"attempt {a.get('attempt')}'s Job", a.get("jobUid"))
                  for a in status.get("attempts") or []]  # fmt: skip
         action = status.get("inFlight") or {}

@@ -242,6 +242,8 @@ class Cluster(Kube):
         self._applied: dict[Ref, JSON] = {}  # what our field manager last applied, per object
         self._lost: dict[str, list[str]] = {}  # Job uid -> its pods that vanished unfinished
         self._counted: set[str] = set()  # uids of ended pods their Job has counted
+        self.controllers: dict[str, str] = {}  # uid -> its controller's uid, as first stored
+        self._live_uids: set[str] = set()  # of every stored object
         self._status_conflicts = 0
         self._write_errors: list[int] = []
         self._writes_until_death: int | None = None
@@ -920,7 +922,10 @@ class Cluster(Kube):
             patch.get("metadata", {}).pop("resourceVersion", None)
             patched = _merge_patch(live, patch)
         self._replace(ref, patched)
-        self._log(actor, verb, ref, uid, 200, self._patch_detail(patch, patched))
+        detail = self._patch_detail(patch, patched)
+        if ref[0] == KIND:
+            detail["trainer_failed"] = self._trainer_failed(patched["metadata"]["uid"])
+        self._log(actor, verb, ref, uid, 200, detail)
         return copy.deepcopy(self.objects[ref])
 
     def _delete(
@@ -1006,11 +1011,44 @@ class Cluster(Kube):
         self.revision += 1
         body["metadata"] = {**body["metadata"], "resourceVersion": str(self.revision)}
         self.objects[ref] = body
+        self._live_uids.add(body["metadata"]["uid"])
         if ref[0] in self.history:
             self.history[ref[0]].append((ref, body))
+        if (owner := _owner_uid(body)) is not None:  # the first controller stays, orphaned or not
+            self.controllers.setdefault(body["metadata"]["uid"], owner)
+
+    def controlled_by(self, body: Mapping[str, Any], uid: str) -> bool:
+        """Whether the object's controller chain (as it was when each link was stored) ends at
+        `uid`: an RLJob's own children and pods, never a namesake's leftovers."""
+        link = body["metadata"]["uid"]
+        for _ in range(3):
+            link = self.controllers.get(link, "")
+            if link == uid:
+                return True
+            if not link:
+                return False
+        return False
+
+    def orphaned(self, body: Mapping[str, Any]) -> bool:
+        """Its controller is gone: the garbage collector removes it (a Deployment deleted by
+        hand takes its pods with it), whoever asked for its delete."""
+        owner = _owner_uid(body)
+        return owner is not None and owner not in self._live_uids
+
+    def role_child(self, kind: str, rljob_uid: str, role: str) -> Mapping[str, Any] | None:
+        """That RLJob's own child of `kind` for `role`, whatever it is named."""
+        return next(
+            (
+                body for _, body in self._items(kind)
+                if (body["metadata"].get("labels") or {}).get(ROLE_LABEL) == role
+                and self.controlled_by(body, rljob_uid)
+            ),
+            None,
+        )  # fmt: skip
 
     def _remove(self, ref: Ref) -> None:
         body = self.objects.pop(ref)
+        self._live_uids.discard(body["metadata"]["uid"])
         self.revision += 1
         self._applied.pop(ref, None)
         if ref[0] in self.history:
@@ -1081,7 +1119,7 @@ class Cluster(Kube):
     ) -> None:
         self.log.append(
             Write(len(self.log), actor, verb, ref[0], ref[2], uid, code, self._in_flight(ref),
-                  dict(detail or {}))
+                  {**(detail or {}), "at": self.clock.now})
         )  # fmt: skip
         if actor.startswith("operator") and self.lease_holder not in (None, actor):
             self.unleased_writes.append(
@@ -1117,6 +1155,15 @@ class Cluster(Kube):
             "replicas": (body.get("spec") or {}).get("replicas"),
         }
 
+    def _trainer_failed(self, rljob_uid: str) -> bool:
+        """Whether a trainer Job of that RLJob has failed and is not being deleted yet."""
+        return any(
+            self.controlled_by(job, rljob_uid)
+            and not _deleting(job)
+            and bool(_condition(job, "FailureTarget") or _condition(job, "Failed"))
+            for _, job in self._items("Job")
+        )
+
     @staticmethod
     def _patch_detail(patch: JSON, patched: JSON) -> JSON:
         template = ((patch.get("spec") or {}).get("template") or {}).get("metadata") or {}
@@ -1125,6 +1172,7 @@ class Cluster(Kube):
             "annotations": dict(template.get("annotations") or {}),
             "in_flight_after": copy.deepcopy(status.get("inFlight")),
             "attempt_after": status.get("attempt"),
+            "phase_after": status.get("phase"),
             "restarts_after": (status.get("restarts") or {}).get("total", 0),
             "suspension_after": copy.deepcopy(status.get("suspension")),
             "resume_after": copy.deepcopy(status.get("lastResumeRequest")),

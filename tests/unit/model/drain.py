@@ -16,9 +16,10 @@ as the API server stores it, the pods, the write log), never from what the opera
 - a-gate-opens-only-on-a-reading-of-the-running-container: a pass that sets a Gated engine's
   gate True had, for that engine, a reading taken at or after its container last started (the
   health loop keeps an engine's last reading across an in-place restart);
-- a-joining-engines-requirement-is-within-the-current-attempts-reach: a joining member's
-  requiredGeneration is at most the trainer's current generation, once the trainer reports one
-  (a resume from an older checkpoint takes it back).
+- a-joining-engines-requirement-is-within-the-current-attempts-reach: after a pass of the leader
+  on caught-up watches that wrote without a fault, a joining member's requiredGeneration is at
+  most the trainer's generation the pass was handed (a resume from an older checkpoint takes it
+  back).
 """
 
 from __future__ import annotations
@@ -122,9 +123,13 @@ class DrainChecks:
 
     # -- the pass --------------------------------------------------------------------------------
 
-    def before_pass(self, *, leading: bool) -> tuple[set[str], list[str], int, set[str]]:
+    def before_pass(
+        self, *, leading: bool, handed: int | None = None
+    ) -> tuple[set[str], list[str], int, set[str], int | None]:
         """(the drains journaled now, those past their timeout the pass must end, the log's
-        length, the engines whose gate is True) as the pass begins."""
+        length, the engines whose gate is True, the trainer's generation the pass is handed
+        (`handed`, the health loop's latest) when the leader's watches are caught up) as the
+        pass begins."""
         job = self._job()
         started = {e["uid"] for e in self._draining(job)}
         due: list[str] = []
@@ -137,19 +142,30 @@ class DrainChecks:
                 past = self.cluster.clock.now >= _time(entry["drainStartedAt"]) + timeout
                 if past and pod is not None and not pod["metadata"].get("deletionTimestamp"):
                     due.append(entry["uid"])
-        return started, due, len(self.cluster.log), self._gated_open()
+        caught_up = leading and not self.cluster.index.lagging()
+        return (
+            started,
+            due,
+            len(self.cluster.log),
+            self._gated_open(),
+            handed if caught_up else None,
+        )
 
-    def after_pass(self, before: tuple[set[str], list[str], int, set[str]]) -> None:
-        started, due, start, open_before = before
+    def after_pass(self, before: tuple[set[str], list[str], int, set[str], int | None]) -> None:
+        started, due, start, open_before, handed = before
         job = self._job()
         self._check_fresh(self._gated_open() - open_before)
         writes = self.cluster.log[start:]
         faulted = any(w.actor.startswith("operator") and w.code >= 400 for w in writes)
+        if handed is not None and not faulted:
+            self.recorded[REACHABLE] += self._out_of_reach(handed)
         live = self._pods()
         if not faulted and not self._stopped(job):
             for uid in due:
                 pod = live.get(uid)
-                if pod is not None and not pod["metadata"].get("deletionTimestamp"):
+                if pod is None or self.cluster.orphaned(pod):  # the garbage collector's
+                    continue
+                if not pod["metadata"].get("deletionTimestamp"):
                     self.recorded[DRAIN_ENDS].append(
                         f"{pod['metadata']['name']} still runs after a pass past its drainTimeout"
                     )
@@ -214,22 +230,20 @@ class DrainChecks:
             found += self._ungated_drains()
         if check == GATE_AT_REQUIRED:
             found += self._gates_below_required()
-        if check == REACHABLE:
-            found += self._out_of_reach()
         return found
 
-    def _out_of_reach(self) -> list[str]:
+    def _out_of_reach(self, generation: int) -> list[str]:
         job = self._job()
-        if not self._gated(job) or self.trainer_generation is None:
+        if not self._gated(job):
             return []
         rollout = (((job or {}).get("status") or {}).get("roles") or {}).get(ROLLOUT) or {}
         return [
             f"{m['pod']} joins at requiredGeneration {m['requiredGeneration']}, above the "
-            f"trainer's {self.trainer_generation}"
+            f"trainer's {generation}"
             for m in rollout.get("engines") or []
             if m["state"] == "joining"
             and m.get("requiredGeneration") is not None
-            and m["requiredGeneration"] > self.trainer_generation
+            and m["requiredGeneration"] > generation
         ]
 
     def _gates_below_required(self) -> list[str]:

@@ -18,6 +18,7 @@ from unittest import mock
 
 import rljob.reconcile.decide
 import rljob.runtime.execute
+import rljob.runtime.gather
 import rljob.runtime.passes
 import rljob.runtime.runtime
 from rljob.adapters.checkpoints import Checkpoints
@@ -151,6 +152,13 @@ def remembered(runtime: Runtime, uid: str, key: JobKey) -> list[str]:
     return held
 
 
+def trainer_generation(runtime: Runtime, key: JobKey) -> int | None:
+    """The trainer's policy generation the health loop's latest round handed the job's passes."""
+    memory = runtime.memories.by_key(key)
+    progress = memory.progress if memory is not None else None
+    return progress.policy_generation if progress is not None else None
+
+
 def worker_body(runtime: Runtime, uid: str) -> JSON | None:
     """The body the runtime's worker would pass next: the newest it was given or wrote."""
     workers = runtime.workers
@@ -185,6 +193,8 @@ def use_clock(clock: Clock) -> Iterator[None]:
 
     with contextlib.ExitStack() as patches:
         patches.enter_context(mock.patch.object(rljob.runtime.passes, "_now", now))
-        for module in (rljob.runtime.passes, rljob.runtime.execute, rljob.runtime.runtime):
+        modules = (rljob.runtime.passes, rljob.runtime.execute, rljob.runtime.runtime,
+                   rljob.runtime.gather)  # fmt: skip
+        for module in modules:
             patches.enter_context(mock.patch.object(module, "time", shim))
         yield

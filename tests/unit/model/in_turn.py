@@ -17,8 +17,8 @@ at each pod delete and from its write log, never from what the operator believed
   restart (a Gated rollout's newcomers need the trainer's weights; any other would hold the
   costliest repair behind the cheapest) for more than ACTING_PASSES passes of the leader on
   caught-up watches that wrote without a fault. An in-turn restart the operator ended early
-  (preempted, or timed out: a Warning naming it) counts as carried out (`ended_early`), its pods
-  not yet taken left running.
+  (in the write that journals the trainer's repair, or past actionTimeout) counts as carried
+  out (`ended_early`), its pods not yet taken left running.
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rljob.api.labels import ATTEMPT_LABEL, ROLE_LABEL
-from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.remediation import ROOT_CAUSE_WAIT_SECONDS
-from rljob.reconcile.unfinished import PREEMPTED_IN_TURN, PREEMPTED_ROLL, TIMED_OUT
 from tests.unit.model.cluster import Cluster, Write
 
 JSON = dict[str, Any]
@@ -47,8 +45,6 @@ ACTED_ON = "a-failed-trainer-attempt-is-acted-on-within-bounded-passes"
 CHECKS = frozenset(
     {WITHIN_MAX_UNAVAILABLE, EACH_POD_ONCE, ONE_ENTRY, OLDEST_FIRST, SETTLES, ACTED_ON}
 )
-# The Warnings that say the operator ended an action early.
-ENDED_EARLY = (PREEMPTED_IN_TURN, PREEMPTED_ROLL, TIMED_OUT)
 SETTLING_PASSES = 2  # one says the role is ready (and posts the Event), the next clears it
 # One pass sends the deletes the restart decided (a drain that ended), the next ends it; a
 # second drain ending meanwhile (maxUnavailable 2) takes one more.
@@ -62,6 +58,22 @@ def _time(value: str) -> dt.datetime:
 def _condition(body: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     conditions = (body.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c["type"] == kind and c["status"] == "True"), None)
+
+
+def _preempted_by(write: Write, after: Mapping[str, Any]) -> bool:
+    """The write journals the trainer's repair (a gang restart, a suspension, the job's end), or
+    is written while its attempt's Job has failed (the repair held by its backoff)."""
+    gang = after.get("kind") == "RestartTrainerGang"
+    ended = write.detail.get("phase_after") == "Failed"
+    held = bool(write.detail.get("trainer_failed"))
+    return gang or ended or held or bool(write.detail.get("suspension_after"))
+
+
+def _timed_out(action: Mapping[str, Any], at: dt.datetime) -> bool:
+    stamps = [action["startedAt"], *(p.get(k) for p in action.get("pods") or []
+                                     for k in ("drainStartedAt", "deletedAt"))]  # fmt: skip
+    progress = max(_time(s) for s in stamps if s)
+    return at >= progress + dt.timedelta(minutes=30)  # the model job's actionTimeout: default
 
 
 def _faulted(write: Write) -> bool:
@@ -156,14 +168,20 @@ class InTurnChecks:
     # -- a trainer failure behind a Gated in-turn restart ----------------------------------------
 
     def ended_early(self, key: str) -> bool:
-        """Whether the operator said it ended the action `key` ("<uid>/<id>") unfinished:
-        preempted by a repair of the trainer, or timed out without progress."""
+        """Whether a status write of the operator ended the action `key` ("<uid>/<id>")
+        unfinished, and rightly: in the write that journals a repair of the trainer (a gang
+        restart) or a suspension, or actionTimeout after its last progress (read from the
+        writes, not the Warning that says so, which a crash right after the write loses)."""
         uid, action_id = key.split("/", 1)
-        return any(
-            e["involvedObject"].get("uid") == uid and f"({action_id})" in e["message"]
-            for reason in ENDED_EARLY
-            for e in self.cluster.events(reason)
-        )
+        before: JSON = {}
+        for write in self.cluster.writes():
+            if write.verb != "patch_status" or write.code != 200 or write.uid != uid:
+                continue
+            after = write.detail.get("in_flight_after") or {}
+            if before.get("id") == action_id and after.get("id") != action_id:
+                return _preempted_by(write, after) or _timed_out(before, write.detail["at"])
+            before = after
+        return False
 
     def _failed_attempt(self) -> tuple[str, Mapping[str, Any]] | None:
         """("<uid>/a<attempt>", its Job) when the current attempt's Job failed, in a job that
@@ -177,7 +195,15 @@ class InTurnChecks:
         if held or status.get("phase") == "Failed":
             return None
         attempt = int(status.get("attempt") or 1)
-        trainer = self.cluster.peek("Job", trainer_job_name(self.name, attempt))
+        uid = job["metadata"]["uid"]
+        trainer = next(  # the attempt's Job of this RLJob, whatever it is named (status.renamed)
+            (
+                j for j in self.cluster.view("Job")
+                if (j["metadata"].get("labels") or {}).get(ATTEMPT_LABEL) == str(attempt)
+                and self.cluster.controlled_by(j, uid)
+            ),
+            None,
+        )  # fmt: skip
         if trainer is None or trainer["metadata"].get("deletionTimestamp"):
             return None
         if not (_condition(trainer, "FailureTarget") or _condition(trainer, "Failed")):
@@ -304,7 +330,8 @@ class InTurnChecks:
         if not spec or job.get("spec", {}).get("suspend") or held or finished:
             return True
         replicas = int(spec.get("replicas", 1))
-        deployment = self.cluster.peek("Deployment", f"{self.name}-{role}") or {"status": {}}
+        uid = (job.get("metadata") or {}).get("uid", "")
+        deployment = self.cluster.role_child("Deployment", uid, role) or {"status": {}}
         ready = int((deployment.get("status") or {}).get("readyReplicas", 0))
         serving = sum(
             1 for p in self.cluster.view("Pod")

@@ -31,7 +31,7 @@ from rljob.api.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUEST
 from rljob.api.labels import RESTARTED_AT_ANNOTATION as RESTARTED_AT
 from rljob.api.labels import RESUME_REQUEST_ANNOTATION as RESUME_REQUEST
 from rljob.api.labels import ROLE_LABEL as ROLE
-from rljob.checkpoints.errors import StoreError
+from rljob.checkpoints.errors import CommitRefused, StoreError
 from rljob.checkpoints.layout import CheckpointLocation, KeyKind, VersionId
 from rljob.checkpoints.models import AttemptMarker
 from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
@@ -503,11 +503,12 @@ class ActionEngine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self._pods("trainer")))
     @rule()
     def trainer_saves_a_checkpoint(self) -> None:
+        """The newest running attempt writes (a leftover of a deleted namesake's too)."""
         attempt = max(int(_labels(p)[ATTEMPT]) for p in self._trainer_pods(running=True))
         self.step += 100
         try:
             write_version(self.s3, LOCATION, self.step, attempt)
-        except StoreError:  # CommitRefused (a newer attempt's marker exists) or S3 is down
+        except (StoreError, CommitRefused):  # a newer attempt's marker exists, or S3 is down
             return
         harness.report_checkpoint(self.operator, KEY, self.step)
 
@@ -657,10 +658,12 @@ class ActionEngine(RuleBasedStateMachine):
         _nothing_recorded(self.in_turn.faults(check))
 
     def _one_trainer_attempt_at_a_time(self) -> None:
+        """Of this RLJob's: a deleted namesake's leftovers are the user's (their late writes
+        are fenced by the markers of the attempts after them)."""
         live = {
             p["metadata"]["name"]: _labels(p).get(ATTEMPT)
             for p in self._trainer_pods()
-            if not self.node_checks.fenced(p)
+            if not self.node_checks.fenced(p) and self.cluster.controlled_by(p, self.uid)
         }
         assert len(set(live.values())) <= 1, f"trainer pods of two attempts at once: {live}"
 
@@ -727,7 +730,7 @@ class ActionEngine(RuleBasedStateMachine):
         role = _labels(pod).get(ROLE, "")
         if role not in SERVING or not _running(pod) or not _ready(pod):
             return
-        deployment = self.cluster.peek("Deployment", f"{NAME}-{role}")
+        deployment = self.cluster.role_child("Deployment", self.uid, role)
         if deployment is None or deployment["metadata"].get("deletionTimestamp"):
             return
         if _owner(pod) != deployment["metadata"]["uid"]:
@@ -797,7 +800,7 @@ class ActionEngine(RuleBasedStateMachine):
 
     def _check_resume(self, marker: AttemptMarker) -> None:
         attempt = marker.attempt
-        markers = {a: m for a, m in self._markers().items() if a < attempt}
+        markers = {a: m for a, m in self._with_unstarted(self._markers()).items() if a < attempt}
         resumable = [
             v for v in self._committed(listed=True)
             if _in_lineage(v, attempt - 1, markers) and v.attempt < attempt
@@ -809,6 +812,21 @@ class ActionEngine(RuleBasedStateMachine):
                 f"attempt {attempt} resumes from {marker.resumed_from_version}, the newest "
                 f"resumable version is {expected} (markers {sorted(markers)})"
             )
+
+    def _with_unstarted(self, markers: dict[int, AttemptMarker]) -> dict[int, AttemptMarker]:
+        """The markers, and for an attempt the RLJob's status journaled but that never got its
+        marker (so never ran and wrote nothing) the marker its record implies: such an attempt
+        fences nothing (checkpoints/attempt_plan.with_journaled_markers)."""
+        status = (self.cluster.peek(KIND, NAME) or {}).get("status") or {}
+        implied = {
+            int(record["attempt"]): AttemptMarker(
+                job=NAME, namespace=NAMESPACE, attempt=int(record["attempt"]),
+                started_at=record["startedAt"], resumed_from_step=record.get("resumedFromStep"),
+                resumed_from_version=record.get("resumedFromVersion"),
+            )
+            for record in status.get("attempts") or []
+        }  # fmt: skip
+        return {**implied, **markers}
 
     def _check_delete(self, key: str, version: VersionId) -> None:
         if version not in self._committed(listed=False):
@@ -837,7 +855,9 @@ class ActionEngine(RuleBasedStateMachine):
         newest body the watch delivered or the operator's own last status write returned."""
         runtime = replica or self.operator
         settling = self.in_turn.before_pass(leading=runtime.leadership.acting())
-        draining = self.drains.before_pass(leading=runtime.leadership.acting())
+        draining = self.drains.before_pass(
+            leading=runtime.leadership.acting(), handed=harness.trainer_generation(runtime, KEY)
+        )
         lost = self.node_checks.before_pass(leading=runtime.leadership.acting())
         overdue = self.bound_checks.before_pass(leading=runtime.leadership.acting())
         changed = self.cluster.index.deliver()
@@ -987,13 +1007,22 @@ class ActionEngine(RuleBasedStateMachine):
         kind, target = action["kind"], action.get("target") or {}
         if kind == "RestartTrainerGang":
             return any(_created_job(w, str(attempt)) for w in log)
-        if kind == "RestartPod":
-            return any(w.verb == "delete" and w.uid == target.get("uid") and w.code == 200
-                       for w in log)  # fmt: skip
+        if kind == "RestartPod":  # the pod deleted (by anyone), gone, or the collector's
+            pod = next((p for p in self.cluster.view("Pod")
+                        if p["metadata"]["uid"] == target.get("uid")), None)  # fmt: skip
+            return (
+                pod is None
+                or self.cluster.orphaned(pod)
+                or any(
+                    w.verb == "delete" and w.uid == target.get("uid") and w.code == 200 for w in log
+                )
+            )
         if kind == "RestartRoleInTurn":  # each listed pod deleted (by anyone) or gone
             if self.in_turn.ended_early(f"{self.uid}/{action['id']}"):
                 return True  # ended early (preempted, timed out): its pods not yet taken stay
-            live = {p["metadata"]["uid"] for p in self.cluster.view("Pod")}
+            # A pod whose Deployment is gone is the garbage collector's: going, as if deleted.
+            live = {p["metadata"]["uid"] for p in self.cluster.view("Pod")
+                    if not self.cluster.orphaned(p)}  # fmt: skip
             deleted = {w.uid for w in log if w.verb == "delete" and w.code == 200}
             return all(p["uid"] in deleted or p["uid"] not in live for p in action["pods"])
         return any(

@@ -125,6 +125,8 @@ class NodeChecks:
             labels = pod["metadata"].get("labels") or {}
             if labels.get(ROLE_LABEL) != "trainer" or labels.get(ATTEMPT_LABEL) != attempt:
                 continue
+            if not self.cluster.controlled_by(pod, job["metadata"]["uid"]):
+                continue  # a deleted namesake's leftover
             if pod["status"]["phase"] in ("Succeeded", "Failed"):
                 continue
             since = self._lost_since(pod["spec"].get("nodeName"))

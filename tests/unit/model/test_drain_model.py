@@ -12,10 +12,10 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.unit.model.machine import ALL_CHECKS, NAME, ActionEngine
-from tests.unit.model.test_action_engine import EXPLORE
+from tests.unit.model.test_action_engine import EXPLORE, MODEL_SEED, seeded
 
 # A narrower budget than the Ungated exploration: the same rules, the drains added.
-GATED_EXPLORE = settings(EXPLORE, max_examples=150)
+GATED_EXPLORE = settings(EXPLORE, max_examples=200)
 
 
 class GatedEngine(ActionEngine):
@@ -23,8 +23,9 @@ class GatedEngine(ActionEngine):
     CHECKS = ALL_CHECKS
 
 
-def test_invariants_hold_whatever_happens_to_a_gated_job() -> None:
-    run_state_machine_as_test(GatedEngine, settings=GATED_EXPLORE)
+@pytest.mark.parametrize("seed", [MODEL_SEED], ids=lambda s: f"seed={s}")
+def test_invariants_hold_whatever_happens_to_a_gated_job(seed: int) -> None:
+    run_state_machine_as_test(seeded(GatedEngine), settings=GATED_EXPLORE)
 
 
 Step = tuple[str, Mapping[str, Any]]

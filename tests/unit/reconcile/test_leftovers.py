@@ -166,12 +166,16 @@ def _pod(name: str, owner: str) -> ObservedPod:
         pytest.param(Observed((), (_pod("p", "rs"),), (("rs", ""),)), [], ["p"],
                      id="a-pod-of-an-orphaned-replicaset"),
         pytest.param(Observed((), (_pod("p", ""),)), [], ["p"], id="a-bare-pod"),
+        pytest.param(Observed((), (_pod("p", "recorded-job"),)), ["p"], [],
+                     id="a-pod-of-its-trainer-job-deleted-by-hand-status-recorded"),
+        pytest.param(Observed((), (_pod("p", "unknown-job"),)), [], ["p"],
+                     id="a-pod-of-a-job-it-never-recorded"),
     ],
 )  # fmt: skip
 def test_an_object_is_the_jobs_when_its_controller_chain_ends_at_its_uid(
     observed: Observed, ours: list[str], theirs: list[str]
 ) -> None:
-    mine, leftovers = owned_by(observed, "job")
+    mine, leftovers = owned_by(observed, "job", recorded=("recorded-job",))
 
     def names(o: Observed) -> list[str]:
         return sorted([*(c.name for c in o.children), *(p.name for p in o.pods)])

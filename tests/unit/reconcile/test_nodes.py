@@ -105,7 +105,8 @@ def test_the_next_attempt_does_not_wait_for_a_pod_on_a_lost_node(ready: str, wai
     ("pod_fields", "phase", "read"),
     [
         pytest.param({"ready": False}, "Running", True, id="a-rank-of-a-running-attempt-not-ready"),
-        pytest.param({"ready": False}, "Pending", False, id="a-gang-starting-costs-no-read"),
+        pytest.param({"ready": False}, "Pending", True,
+                     id="a-rank-of-an-attempt-never-all-ready:-the-job-may-never-be-ready"),
         pytest.param({}, "Running", False, id="a-ready-rank"),
         pytest.param({"ready": False, "deleting": True}, "Pending", True, id="a-terminating-pod"),
         pytest.param({"ready": False, "phase": "Failed"}, "Running", False, id="an-ended-pod"),
