@@ -254,6 +254,8 @@ class Cluster(Kube):
         self._lease_moves: tuple[int, str] | None = None  # (writes before it moves, new holder)
         # Called with (actor, the pod as it was) when a delete of a pod is accepted.
         self.pod_delete_observers: list[Callable[[str, JSON], None]] = []
+        # Called with the RLJob as stored after each status write.
+        self.status_observers: list[Callable[[JSON], None]] = []
 
     # -- the Kube adapter's methods (the operator's side) --------------------------------------
 
@@ -926,6 +928,9 @@ class Cluster(Kube):
         if ref[0] == KIND:
             detail["trainer_failed"] = self._trainer_failed(patched["metadata"]["uid"])
         self._log(actor, verb, ref, uid, 200, detail)
+        if status_only and ref[0] == KIND:
+            for observer in self.status_observers:
+                observer(self.objects[ref])
         return copy.deepcopy(self.objects[ref])
 
     def _delete(

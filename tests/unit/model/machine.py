@@ -269,6 +269,10 @@ class ActionEngine(RuleBasedStateMachine):
         self.taken_down: set[str] = set()  # uids of serving pods ready until the operator's hand
         self.overdisruptions: list[str] = []  # deletes past a role's maxUnavailable
         self.cluster.pod_delete_observers.append(self._pod_deleted)
+        # (RLJob uid, attempt) -> the keys listings had returned when the attempt's resume
+        # choice was journaled (a later listing, retention's, may show a version it could not).
+        self.shown_at_choice: dict[tuple[str, int], frozenset[tuple[str, str]]] = {}
+        self.cluster.status_observers.append(self._choices_journaled)
         self.s3.observers.append(self._store_changes)
         self.passing: str | None = None  # the replica whose pass runs now
         self.unleased_store_writes: list[str] = []
@@ -589,6 +593,8 @@ class ActionEngine(RuleBasedStateMachine):
             body["metadata"].setdefault("annotations", {})[which] = value
 
         self.cluster.edit(KIND, NAME, annotate)
+        if which == RESUME_REQUEST:  # a value the operator never handled is a request, now
+            self.suspension.nonce_written(value)
 
     @precondition(lambda self: bool(self._pods(*SERVING)))
     @rule(role=st.sampled_from(sorted(SERVING)), fixed=st.booleans())
@@ -787,22 +793,38 @@ class ActionEngine(RuleBasedStateMachine):
                 markers[parsed.attempt] = AttemptMarker.model_validate_json(stored[key].data)
         return markers
 
-    def _committed(self, *, listed: bool) -> list[VersionId]:
-        """Versions whose manifest is stored (and, when `listed`, was returned by a listing: a
-        key a lagging store never listed yet is one the operator cannot know)."""
+    def _choices_journaled(self, job: JSON) -> None:
+        uid = job["metadata"]["uid"]
+        for record in (job.get("status") or {}).get("attempts") or []:
+            self.shown_at_choice.setdefault((uid, int(record["attempt"])), frozenset(self.s3.shown))
+
+    def _committed(
+        self, *, listed: bool, shown: frozenset[tuple[str, str]] | None = None
+    ) -> list[VersionId]:
+        """Versions whose manifest is stored (and, when `listed`, every key of which a listing
+        returned, by `shown` when given: a key a lagging store never listed yet is one the
+        operator cannot know, and a version missing a file it names is incomplete to it)."""
+        seen = self.s3.shown if shown is None else shown
+        keys = self.s3.keys(BUCKET, LOCATION.versions_prefix)
+        hidden = {
+            parsed.version
+            for key in keys
+            if (BUCKET, key) not in seen and (parsed := LOCATION.parse_key(key)).version
+        }  # fmt: skip
         versions = []
-        for key in self.s3.keys(BUCKET, LOCATION.versions_prefix):
+        for key in keys:
             parsed = LOCATION.parse_key(key)
-            shown = not listed or (BUCKET, key) in self.s3.shown
-            if parsed.is_manifest and parsed.version is not None and shown:
+            known = not listed or parsed.version not in hidden
+            if parsed.is_manifest and parsed.version is not None and known:
                 versions.append(parsed.version)
         return versions
 
     def _check_resume(self, marker: AttemptMarker) -> None:
         attempt = marker.attempt
         markers = {a: m for a, m in self._with_unstarted(self._markers()).items() if a < attempt}
+        shown = self.shown_at_choice.get((self.uid, attempt))
         resumable = [
-            v for v in self._committed(listed=True)
+            v for v in self._committed(listed=True, shown=shown)
             if _in_lineage(v, attempt - 1, markers) and v.attempt < attempt
         ]  # fmt: skip
         newest = max(resumable, default=None)
