@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from rljob.crashpoints import (
-    CRASH_POINT_ENV,
     GANG_RESTART_CRASH_POINTS,
     POD_RESTART_CRASH_POINTS,
     ROLE_RESTART_CRASH_POINTS,
 )
+from rljob.dev.crash_entry import CRASH_POINT_ENV
 from rljob.dev.kubeapi import ApiError
 from rljob.dev.scrape import metric_values
 from tests.helpers import wait_for

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from rljob.crashpoints import CRASH_POINT_ENV, DRAIN_CRASH_POINTS
+from rljob.crashpoints import DRAIN_CRASH_POINTS
+from rljob.dev.crash_entry import CRASH_POINT_ENV
 from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.scrape import metric_values
 from rljob.dev.sim.launcher import Simulator

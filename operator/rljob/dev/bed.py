@@ -168,7 +168,8 @@ def launch_operator(
     workdir.mkdir(parents=True, exist_ok=True)
     metrics, liveness = free_ports(2)
     cmd = [
-        sys.executable, "-m", "rljob.cli", "run",
+        # The bed's entry arms RLJOB_TEST_CRASH_POINT; `rljob run` itself never reads it.
+        sys.executable, "-m", "rljob.dev.crash_entry", "run",
         f"--kubeconfig={kubeconfig}",
         "--metrics-address=127.0.0.1",
         f"--metrics-port={metrics}",
