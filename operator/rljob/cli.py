@@ -6,11 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from rljob import __version__
 
 if TYPE_CHECKING:
     from rljob.adapters.metrics import SourceKey
+    from rljob.reconcile.reach import Allowlist
 
 
 def _dev(args: argparse.Namespace) -> int:
@@ -41,6 +43,7 @@ def _run(args: argparse.Namespace) -> int:
         resync_seconds=args.resync_seconds,
         lease_namespace=args.leader_election_namespace,
         default_source=_default_source(args),
+        allowlist=_allowlist(args),
     )
     return run_operator(
         options,
@@ -66,6 +69,44 @@ def _default_source(args: argparse.Namespace) -> SourceKey | None:
         pod_label=args.prometheus_pod_label,
         namespace_label=args.prometheus_namespace_label,
         default=True,
+    )
+
+
+def _allowlist(args: argparse.Namespace) -> Allowlist:
+    from rljob.reconcile.reach import ANY_BUCKET, Allowlist
+
+    return Allowlist(
+        prometheus_urls=tuple(args.allow_prometheus_url),
+        s3_endpoints=tuple(args.allow_s3_endpoint),
+        s3_buckets=tuple(args.allow_s3_bucket or [ANY_BUCKET]),
+    )
+
+
+def _allowed_url(text: str) -> str:
+    from rljob.reconcile.reach import ANY_PORT, normalized
+
+    parts = urlsplit(text.removesuffix(ANY_PORT))
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not http(s)://host[:port][/path] or http(s)://host:*"
+        )
+    return normalized(text)
+
+
+def _add_allowlist_flags(run: argparse.ArgumentParser) -> None:
+    """Where jobs may aim the operator (its default source and S3 endpoint are always allowed)."""
+    allow = run.add_argument_group("what jobs may name (repeatable; host:* allows any port)")
+    for flag, what in (("prometheus-url", "Prometheus URL"), ("s3-endpoint", "S3 endpoint")):
+        allow.add_argument(
+            f"--allow-{flag}", action="append", type=_allowed_url, default=[], metavar="URL",
+            help=f"a {what} jobs may name",
+        )  # fmt: skip
+    allow.add_argument(
+        "--allow-s3-bucket",
+        action="append",
+        default=[],
+        metavar="BUCKET",
+        help="a bucket jobs may use (default: any, '*')",
     )
 
 
@@ -127,6 +168,7 @@ def _parser() -> argparse.ArgumentParser:
         help="hold a Lease there so that only one replica acts (default: off, one replica)",
     )
     _add_source_flags(run)
+    _add_allowlist_flags(run)
     run.set_defaults(handler=_run)
 
     crd = commands.add_parser("crd", help="print the RLJob CustomResourceDefinition")

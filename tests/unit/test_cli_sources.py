@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from rljob.adapters.metrics import SourceKey
-from rljob.cli import _default_source, _parser
+from rljob.cli import _allowlist, _default_source, _parser
+from rljob.reconcile.reach import Allowlist
 
 
 def source_of(*flags: str) -> SourceKey | None:
@@ -55,3 +56,38 @@ def test_bad_source_flags_are_refused(
     with pytest.raises(SystemExit):
         source_of(*flags)
     assert "error" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        pytest.param((), Allowlist(), id="by-default-nothing-but-any-bucket"),
+        pytest.param(
+            (
+                "--allow-prometheus-url=http://prom.monitoring:9090/",
+                "--allow-s3-endpoint=http://127.0.0.1:*",
+                "--allow-s3-bucket=team-a",
+                "--allow-s3-bucket=team-b",
+            ),
+            Allowlist(
+                ("http://prom.monitoring:9090",), ("http://127.0.0.1:*",), ("team-a", "team-b")
+            ),
+            id="each-flag",
+        ),
+    ],
+)
+def test_allowlist_flags(flags: tuple[str, ...], expected: Allowlist) -> None:
+    assert _allowlist(_parser().parse_args(["run", *flags])) == expected
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        pytest.param("--allow-prometheus-url=prom:9090", id="no-scheme"),
+        pytest.param("--allow-s3-endpoint=ftp://store", id="not-http"),
+        pytest.param("--allow-s3-endpoint=http://u@store", id="user-info"),
+    ],
+)
+def test_allowlist_flags_refuse_what_is_not_a_url(flag: str) -> None:
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["run", flag])

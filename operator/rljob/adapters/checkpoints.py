@@ -65,6 +65,11 @@ class Checkpoints:
         self._default = default or StoreEndpoint.from_env()
         self._timeout = timeout
 
+    @property
+    def default_endpoint(self) -> str | None:
+        """The operator's configured S3 endpoint for jobs that name none (None: AWS)."""
+        return self._default.url
+
     def location(self, job: RLJob) -> CheckpointLocation | None:
         spec = job.spec.checkpoint
         meta = job.metadata

@@ -78,10 +78,12 @@ class RLJob(BaseModel):
 
 
 class InvalidRLJobError(ValueError):
-    """An RLJob body the models reject; `violations` name each field as the API server would."""
+    """An RLJob body the models (or the platform's allowlists: `reason` NotAllowed) reject;
+    `violations` name each field as the API server would."""
 
-    def __init__(self, violations: list[FieldViolation]) -> None:
+    def __init__(self, violations: list[FieldViolation], reason: str = "InvalidSpec") -> None:
         self.violations = violations
+        self.reason = reason
         super().__init__("; ".join(f"{v.field}: {v.message}" for v in violations))
 
 

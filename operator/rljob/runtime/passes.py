@@ -38,6 +38,7 @@ from rljob.reconcile.expectations import with_deletes_issued
 from rljob.reconcile.observed import Observed
 from rljob.reconcile.ownership import owned_by, recorded_jobs
 from rljob.reconcile.plan import status_patch
+from rljob.reconcile.reach import NOT_ALLOWED, Allowlist
 from rljob.runtime.execute import Context, ensure_leading, execute
 from rljob.runtime.gather import Gatherer
 from rljob.runtime.health_loop import HealthScheduler
@@ -61,8 +62,10 @@ class Passes:
         health: HealthScheduler,
         observed: Callable[[JobKey], Observed],
         refresh: Callable[[dict[str, Any]], None],
+        allowlist: Allowlist,
     ) -> None:
         self.kube = kube
+        self.allowlist = allowlist
         self.checkpoints = checkpoints
         self.leadership = leadership
         self.memories = memories
@@ -80,8 +83,8 @@ class Passes:
             try:
                 return await self.run_once(body)
             except InvalidRLJobError as exc:
-                SPEC_REJECTIONS.labels(reason="InvalidSpec").inc()
-                status = invalid_spec_status(body, exc.violations, _now())
+                SPEC_REJECTIONS.labels(reason=exc.reason).inc()
+                status = invalid_spec_status(body, exc.violations, _now(), exc.reason)
                 await self.write_status(body, status, self._memory(body))
                 bound.warning("invalid spec", violations=[str(v) for v in exc.violations])
                 return None
@@ -109,6 +112,9 @@ class Passes:
         """gather -> decide -> journal -> execute."""
         now = _now()
         job = parse_rljob(body)
+        refused = self.allowlist.violations(job.spec)
+        if refused:  # before any request to what the job names
+            raise InvalidRLJobError(refused, reason=NOT_ALLOWED)
         memory = self._memory(body)
         action = job.status.in_flight
         issued = memory.deletes_issued.current(time.monotonic(), action.id if action else None)

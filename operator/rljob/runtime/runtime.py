@@ -8,7 +8,7 @@ import contextlib
 import datetime as dt
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rljob.adapters.checkpoints import Checkpoints
@@ -23,6 +23,7 @@ from rljob.reconcile.bottleneck import advice_moved
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.progress import StepSample, progress_reading, step_rate, step_window
+from rljob.reconcile.reach import Allowlist
 from rljob.runtime.health_loop import HealthScheduler
 from rljob.runtime.memory import JobMemory, Memories
 from rljob.runtime.passes import Passes
@@ -43,6 +44,8 @@ class RuntimeOptions:
     lease_namespace: str | None = None  # leader election on: the Lease lives there
     # Where jobs without spec.health.source get their signals; None: their detection is off.
     default_source: SourceKey | None = None
+    # The Prometheus URLs, S3 endpoints and buckets jobs may name (rljob.reconcile.reach).
+    allowlist: Allowlist = field(default_factory=Allowlist)
 
 
 def engine_readings(gauges: Mapping[str, EngineGauges]) -> tuple[EngineReading, ...]:
@@ -79,10 +82,17 @@ class Runtime:
             health=self.health,
             observed=self.observed,
             refresh=self._refresh,
+            allowlist=self._allowlist(options),
         )
         self.workers = JobWorkers(self.passes.run, resync_seconds=options.resync_seconds)
         self._health_task: asyncio.Task[None] | None = None
         self._prune_task: asyncio.Task[None] | None = None
+
+    def _allowlist(self, options: RuntimeOptions) -> Allowlist:
+        """The platform's allowlist plus the operator's own default source and S3 endpoint."""
+        source = options.default_source
+        default_url = source.url if source is not None and source.kind == "prometheus" else None
+        return options.allowlist.with_defaults(default_url, self.checkpoints.default_endpoint)
 
     def _health_scheduler(self, options: RuntimeOptions) -> HealthScheduler:
         """Direct scraping resolves pod addresses from the pods the passes observe."""

@@ -202,3 +202,58 @@ async def test_a_health_round_wakes_the_job_only_when_the_diagnosis_advice_moved
         health.diagnosis = diagnosis
         await runtime._on_health(key, [])
         assert len(woken) == wakes, diagnosis
+
+
+class NoStore:
+    """A checkpoint store any use of which fails the test: nothing may reach a refused endpoint."""
+
+    default_endpoint = None
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the pass used the checkpoint store ({name})")
+
+
+class Recording(Kube):
+    def __init__(self, world: World) -> None:
+        super().__init__(world, 0)
+        self.patches: list[dict[str, Any]] = []
+
+    async def patch_status(self, namespace: str, name: str, patch: dict[str, Any],
+                           resource_version: str | None = None) -> dict[str, Any]:  # fmt: skip
+        self.patches.append(patch)
+        return await super().patch_status(namespace, name, patch, resource_version)
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        pytest.param(
+            {"health": {"source": {"prometheus": {"url": "http://169.254.169.254/latest"}}}},
+            "spec.health.source.prometheus.url",
+            id="a-prometheus-url",
+        ),
+        pytest.param(
+            {"checkpoint": {"uri": "s3://bucket/x", "endpoint": "http://10.0.0.1:9000"}},
+            "spec.checkpoint.endpoint",
+            id="an-s3-endpoint",
+        ),
+    ],
+)
+async def test_a_job_naming_what_the_platform_does_not_allow_is_refused_before_any_request(
+    spec: dict[str, Any], field: str
+) -> None:
+    world = World(example_body())
+    world.body["spec"].update(spec)
+    kube, health = Recording(world), Health()
+    registered: list[Any] = []
+    health.register = lambda job, pods: registered.append(job)  # type: ignore[method-assign]
+    runtime = Runtime(kube, RuntimeOptions(), Leadership(None, None), checkpoints=NoStore(),  # type: ignore[arg-type]
+                      health=health)  # type: ignore[arg-type]  # fmt: skip
+    runtime.passes.observed = lambda key: world.observed
+
+    await runtime.run_pass(copy.deepcopy(world.body))
+
+    (accepted,) = [c for p in kube.patches for c in p["conditions"] if c["type"] == "Accepted"]
+    assert (accepted["status"], accepted["reason"]) == ("False", "NotAllowed")
+    assert accepted["message"].startswith(f"{field}: ")
+    assert registered == [] and kube.deleted == [] and kube.events == []
