@@ -255,7 +255,7 @@ async def _text(request: web.Request, text: str, **kwargs: Any) -> web.Response:
         (
             lambda r: _text(r, "<html>login</html>", content_type="text/html"),
             SourceError,
-            "content type 'text/html'",
+            "not application/json",
         ),
         (lambda r: _text(r, "{not json", content_type="application/json"), SourceError, "JSON"),
         (
@@ -273,7 +273,7 @@ async def _text(request: web.Request, text: str, **kwargs: Any) -> web.Response:
         (
             lambda r: _json(r, {"status": "success", "data": {"resultType": "scalar"}}),
             SourceError,
-            "not a matrix",
+            "neither a matrix nor a vector",
         ),
         (lambda r: _json(r, [1, 2]), SourceError, "not a JSON object"),
         (
@@ -288,6 +288,37 @@ async def test_hostile_answers_end_in_a_typed_error(
 ) -> None:
     with pytest.raises(error, match=match):
         await _raw_samples_against(make)
+
+
+SECRET = "internal-secret-4711"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda r: _text(r, f"<p>{SECRET}</p>", status=404), id="an-error-page"),
+        pytest.param(lambda r: _text(r, SECRET, status=500), id="a-plain-5xx-body"),
+        pytest.param(
+            lambda r: _json(r, {"errorType": {"x": SECRET}, "error": SECRET}, 400),
+            id="an-envelope-whose-errorType-is-not-a-string",
+        ),
+        pytest.param(
+            lambda r: _json(r, {"status": "error", "errorType": 1, "error": [SECRET]}),
+            id="a-200-error-envelope-of-other-types",
+        ),
+        pytest.param(lambda r: _text(r, "{}", content_type=f"text/{SECRET}"), id="a-content-type"),
+        pytest.param(
+            lambda r: _json(r, {"status": "success", "data": {"resultType": SECRET}}),
+            id="a-result-type",
+        ),
+    ],
+)
+async def test_nothing_of_an_answer_is_reflected_but_status_and_prometheus_error_fields(
+    make: Handler,
+) -> None:
+    with pytest.raises(SourceError) as caught:
+        await _raw_samples_against(make)
+    assert SECRET not in str(caught.value)
 
 
 async def test_huge_bodies_are_refused_declared_or_streamed() -> None:

@@ -98,3 +98,24 @@ def test_translate_error(exc: Exception, expected: type[StoreError]) -> None:
     translated = translate_error(exc, "PutObject s3://b/k")
     assert type(translated) is expected
     assert str(translated).startswith("PutObject s3://b/k")
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "expected"),
+    [
+        pytest.param("AccessDenied", 403, "PutObject s3://b/k: HTTP 403 AccessDenied", id="a-code"),
+        pytest.param("<html>secret</html>", 400, "PutObject s3://b/k: HTTP 400", id="not-a-code"),
+        pytest.param("", 502, "PutObject s3://b/k: HTTP 502", id="no-code"),
+    ],
+)
+def test_only_the_status_and_an_error_code_of_the_store_are_kept(
+    code: str, status: int, expected: str
+) -> None:
+    error = ClientError(
+        {
+            "Error": {"Code": code, "Message": "secret body"},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        },
+        "PutObject",
+    )
+    assert str(translate_error(error, "PutObject s3://b/k")) == expected

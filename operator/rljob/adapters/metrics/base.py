@@ -129,18 +129,27 @@ async def read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
 
 
 def status_error(status: int, body: bytes) -> SourceError:
-    """The error a non-200 answer ends in: unavailable for 5xx and 429 (try again later)."""
-    detail = body[:MAX_ERROR_TEXT].decode("utf-8", "replace")
+    """The error a non-200 answer ends in: unavailable for 5xx and 429 (try again later). Only
+    the status and Prometheus's own errorType and error fields are kept: the body of whatever
+    answered is never reflected into conditions or Events."""
     try:
         parsed = json.loads(body)
-        if isinstance(parsed, dict) and "error" in parsed:
-            detail = f"{parsed.get('errorType')}: {parsed.get('error')}"
     except (ValueError, RecursionError):
-        pass
-    message = shorten(f"HTTP {status}: {detail}")
+        parsed = None
+    message = shorten(f"HTTP {status}{prometheus_error(parsed)}")
     if status >= 500 or status == 429:
         return SourceUnavailable(message)
     return SourceError(message)
+
+
+def prometheus_error(parsed: object) -> str:
+    """': <errorType>: <error>' of a Prometheus error envelope (both strings), else ''."""
+    if not isinstance(parsed, dict):
+        return ""
+    kind, error = parsed.get("errorType"), parsed.get("error")
+    if not isinstance(kind, str) or not isinstance(error, str):
+        return ""
+    return f": {kind}: {error}"
 
 
 class HttpSource:

@@ -236,7 +236,7 @@ class DirectSource(HttpSource):
                 if response.status != 200:
                     raise status_error(response.status, body)
                 if not response.content_type.startswith(_PAGE_TYPES):
-                    raise SourceError(f"content type {response.content_type!r}, not text/plain")
+                    raise SourceError("the answer's content type is not text/plain")
                 return body.decode("utf-8", "replace")
         except TimeoutError as error:
             raise SourceUnavailable(f"no answer within {self.timeout:g}s from {url}") from error

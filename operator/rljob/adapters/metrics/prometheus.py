@@ -217,9 +217,7 @@ class PrometheusSource(HttpSource):
                 if response.status != 200:
                     raise status_error(response.status, body)
                 if response.content_type != "application/json":
-                    raise SourceError(
-                        f"content type {response.content_type!r}, not application/json"
-                    )
+                    raise SourceError("the answer's content type is not application/json")
         except TimeoutError as error:
             raise SourceTimeout(f"no answer within {self.timeout:g}s") from error
         except aiohttp.ClientError as error:

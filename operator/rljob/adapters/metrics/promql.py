@@ -18,6 +18,7 @@ from rljob.adapters.metrics.base import (
     SignalData,
     SourceError,
     finite,
+    prometheus_error,
     reject_duplicate,
     shorten,
     wanted_pods,
@@ -86,14 +87,13 @@ def parse_matrix(
     if not isinstance(payload, dict):
         raise SourceError("answer is not a JSON object")
     if payload.get("status") != "success":
-        error = payload.get("error")
-        raise SourceError(shorten(f"query failed: {payload.get('errorType')}: {error}"))
+        raise SourceError(shorten(f"query failed{prometheus_error(payload)}"))
     data = payload.get("data")
     if not isinstance(data, dict):
         raise SourceError("answer has no data object")
     kind, result = data.get("resultType"), data.get("result")
     if kind not in ("matrix", "vector") or not isinstance(result, list):
-        raise SourceError(f"answer is a {kind!r}, not a matrix")
+        raise SourceError("answer is neither a matrix nor a vector")
     wanted = wanted_pods(selectors)
     raws: dict[tuple[PodKey, Labels], object] = {}
     conflicting: set[tuple[PodKey, Labels]] = set()

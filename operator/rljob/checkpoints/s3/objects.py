@@ -26,6 +26,7 @@ from rljob.checkpoints.s3.transport import (
     DEADLINE,
     ClientCache,
     StoreEndpoint,
+    error_code,
     translate_error,
     unsupported,
 )
@@ -235,7 +236,7 @@ class S3Objects:
             errors = response.get("Errors", [])
             bad = {e.get("Key", ""): e for e in errors}
             failed.extend(
-                DeleteFailure(k, str(e.get("Code", "")), str(e.get("Message", "")))
+                DeleteFailure(k, error_code(e.get("Code")), "refused by the store")
                 for k, e in bad.items()
             )
             deleted.extend(k for k in batch if k not in bad)

@@ -17,6 +17,7 @@ import contextvars
 import functools
 import hashlib
 import os
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -231,10 +232,10 @@ def translate_error(exc: Exception, what: str) -> StoreError:
     ):
         return StoreUnavailable(f"{what}: {exc}")
     if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
-        code = str(error.get("Code", ""))
+        code = error_code(exc.response.get("Error", {}).get("Code"))
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        message = f"{what}: {code or status} {error.get('Message', '')}".rstrip()
+        # The store's status and error code only: its Message is never reflected into status.
+        message = f"{what}: HTTP {status} {code}".rstrip()
         server_side = isinstance(status, int) and status >= 500 and status != 501
         if code in _UNAVAILABLE_CODES or (server_side and code != "NotImplemented"):
             return StoreUnavailable(message, code=code, status=status)
@@ -252,6 +253,12 @@ def translate_error(exc: Exception, what: str) -> StoreError:
     if isinstance(exc, OSError):
         return StoreUnavailable(f"{what}: {exc}")
     return StoreError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def error_code(code: object) -> str:
+    """An S3 error code as the store sent it when it looks like one (AccessDenied), else ""."""
+    text = str(code or "")
+    return text if re.fullmatch(r"[A-Za-z0-9.]{1,64}", text) else ""
 
 
 def unsupported(exc: StoreError) -> bool:
