@@ -82,7 +82,8 @@ __all__ = [
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._=+-]+)*$"
 CHECKPOINT_VERSION_PATTERN = r"^v[0-9]{12}-a[0-9]{6}$"
 RESUME_PATTERN = r"^(Latest|None|v[0-9]{12}-a[0-9]{6})$"
-HTTP_URL_PATTERN = r"^https?://[^ ]+$"
+# No user info in the authority (`http://allowed@elsewhere` is elsewhere) and no whitespace.
+HTTP_URL_PATTERN = r"^https?://[^/?#@\s]+([/?#]\S*)?$"
 PROMETHEUS_LABEL_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
 
 URI_MAX_LENGTH = 1024
@@ -97,6 +98,40 @@ S3Uri = Annotated[
         message="must be s3://<bucket>[/<prefix>]: a bucket name (3-63 of a-z 0-9 . -), then "
         "path segments of A-Z a-z 0-9 . _ = + - without a trailing slash",
         holds=lambda uri: re.fullmatch(S3_URI_PATTERN, uri) is not None,
+    ),
+    CelCheck(
+        cel="!self.split('/').exists(s, s == '.' || s == '..')",
+        message="must not have a . or .. path segment: S3 keys are not paths, so the store "
+        "would refuse every request under it",
+        holds=lambda uri: not {".", ".."} & set(uri.split("/")),
+    ),
+]
+
+# RFC 9110 section 5.6.2: a header name is a token. In a CEL double-quoted string, since the
+# token characters include the single quote.
+HTTP_TOKEN_PATTERN = "^[-!#$%&'*+.^_`|~0-9A-Za-z]+$"
+# Set by the HTTP client from the URL and the body; a job's value would redirect or desync it.
+CLIENT_HEADERS = ("host", "content-length", "transfer-encoding", "connection")
+Headers = Annotated[
+    dict[str, Annotated[str, Field(max_length=1024)]],
+    Field(max_length=16),
+    CelCheck(
+        cel=f'self.all(k, k.size() <= 256 && k.matches("{HTTP_TOKEN_PATTERN}"))',
+        message="header names must be HTTP tokens of at most 256 characters "
+        "(letters, digits and !#$%&'*+-.^_`|~)",
+        holds=lambda headers: all(
+            len(k) <= 256 and re.fullmatch(HTTP_TOKEN_PATTERN, k) for k in headers
+        ),
+    ),
+    CelCheck(
+        cel="self.all(k, !self[k].contains('\\r') && !self[k].contains('\\n'))",
+        message="header values must not contain CR or LF",
+        holds=lambda headers: not any("\r" in v or "\n" in v for v in headers.values()),
+    ),
+    CelCheck(
+        cel=f"self.all(k, !(k.lowerAscii() in {list(CLIENT_HEADERS)}))",
+        message="must not set " + ", ".join(CLIENT_HEADERS) + ": the HTTP client sets them",
+        holds=lambda headers: not any(k.lower() in CLIENT_HEADERS for k in headers),
     ),
 ]
 
@@ -146,8 +181,8 @@ class PrometheusSource(SpecModel):
         "operator's mounted token file (its --prometheus-token-file), never from a Secret read "
         "through the API; a job's own source sends `headers`."
     )
-    headers: Annotated[dict[str, Annotated[str, Field(max_length=1024)]], Field(max_length=16)] = (
-        Field(default_factory=dict, description="Extra HTTP headers sent with every query.")
+    headers: Headers = Field(
+        default_factory=dict, description="Extra HTTP headers sent with every query."
     )
     pod_label: PrometheusLabel = Field(
         default="pod", description="Series label holding the pod name."

@@ -148,8 +148,20 @@ class _String(str):
     def indexOf(self, part: str) -> int:  # noqa: N802 (CEL's name)
         return self.find(part)
 
+    def startsWith(self, prefix: str) -> bool:  # noqa: N802 (CEL's name)
+        return self.startswith(prefix)
+
     def size(self) -> int:
         return len(self)
+
+    def contains(self, part: str) -> bool:
+        return part in self
+
+    def lowerAscii(self) -> _String:  # noqa: N802 (CEL's name)
+        return _String(self.lower())
+
+    def split(self, separator: str) -> _List:  # type: ignore[override]
+        return _List(str.split(self, separator))
 
 
 class _Object:
@@ -163,8 +175,21 @@ class _Object:
             raise _MissingFieldError(name)
         return _cel_value(self._fields[name])
 
+    def __getitem__(self, key: str) -> Any:
+        return _cel_value(self._fields[key])
+
     def all(self, holds: Callable[[Any], bool]) -> bool:
         return all(holds(_String(key)) for key in self._fields)
+
+
+class _List(list[Any]):
+    """A list (items converted as they are read)."""
+
+    def all(self, holds: Callable[[Any], bool]) -> bool:
+        return all(holds(_cel_value(item)) for item in self)
+
+    def exists(self, holds: Callable[[Any], bool]) -> bool:
+        return any(holds(_cel_value(item)) for item in self)
 
 
 class _Duration(int):
@@ -177,7 +202,15 @@ def _cel_value(value: Any) -> Any:
         return _String(value)
     if isinstance(value, dict):
         return _Object(value)
+    if isinstance(value, list):
+        return _List(value)
     return value
+
+
+def _type(value: Any) -> str:
+    """CEL's type(), as the name of the type: what the rules compare with map, list, string."""
+    kinds = ((_Object, "map"), (list, "list"), (str, "string"), (bool, "bool"), (int, "int"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "other")
 
 
 def _has(read: Callable[[], Any]) -> bool:
@@ -194,7 +227,10 @@ def _duration(text: str) -> _Duration:
 
 _TRANSLATIONS = [
     (r"\bhas\(([^()]*)\)", r"_has(lambda: \1)"),
-    (r"\.all\((\w+), ", r".all(lambda \1: "),
+    (r"\.(all|exists)\((\w+), ", r".\1(lambda \2: "),
+    (r"\btype\(", "_type("),
+    (r"(==|!=) (map|list|string)\b", r"\1 '\2'"),
+    (r"\bnull\b", "None"),
     (r"\bduration\(", "_duration("),
     (r"(?<![.\w])size\(", "_size("),
     (r"&&", " and "),
@@ -203,12 +239,17 @@ _TRANSLATIONS = [
 ]
 
 
+_STRING_LITERAL = re.compile(r"""("[^"]*"|'[^']*')""")
+
+
 def python_of(rule: str) -> str:
-    """A CEL rule of the generated subset as a Python expression over `self`."""
-    text = rule
-    for pattern, replacement in _TRANSLATIONS:
-        text = re.sub(pattern, replacement, text)
-    return text
+    """A CEL rule of the generated subset as a Python expression over `self` (string literals
+    are kept as they are: a regex may hold a !)."""
+    parts = _STRING_LITERAL.split(rule)
+    for index in range(0, len(parts), 2):  # even parts are outside literals
+        for pattern, replacement in _TRANSLATIONS:
+            parts[index] = re.sub(pattern, replacement, parts[index])
+    return "".join(parts)
 
 
 def _cel_holds(rule: str, value: Any) -> bool:
@@ -218,6 +259,7 @@ def _cel_holds(rule: str, value: Any) -> bool:
         "self": _cel_value(value),
         "_has": _has,
         "_duration": _duration,
+        "_type": _type,
         "_size": len,
     }
     try:
