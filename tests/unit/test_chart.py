@@ -184,6 +184,7 @@ def test_values_schema_rejects_bad_values(helm: Path) -> None:
         "watchNamespace=Not_A_Namespace",
         "health.defaultSource=prometheus",  # without a URL
         "health.defaultSource=somewhere",
+        "rbac.aggregateToDefaultRoles=maybe",
     ):
         result = _run(helm, [*args, "--set", bad])
         assert result.returncode != 0, bad
@@ -301,6 +302,67 @@ def test_a_workload_reader_role_reads_rljobs_and_nothing_else(
     ]
     bindings = find(objects, "ClusterRoleBinding") + find(objects, "RoleBinding")
     assert WORKLOAD_READER not in {binding["roleRef"]["name"] for binding in bindings}
+
+
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+EDITOR_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+RLJOBS_STATUS_GET = {"apiGroups": ["rljob.io"], "resources": ["rljobs/status"], "verbs": ["get"]}
+# The ClusterRoles for people (templates/user-roles.yaml): name -> the built-in roles they are
+# aggregated into, and exactly their rules. Neither may write rljobs/status: the operator owns it.
+USER_ROLES: dict[str, tuple[set[str], list[Obj]]] = {
+    f"{RELEASE}-rljob-editor-role": (
+        {"edit", "admin"},
+        [
+            {"apiGroups": ["rljob.io"], "resources": ["rljobs"], "verbs": EDITOR_VERBS},
+            RLJOBS_STATUS_GET,
+        ],
+    ),
+    f"{RELEASE}-rljob-viewer-role": (
+        {"view"},
+        [
+            {"apiGroups": ["rljob.io"], "resources": ["rljobs"], "verbs": ["get", "list", "watch"]},
+            RLJOBS_STATUS_GET,
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("fixture", ["default", "namespaced"])
+@pytest.mark.parametrize("name", sorted(USER_ROLES), ids=lambda name: name.split("-rljob-")[1])
+def test_user_roles_are_aggregated_into_the_built_in_roles_with_exactly_their_rules(
+    name: str, fixture: str, request: pytest.FixtureRequest
+) -> None:
+    """As KubeRay's aggregate-clusterroles.yaml: whoever holds edit/admin (or view) in a namespace
+    may work with (or read) RLJobs there, through kube-controller-manager's aggregation, in both
+    install modes; the chart binds them to no one."""
+    objects: list[Obj] = request.getfixturevalue(fixture)
+    role = one(objects, "ClusterRole", name)
+    into, rules = USER_ROLES[name]
+    labels = role["metadata"]["labels"]
+    aggregated = {key.removeprefix(AGGREGATE) for key in labels if key.startswith(AGGREGATE)}
+    assert aggregated == into
+    assert {labels[f"{AGGREGATE}{built_in}"] for built_in in into} == {"true"}
+    assert role["rules"] == rules
+    assert "aggregationRule" not in role
+    bindings = find(objects, "ClusterRoleBinding") + find(objects, "RoleBinding")
+    assert name not in {binding["roleRef"]["name"] for binding in bindings}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param({"rbac.aggregateToDefaultRoles": "false"}, id="aggregateToDefaultRoles-false"),
+        pytest.param({"rbac.create": "false"}, id="rbac-create-false"),
+    ],
+)
+def test_user_roles_can_be_left_out(helm: Path, values: dict[str, str]) -> None:
+    objects = render(helm, values)
+    names = {o["metadata"]["name"] for o in find(objects, "ClusterRole")}
+    assert not names & set(USER_ROLES)
+    labels = [o["metadata"].get("labels", {}) for o in objects]
+    assert [key for keys in labels for key in keys if key.startswith(AGGREGATE)] == []
+    # Only the user roles go: the operator's own rules stay unless rbac.create is false.
+    assert (RELEASE in names) is (values.get("rbac.create") != "false")
 
 
 def test_without_rbac_the_chart_ships_no_roles(helm: Path) -> None:
