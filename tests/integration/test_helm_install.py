@@ -70,9 +70,10 @@ def test_cluster_wide_install_reconciles_a_job_under_the_charts_account(
 ) -> None:
     with installed(release, {}):  # the chart's defaults
         kinds = sorted(o["kind"] for o in release.objects)
-        # Two ClusterRoles: the operator's, and the workload reader users bind to a trainer.
-        assert kinds == ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment",
-                         "Service", "ServiceAccount"]  # fmt: skip
+        # Four ClusterRoles: the operator's, the workload reader users bind to a trainer, and
+        # the editor and viewer roles aggregated into the built-in edit/admin and view.
+        assert kinds == [*["ClusterRole"] * 4, "ClusterRoleBinding", "Deployment", "Service",
+                         "ServiceAccount"]  # fmt: skip
         _every_object_exists(cluster, release, tmp_path / "manifest.yaml")
         # The CRD comes from crds/ (helm skips it when present): the API server accepts it.
         kubectl(cluster, "apply", "--server-side", "--dry-run=server", "--force-conflicts",
@@ -83,12 +84,16 @@ def test_cluster_wide_install_reconciles_a_job_under_the_charts_account(
 
 
 def _rljob_rule_kinds(release: Release) -> set[str]:
-    """Kinds of the chart's RBAC objects that grant the operator anything on RLJobs (not the
-    workload-reader ClusterRole, which the chart binds to nothing)."""
+    """Kinds of the chart's RBAC objects that grant the operator anything on RLJobs: those its
+    bindings name (not the workload-reader or the user roles, which the chart binds to no one)."""
+    bound = {
+        (b["roleRef"]["kind"], b["roleRef"]["name"])
+        for b in release.find("ClusterRoleBinding") + release.find("RoleBinding")
+    }
     return {
         o["kind"]
         for o in release.find("ClusterRole") + release.find("Role")
-        if not o["metadata"]["name"].endswith("-workload-reader")
+        if (o["kind"], o["metadata"]["name"]) in bound
         for rule in o["rules"]
         if RLJOB_RULE_RESOURCES & set(rule["resources"])
     }
