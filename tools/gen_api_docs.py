@@ -239,7 +239,8 @@ def model_section(model: type[BaseModel]) -> list[str]:
     rules = [*getattr(model, "cel_rules", ()), *getattr(model, "transition_rules", ())]
     if rules:
         lines += ["", "Rules:", ""]
-        lines += [f"- {rule.message}." for rule in rules]
+        # A rule applied to each of several fields (each role's podTemplate) is listed once.
+        lines += [f"- {message}." for message in dict.fromkeys(rule.message for rule in rules)]
     return [*lines, ""]
 
 

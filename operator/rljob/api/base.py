@@ -10,18 +10,17 @@ from typing_extensions import Unpack
 
 from rljob.api.rules import (
     CEL_RULES_KEY,
-    CrossFieldRule,
+    ObjectRule,
     TransitionRule,
     raise_rule_errors,
-    rule_error,
-    value_at,
 )
 
 
 def _add_cel_rules(schema: dict[str, Any], model: type[Any]) -> None:
     rules = [*getattr(model, "cel_rules", ()), *getattr(model, "transition_rules", ())]
-    if rules:
-        schema[CEL_RULES_KEY] = [rule.schema() for rule in rules]
+    cel = [rule_schema for rule in rules if (rule_schema := rule.schema()) is not None]
+    if cel:
+        schema[CEL_RULES_KEY] = cel
 
 
 def camel_case(**settings: Unpack[ConfigDict]) -> ConfigDict:
@@ -43,16 +42,12 @@ class SpecModel(BaseModel):
         extra="forbid", strict=True, frozen=True, json_schema_extra=_add_cel_rules
     )
 
-    cel_rules: ClassVar[tuple[CrossFieldRule, ...]] = ()
+    cel_rules: ClassVar[tuple[ObjectRule, ...]] = ()
     transition_rules: ClassVar[tuple[TransitionRule, ...]] = ()
 
     @model_validator(mode="after")
     def _check_cel_rules(self) -> Self:
-        errors = [
-            rule_error(rule.loc, rule.message, value_at(self, rule.loc))
-            for rule in type(self).cel_rules
-            if not rule.holds(self)
-        ]
+        errors = [error for rule in type(self).cel_rules for error in rule.errors(self)]
         raise_rule_errors(type(self).__name__, errors)
         return self
 

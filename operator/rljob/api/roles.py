@@ -30,6 +30,7 @@ from rljob.api.kube_types import (
     VolumeList,
     VolumeMountList,
 )
+from rljob.api.pod_template import pod_template_rules
 from rljob.api.ray_ports import (
     RAY_LAUNCHER_LEAVES_ENGINES_PORT,
     RAY_LAUNCHER_LEAVES_METRICS_PORT,
@@ -126,7 +127,14 @@ class Role(SpecModel):
     pod_template: PodTemplate | None = Field(
         default=None,
         description="Free-form pod template merged over the rendered one, for what the fields "
-        "above do not cover; its metadata and containers must have a pod template's shape.",
+        "above do not cover, as a strategic merge patch: objects merge key by key and null "
+        "removes a key; containers, initContainers, volumes and imagePullSecrets merge by name, "
+        "and in a container env by name, volumeMounts by mountPath and ports by containerPort "
+        "(an item with a new key is appended); other lists replace. It may not set "
+        "spec.restartPolicy, rljob.io/ labels, annotations and readiness gates, the "
+        "app.kubernetes.io/managed-by label, nor in the main container (named like the role) "
+        "the env the operator sets or its ports; its metadata and containers must have a pod "
+        "template's shape.",
     )
 
 
@@ -369,3 +377,7 @@ class Roles(SpecModel):
     verifier: ServingRole | None = Field(
         default=None, description="Verifiers: reward models or sandboxes, often CPU-only."
     )
+
+    # What each role's podTemplate may not override (rljob.api.pod_template): placed here, where
+    # a role's name, and so its main container's, is known.
+    cel_rules = pod_template_rules()

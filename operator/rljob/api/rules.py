@@ -4,7 +4,7 @@ evaluates, with one message and one field path, so both reject the same objects 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
@@ -74,6 +74,41 @@ class CrossFieldRule:
     @property
     def loc(self) -> tuple[str, ...]:
         return _loc(self.field)
+
+    def errors(self, model: Any) -> list[InitErrorDetails]:
+        if self.holds(model):
+            return []
+        return [rule_error(self.loc, self.message, value_at(model, self.loc))]
+
+
+Loc = tuple[int | str, ...]
+
+
+@dataclass(frozen=True)
+class FreeFormRule:
+    """A rule over what a free-form field (x-kubernetes-preserve-unknown-fields) holds, placed on
+    the object with that field; `offenders` yields the paths, inside `field`, of the values it
+    refuses, and pydantic names each by its full path. Checked by pydantic only, so the operator
+    refuses such a spec (Accepted=False) after the API server stored it: CRD validation rules
+    cannot read inside a free-form field (the API server declares none of its unknown fields to
+    CEL: "undefined field" when the CRD is created)."""
+
+    message: str
+    field: str
+    offenders: Callable[[Any], Iterable[Loc]]
+
+    def schema(self) -> None:
+        return None
+
+    def errors(self, model: Any) -> list[InitErrorDetails]:
+        return [
+            rule_error((*_loc(self.field), *inner), self.message, None)
+            for inner in self.offenders(model)
+        ]
+
+
+ObjectRule = CrossFieldRule | FreeFormRule
+"""A rule placed on an object (a model's `cel_rules`)."""
 
 
 @dataclass(frozen=True)

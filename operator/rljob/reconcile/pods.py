@@ -9,13 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rljob.api import Engine, Role, RoleName, RolloutRole, WeightSync
+from rljob.api.declared_ports import engine_port, is_http_engine, metrics_port
 from rljob.api.labels import POLICY_CURRENT_GATE
 from rljob.reconcile.merge import merge_overrides
 
-# Each engine's default server port: vLLM's `vllm serve --port` (vllm/entrypoints/openai/
-# cli_args.py, 8000) and SGLang's `--port` (python/sglang/srt/server_args.py, 30000).
-ENGINE_PORTS = {Engine.VLLM: 8000, Engine.SGLANG: 30000}
-ENGINE_PORT = ENGINE_PORTS[Engine.VLLM]
 HEALTH_PATH = "/health"
 PROBE_PERIOD_SECONDS = 10
 PROBE_TIMEOUT_SECONDS = 5
@@ -27,7 +24,6 @@ STARTUP_SECONDS = 3600
 READINESS_FAILURE_THRESHOLD = 3
 SHM_VOLUME = "dshm"
 SHM_PATH = "/dev/shm"
-HTTP_ENGINES = (Engine.VLLM, Engine.SGLANG)
 PREFERRED_NODE_AFFINITY = "preferredDuringSchedulingIgnoredDuringExecution"
 # The highest weight the API allows: avoiding a suspect node outweighs other preferences.
 SUSPECT_AVOIDANCE_WEIGHT = 100
@@ -212,42 +208,26 @@ def _avoid_nodes(spec: dict[str, Any], nodes: tuple[str, ...]) -> None:
 def serving_port(role_name: RoleName, role: Role) -> int:
     """The port a serving role's Service forwards: an HTTP engine serves its API, health and
     metrics on one port (the metrics port, or the engines' default 8000)."""
-    if _is_http_engine(role_name, role) and role.metrics is not None:
+    if is_http_engine(role_name, role) and role.metrics is not None:
         return role.metrics.port
-    return _engine_port(role)
-
-
-# Where rljob.sdk serves /metrics unless RLJOB_METRICS_PORT says otherwise: the trainer's progress
-# exporter (sdk/progress.py) and the verifier helper (sdk/verifier.py).
-SDK_METRICS_PORTS = {RoleName.TRAINER: 9400, RoleName.VERIFIER: 9100}
-
-
-def metrics_port(role_name: RoleName, role: Role) -> int | None:
-    """The port the role's metrics are read on: spec's `metrics.port`, else the SDK's default
-    for the trainer and verifiers (an HTTP engine serves them on its own port)."""
-    if role.metrics is not None:
-        return role.metrics.port
-    return SDK_METRICS_PORTS.get(role_name)
+    return engine_port(role)
 
 
 def container_ports(role_name: RoleName, role: Role) -> list[dict[str, Any]]:
+    """The main container's own port: its metrics port, else an HTTP engine's (the trainer's
+    launcher and gang engines add theirs; rljob.api.declared_ports lists them all)."""
     port = metrics_port(role_name, role)
     if port is not None:
         return [{"name": "metrics", "containerPort": port, "protocol": "TCP"}]
-    if _is_http_engine(role_name, role):
-        return [{"name": "http", "containerPort": _engine_port(role), "protocol": "TCP"}]
+    if is_http_engine(role_name, role):
+        return [{"name": "http", "containerPort": engine_port(role), "protocol": "TCP"}]
     return []
-
-
-def _engine_port(role: Role) -> int:
-    engine = role.engine if isinstance(role, RolloutRole) else None
-    return ENGINE_PORTS.get(engine, ENGINE_PORT) if engine is not None else ENGINE_PORT
 
 
 def probes(role_name: RoleName, role: Role) -> dict[str, Any]:
     """Startup and readiness probes per engine profile; never a liveness probe (a busy engine
     that misses one would be killed mid-generation; health detection decides restarts)."""
-    if _is_http_engine(role_name, role):
+    if is_http_engine(role_name, role):
         check = {"httpGet": {"path": HEALTH_PATH, "port": serving_port(role_name, role)}}
         slow = isinstance(role, RolloutRole) and role.engine == Engine.SGLANG
         period, timeout = (
@@ -282,11 +262,3 @@ def _probe(
         "timeoutSeconds": timeout,
         "failureThreshold": failure_threshold,
     }
-
-
-def _is_http_engine(role_name: RoleName, role: Role) -> bool:
-    return (
-        role_name == RoleName.ROLLOUT
-        and isinstance(role, RolloutRole)
-        and role.engine in HTTP_ENGINES
-    )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rljob.api import RLJob, Role, RoleName, RolloutRole, ServingRole, TrainerRole, parse_duration
+from rljob.api.declared_ports import metrics_port
 from rljob.api.labels import ATTEMPT_LABEL, COMPLETION_INDEX_ANNOTATION, SPEC_HASH_ANNOTATION
 from rljob.checkpoints.layout import (
     ENV_CHECKPOINT_URI,
@@ -145,7 +146,7 @@ def _serving_children(
 
 def _trainer_children(job: RLJob, role: TrainerRole, ctx: RenderContext) -> list[DesiredChild]:
     ports = {"master": ctx.trainer_master_port}
-    if (port := pods.metrics_port(RoleName.TRAINER, role)) is not None:
+    if (port := metrics_port(RoleName.TRAINER, role)) is not None:
         ports["metrics"] = port
     service = _service(
         ctx,

