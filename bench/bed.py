@@ -20,7 +20,13 @@ from typing import Any, TypeVar
 import yaml
 
 from rljob.dev.audit import AuditWrite, read_writes
-from rljob.dev.bed import OperatorProcess, ensure_namespace, install_crd, start_operator
+from rljob.dev.bed import (
+    BED_ALLOWLIST,
+    OperatorProcess,
+    ensure_namespace,
+    install_crd,
+    start_operator,
+)
 from rljob.dev.binaries import bin_dir
 from rljob.dev.controlplane import ControlPlane, wait_until
 from rljob.dev.kubeapi import KubeApi
@@ -108,7 +114,7 @@ class BenchBed:
             profiles={"trainer": FLEET_TRAINER},
         )
         self.operator = start_operator(
-            api, self.plane.dir, self.run_dir / "operator", env=self._operator_env()
+            api, self.plane.dir, self.run_dir / "operator", *BED_ALLOWLIST, env=self._operator_env()
         )
 
     def restart_profile(self) -> None:

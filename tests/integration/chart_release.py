@@ -29,6 +29,11 @@ CHART = Path(__file__).resolve().parents[2] / "charts" / "rljob-operator"
 LOCAL_FLAGS = ("--metrics-port=", "--liveness-port=")
 
 Obj = dict[str, Any]
+# The bed's loopback Prometheus and S3 servers, allowed explicitly (the chart allows neither).
+BED_VALUES = {
+    "allowlist.prometheusUrls": "{http://127.0.0.1:*}",
+    "allowlist.s3Endpoints": "{http://127.0.0.1:*}",
+}
 
 
 def helm_binary() -> Path:
@@ -60,7 +65,7 @@ class Release:
     def install(self, values: dict[str, str]) -> None:
         """`helm install --wait`: fails unless the API server accepts every object and the
         Deployment becomes available (kwok runs its pod)."""
-        sets = [f"--set={key}={value}" for key, value in values.items()]
+        sets = [f"--set={key}={value}" for key, value in {**BED_VALUES, **values}.items()]
         self.helm("install", self.name, str(CHART), f"--namespace={self.namespace}",
                   "--wait", "--timeout=90s", *sets)  # fmt: skip
         manifest = self.helm("get", "manifest", self.name, f"--namespace={self.namespace}")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rljob.dev.bed import OperatorProcess, install_crd, start_operator
+from rljob.dev.bed import BED_ALLOWLIST, OperatorProcess, install_crd, start_operator
 from rljob.dev.binaries import bin_dir
 from rljob.dev.components import COMPONENTS
 from rljob.dev.controlplane import ControlPlane, running_plane
@@ -107,8 +107,9 @@ class Operator:
         # The operator's own S3 identity: the session's store, unless a test says otherwise.
         environment = {**self.store.env(), **(env or {})}
         started = start_operator(
-            self.cluster.api, self.cluster.run, self.workdir, "--resync-seconds=20", env=environment
-        )
+            self.cluster.api, self.cluster.run, self.workdir, "--resync-seconds=20",
+            *BED_ALLOWLIST, env=environment,
+        )  # fmt: skip
         if self.prometheus is not None:
             self.prometheus.set_static_targets(OPERATOR_SCRAPE_JOB, [_address(started)])
         return started

@@ -71,9 +71,11 @@ def test_cluster_wide_install_reconciles_a_job_under_the_charts_account(
     with installed(release, {}):  # the chart's defaults
         kinds = sorted(o["kind"] for o in release.objects)
         # Four ClusterRoles: the operator's, the workload reader users bind to a trainer, and
-        # the editor and viewer roles aggregated into the built-in edit/admin and view.
-        assert kinds == [*["ClusterRole"] * 4, "ClusterRoleBinding", "Deployment", "Service",
-                         "ServiceAccount"]  # fmt: skip
+        # the editor and viewer roles aggregated into the built-in edit/admin and view; the
+        # allowlist's admission policy and its binding.
+        assert kinds == [*["ClusterRole"] * 4, "ClusterRoleBinding", "Deployment",
+                         "Service", "ServiceAccount", "ValidatingAdmissionPolicy",
+                         "ValidatingAdmissionPolicyBinding"]  # fmt: skip
         _every_object_exists(cluster, release, tmp_path / "manifest.yaml")
         # The CRD comes from crds/ (helm skips it when present): the API server accepts it.
         kubectl(cluster, "apply", "--server-side", "--dry-run=server", "--force-conflicts",

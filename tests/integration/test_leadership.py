@@ -13,7 +13,7 @@ import pytest
 
 from rljob.adapters.leadership import LEASE_SECONDS
 from rljob.dev.audit import writes_by_user
-from rljob.dev.bed import OPERATOR_NAMESPACE, OperatorProcess, start_operator
+from rljob.dev.bed import BED_ALLOWLIST, OPERATOR_NAMESPACE, OperatorProcess, start_operator
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
 from tests.integration.rljobs import (
@@ -41,7 +41,7 @@ def replicas(
         start_operator(
             cluster.api, cluster.run, tmp_path_factory.mktemp(f"replica{i}"),
             f"--leader-election-namespace={OPERATOR_NAMESPACE}", "--resync-seconds=20",
-            env=operator.store.env(),
+            *BED_ALLOWLIST, env=operator.store.env(),
         )
         for i in range(2)
     ]  # fmt: skip

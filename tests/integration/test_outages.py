@@ -28,7 +28,13 @@ import pytest
 from rljob.checkpoints.layout import CheckpointLocation
 from rljob.checkpoints.models import AttemptMarker
 from rljob.dev.audit import writes_by_user
-from rljob.dev.bed import OperatorProcess, ensure_namespace, install_crd, start_operator
+from rljob.dev.bed import (
+    BED_ALLOWLIST,
+    OperatorProcess,
+    ensure_namespace,
+    install_crd,
+    start_operator,
+)
 from rljob.dev.binaries import bin_dir
 from rljob.dev.controlplane import ControlPlane
 from rljob.dev.prometheus import PrometheusServer
@@ -87,7 +93,9 @@ def private_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateP
     try:
         api = plane.api()
         install_crd(api)
-        operator = start_operator(api, plane.dir, root / "operator", "--resync-seconds=20")
+        operator = start_operator(
+            api, plane.dir, root / "operator", "--resync-seconds=20", *BED_ALLOWLIST
+        )
         try:
             yield PrivatePlane(plane, Cluster(plane.dir, plane.state, api), operator)
         finally:

@@ -30,7 +30,13 @@ NAMESPACE = "rljob-system"
 # Pinned so the output does not depend on how helm was built.
 KUBE_VERSION = "1.30.0"
 CLUSTER_SCOPED_RESOURCES = {"customresourcedefinitions", "nodes"}
-CLUSTER_SCOPED_KINDS = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+CLUSTER_SCOPED_KINDS = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 
 # The golden variants: name -> --set values.
 VARIANTS: dict[str, dict[str, str]] = {
@@ -185,6 +191,10 @@ def test_values_schema_rejects_bad_values(helm: Path) -> None:
         "health.defaultSource=prometheus",  # without a URL
         "health.defaultSource=somewhere",
         "rbac.aggregateToDefaultRoles=maybe",
+        "allowlist.prometheusUrls={prom.monitoring:9090}",  # no scheme
+        "allowlist.s3Endpoints={http://user@minio:9000}",  # user info
+        "allowlist.s3Buckets={Not_A_Bucket}",
+        "checkpointStore.endpoint=minio:9000",
     ):
         result = _run(helm, [*args, "--set", bad])
         assert result.returncode != 0, bad
@@ -235,6 +245,79 @@ def test_the_default_metrics_source_comes_from_values(
     volumes = one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
     secrets = [v["secret"]["secretName"] for v in volumes if "secret" in v]
     assert secrets == (["prom-token"] if mounted else [])
+
+
+# ------------------------------------------------------------------------------- allowlist
+
+REACH = f"{RELEASE}-reach"
+
+
+@pytest.mark.parametrize(
+    ("values", "flags", "lists"),
+    [
+        pytest.param(
+            {},
+            ["--allow-s3-bucket=*"],
+            {"prometheusUrls": "[]", "s3Endpoints": "[]", "s3Buckets": '["*"]'},
+            id="by-default-only-the-operators-own-and-any-bucket",
+        ),
+        pytest.param(
+            {
+                "health.defaultSource": "prometheus",
+                "health.prometheus.url": "http://prom.monitoring:9090/",
+                "checkpointStore.endpoint": "https://minio.storage:9000",
+                "allowlist.prometheusUrls": "{http://tenant-prom.team-a:9090/,http://127.0.0.1:*}",
+                "allowlist.s3Endpoints": "{https://s3.team-b:443}",
+                "allowlist.s3Buckets": "{team-a,team-b}",
+            },
+            [
+                "--allow-prometheus-url=http://tenant-prom.team-a:9090",
+                "--allow-prometheus-url=http://127.0.0.1:*",
+                "--allow-prometheus-url=http://prom.monitoring:9090",
+                "--allow-s3-endpoint=https://s3.team-b:443",
+                "--allow-s3-endpoint=https://minio.storage:9000",
+                "--allow-s3-bucket=team-a",
+                "--allow-s3-bucket=team-b",
+            ],
+            {
+                "prometheusUrls": '["http://tenant-prom.team-a:9090","http://127.0.0.1:*",'
+                '"http://prom.monitoring:9090"]',
+                "s3Endpoints": '["https://s3.team-b:443","https://minio.storage:9000"]',
+                "s3Buckets": '["team-a","team-b"]',
+            },
+            id="listed-plus-the-default-source-and-endpoint",
+        ),
+    ],
+)
+def test_the_operator_and_the_admission_policy_allow_the_same(
+    helm: Path, values: dict[str, str], flags: list[str], lists: dict[str, str]
+) -> None:
+    objects = render(helm, values)
+    container = operator_container(objects)
+    assert [a for a in container["args"] if a.startswith("--allow-")] == flags
+    variables = one(objects, "ValidatingAdmissionPolicy", REACH)["spec"]["variables"]
+    assert {v["name"]: v["expression"] for v in variables if v["name"] in lists} == lists
+    endpoint = values.get("checkpointStore.endpoint")
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env.get("RLJOB_S3_ENDPOINT") == endpoint
+
+
+def test_the_policy_denies_every_rljob_write_but_a_deletions(default: list[Obj]) -> None:
+    policy = one(default, "ValidatingAdmissionPolicy", REACH)
+    binding = one(default, "ValidatingAdmissionPolicyBinding", REACH)
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], rule["operations"]) == (["rljobs"], ["CREATE", "UPDATE"])
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == "!has(object.metadata.deletionTimestamp)"
+    assert binding["spec"] == {"policyName": REACH, "validationActions": ["Deny"]}
+
+
+def test_without_the_admission_policy_only_the_operator_refuses(helm: Path) -> None:
+    objects = render(helm, {"allowlist.admissionPolicy": "false"})
+    kinds = {obj["kind"] for obj in objects}
+    assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    assert "--allow-s3-bucket=*" in operator_container(objects)["args"]
 
 
 # ------------------------------------------------------------------------------------ RBAC
@@ -447,7 +530,12 @@ def test_metrics_service_selects_the_operator(default: list[Obj]) -> None:
 
 def test_monitoring_extras_are_off_by_default(default: list[Obj]) -> None:
     kinds = {obj["kind"] for obj in default}
-    assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap"}
+    assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    assert dashboards(default) == []
+
+
+def dashboards(objects: list[Obj]) -> list[Obj]:
+    return [c for c in find(objects, "ConfigMap") if "grafana_dashboard" in c["metadata"]["labels"]]
 
 
 def test_prometheus_rule_is_the_rules_file(extras: list[Obj]) -> None:
@@ -465,8 +553,7 @@ def test_service_monitor_keeps_the_operators_labels(namespaced: list[Obj]) -> No
 
 
 def test_dashboard_config_map_is_the_dashboard_file(extras: list[Obj]) -> None:
-    config_map = one(extras, "ConfigMap")
-    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    (config_map,) = dashboards(extras)
     (text,) = config_map["data"].values()
     assert json.loads(text) == json.loads(DASHBOARD_FILE.read_text())
 

@@ -84,3 +84,26 @@ list in file order, or nothing.
 {{- toYaml $picked }}
 {{- end }}
 {{- end }}
+
+{{/*
+What jobs may name (docs/install.md, "What a job may aim the operator at"): the allowlist values
+plus the operator's own default Prometheus URL and S3 endpoint, each a JSON list of entries
+without a trailing slash (as the operator compares them).
+*/}}
+{{- define "rljob-operator.allowedPrometheusUrls" -}}
+{{- $urls := list }}
+{{- range .Values.allowlist.prometheusUrls }}{{ $urls = append $urls (trimSuffix "/" .) }}{{ end }}
+{{- if and (eq .Values.health.defaultSource "prometheus") .Values.health.prometheus.url }}
+{{- $urls = append $urls (trimSuffix "/" .Values.health.prometheus.url) }}
+{{- end }}
+{{- toJson (uniq $urls) }}
+{{- end }}
+
+{{- define "rljob-operator.allowedS3Endpoints" -}}
+{{- $endpoints := list }}
+{{- range .Values.allowlist.s3Endpoints }}{{ $endpoints = append $endpoints (trimSuffix "/" .) }}{{ end }}
+{{- with .Values.checkpointStore.endpoint }}
+{{- $endpoints = append $endpoints (trimSuffix "/" .) }}
+{{- end }}
+{{- toJson (uniq $endpoints) }}
+{{- end }}

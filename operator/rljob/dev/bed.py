@@ -147,6 +147,14 @@ class OperatorProcess:
         terminate(self.process.pid, grace=15)
 
 
+# What the bed's jobs may name: its loopback Prometheus servers, S3 server and fault proxies, on
+# any port (a chart install allows neither; docs/install.md).
+BED_ALLOWLIST = (
+    "--allow-prometheus-url=http://127.0.0.1:*",
+    "--allow-s3-endpoint=http://127.0.0.1:*",
+)
+
+
 def start_operator(
     api: KubeApi, run: RunDir, workdir: Path, *extra: str, env: dict[str, str] | None = None
 ) -> OperatorProcess:

@@ -95,6 +95,9 @@ class DemoBed:
             self.plane.dir,
             self.run_dir / "operator",
             f"--prometheus-url={self.prometheus.url}",
+            # What the bed's jobs may name (docs/install.md): its own loopback servers.
+            f"--allow-prometheus-url={self.prometheus.url}",
+            f"--allow-s3-endpoint={self.store.endpoint}",
             env=self.store.env(),
         )
         print(f"operator running as its ServiceAccount; log: {self.operator.log}", flush=True)
