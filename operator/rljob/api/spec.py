@@ -107,6 +107,12 @@ S3Uri = Annotated[
     ),
 ]
 
+
+def _has_control(text: str) -> bool:
+    """ASCII control characters (RE2's [:cntrl:]): CR and LF would split a header."""
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
 # RFC 9110 section 5.6.2: a header name is a token. In a CEL double-quoted string, since the
 # token characters include the single quote.
 HTTP_TOKEN_PATTERN = "^[-!#$%&'*+.^_`|~0-9A-Za-z]+$"
@@ -124,9 +130,10 @@ Headers = Annotated[
         ),
     ),
     CelCheck(
-        cel="self.all(k, !self[k].contains('\\r') && !self[k].contains('\\n'))",
-        message="header values must not contain CR or LF",
-        holds=lambda headers: not any("\r" in v or "\n" in v for v in headers.values()),
+        # A POSIX class: a backslash escape would be read by CEL's string literal first.
+        cel="self.all(k, self[k].matches('^[^[:cntrl:]]*$'))",
+        message="header values must not contain CR, LF or other control characters",
+        holds=lambda headers: not any(_has_control(v) for v in headers.values()),
     ),
     CelCheck(
         cel=f"self.all(k, !(k.lowerAscii() in {list(CLIENT_HEADERS)}))",
@@ -144,7 +151,9 @@ class Checkpoint(SpecModel):
         Immutable("checkpoint.uri is immutable: the job's checkpoint versions live under it"),
     ] = Field(description="s3://bucket/prefix; versions live under <uri>/<namespace>/<name>/.")
     endpoint: HttpUrl | None = Field(
-        default=None, description="Endpoint of an S3-compatible store; default: AWS S3."
+        default=None,
+        description="Endpoint of an S3-compatible store; default: the operator's own (or AWS "
+        "S3). It must be one the platform allows (chart value allowlist.s3Endpoints).",
     )
     addressing_style: AddressingStyleField = Field(
         default=AddressingStyle.AUTO, description="Bucket addressing: auto, virtual or path."
@@ -179,7 +188,8 @@ class PrometheusSource(SpecModel):
     url: HttpUrl = Field(
         description="Base URL of the Prometheus HTTP API. A bearer token comes only from the "
         "operator's mounted token file (its --prometheus-token-file), never from a Secret read "
-        "through the API; a job's own source sends `headers`."
+        "through the API; a job's own source sends `headers`. It must be one the platform "
+        "allows (chart value allowlist.prometheusUrls)."
     )
     headers: Headers = Field(
         default_factory=dict, description="Extra HTTP headers sent with every query."

@@ -130,7 +130,9 @@ def _number_holds(node: Node, value: Any, kind: Any) -> bool:
 
 
 def _re2_search(pattern: str, text: str) -> bool:
-    # RE2's $ is the end of the text; Python's would also match before a final newline.
+    # RE2's $ is the end of the text; Python's would also match before a final newline. Python
+    # has no POSIX classes: [:cntrl:] is spelled out.
+    pattern = pattern.replace("[:cntrl:]", "\\x00-\\x1f\\x7f")
     return re.search(re.sub(r"\$$", r"\\Z", pattern), text) is not None
 
 
