@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from rljob import __version__
-from rljob.api import crd_yaml
+from rljob.api import RESERVED_ENV_NAMES, RoleName, crd_yaml
 from tests.unit.monitoring import CHART, DASHBOARD_FILE, REPO, RULES_FILE
 
 GOLDEN = REPO / "tests" / "golden"
@@ -311,6 +311,14 @@ def test_the_policy_denies_every_rljob_write_but_a_deletions(default: list[Obj])
     (condition,) = policy["spec"]["matchConditions"]
     assert condition["expression"] == "!has(object.metadata.deletionTimestamp)"
     assert binding["spec"] == {"policyName": REACH, "validationActions": ["Deny"]}
+
+
+def test_the_policys_operator_owned_names_are_the_models() -> None:
+    owned = yaml.safe_load((CHART / "files" / "operator-owned.yaml").read_text())
+    assert owned == {
+        "reservedEnv": list(RESERVED_ENV_NAMES),
+        "roles": [role.value for role in RoleName],
+    }
 
 
 def test_without_the_admission_policy_only_the_operator_refuses(helm: Path) -> None:

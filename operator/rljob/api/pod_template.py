@@ -4,8 +4,9 @@ rljob.reconcile.merge). Each check is a rule of Roles, where a role's name, and 
 container's (named like the role), is known, applied to every role; pydantic names the offending
 value by its full path, e.g. spec.roles.trainer.podTemplate.spec.restartPolicy.
 
-The API server cannot refuse these at admission: CRD validation rules see none of a free-form
-field's contents (rljob.api.rules.FreeFormRule). It stores such a job, and the operator marks it
+CRD validation rules see none of a free-form field's contents (rljob.api.rules.FreeFormRule):
+the chart's ValidatingAdmissionPolicy refuses these but the port collisions at admission (reading
+the field dynamically); without it the API server stores such a job, and the operator marks it
 Accepted=False, reason InvalidSpec, naming the field."""
 
 from __future__ import annotations
