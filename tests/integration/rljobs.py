@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import secrets
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import yaml
 
 from rljob.dev.binaries import bin_dir
+from rljob.dev.kubeapi import ApiError
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster
 
@@ -33,6 +35,19 @@ def apply_rljob(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[
     body = {**body, "metadata": {**body["metadata"], "namespace": namespace}}
     path = rljob_path(namespace, body["metadata"]["name"]) + "?fieldValidation=Strict"
     return cluster.api.apply(path, body, field_manager="rljob-tests")
+
+
+def admission_refusal(cluster: Cluster, namespace: str, body: dict[str, Any]) -> str | None:
+    """Applies `body` under a fresh name (never a terminating one): the API's refusal, else None
+    with what was created deleted again. For waiting until an admission policy helm just created
+    is read by the API server."""
+    body = {**body, "metadata": {"name": f"admitted-{secrets.token_hex(3)}"}}
+    try:
+        created = apply_rljob(cluster, namespace, body)
+    except ApiError as exc:
+        return str(exc)
+    cluster.api.delete(rljob_path(namespace, created["metadata"]["name"]))
+    return None
 
 
 def patch_spec(cluster: Cluster, namespace: str, name: str, spec: dict[str, Any]) -> None:

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from rljob.dev.kubeapi import ApiError
 from tests.helpers import wait_for
 from tests.integration.chart_release import Release, installed, new_release
 from tests.integration.conftest import Cluster
-from tests.integration.rljobs import apply_rljob, example
+from tests.integration.rljobs import admission_refusal, apply_rljob, example
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +62,9 @@ def test_an_override_of_what_the_operator_owns_is_refused_at_admission(
     cluster: Cluster, namespace: str, policy: Release, role: str, template: Any, field: str
 ) -> None:
     body = with_template(role, template)
-    refusal = wait_for(lambda: _refusal(cluster, namespace, body), 30, f"a refusal of {field}")
+    refusal = wait_for(
+        lambda: admission_refusal(cluster, namespace, body), 30, f"a refusal of {field}"
+    )
     assert f"{policy.name}-rljob-operator-reach" in refusal
     assert f"spec.roles.{role}.podTemplate.{field}: " in refusal
 
@@ -87,16 +88,3 @@ def test_what_is_the_users_passes_admission(
     cluster: Cluster, namespace: str, policy: Release, role: str, template: Any
 ) -> None:
     apply_rljob(cluster, namespace, with_template(role, template))
-
-
-def _refusal(cluster: Cluster, namespace: str, body: dict[str, Any]) -> str | None:
-    """The API's refusal of `body` once the policy judges it (the API server reads a new policy
-    a moment after helm created it); what was created meanwhile is deleted again."""
-    body = {**body, "metadata": {"name": f"template-{secrets.token_hex(3)}"}}
-    try:
-        created = apply_rljob(cluster, namespace, body)
-    except ApiError as exc:
-        return str(exc)
-    cluster.api.delete(f"/apis/rljob.io/v1alpha1/namespaces/{namespace}/rljobs/"
-                       f"{created['metadata']['name']}")  # fmt: skip
-    return None
