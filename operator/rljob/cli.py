@@ -39,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
 
     options = RuntimeOptions(
         kubeconfig=args.kubeconfig,
-        namespace=args.namespace,
+        namespaces=tuple(args.namespace),
         resync_seconds=args.resync_seconds,
         lease_namespace=args.leader_election_namespace,
         default_source=_default_source(args),
@@ -157,7 +157,14 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run the operator")
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster credentials)")
-    run.add_argument("--namespace", help="watch only this namespace (default: all)")
+    run.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        help="act only in this namespace (repeatable; default: all). A pattern such as team-* "
+        "or !kube-* watches every namespace, as the cluster-wide install's rules allow, and acts "
+        "in those that match",
+    )
     run.add_argument("--metrics-address", default="0.0.0.0", help="bind address of /metrics")
     run.add_argument("--metrics-port", type=int, default=8080)
     run.add_argument("--liveness-port", type=int, default=8081)

@@ -30,6 +30,14 @@ CHILD_RESOURCES = (
 POD_RESOURCE = ("", "v1", "pods")
 
 
+def in_scope(namespace: str | None, memo: kopf.Memo, **_: Any) -> bool:
+    """Whether an object's namespace is the operator's: with namespace patterns kopf watches
+    every namespace (no watch per namespace to start and stop as they come and go) and the
+    handlers keep only the namespaces that match."""
+    options: RuntimeOptions = memo["options"]
+    return options.watches(namespace)
+
+
 def configure_settings(settings: kopf.OperatorSettings) -> None:
     """All of kopf's settings in one place."""
     settings.persistence.finalizer = FINALIZER
@@ -56,7 +64,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     configure_settings(settings)
     options: RuntimeOptions = memo["options"]
     # A namespaced install has no cluster-wide namespace list: do not let kopf try it.
-    settings.scanning.disabled = options.namespace is not None
+    settings.scanning.disabled = not options.clusterwide
     memo["runtime"] = await Runtime.start(options)
 
 
@@ -67,46 +75,46 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await runtime.stop()
 
 
-@kopf.index("apps", "v1", "deployments", labels=MANAGED)
+@kopf.index("apps", "v1", "deployments", labels=MANAGED, when=in_scope)
 def deployments_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
     key = job_key(body)
     return {key: summarize_child(body)} if key else {}
 
 
-@kopf.index("apps", "v1", "replicasets", labels=MANAGED)
+@kopf.index("apps", "v1", "replicasets", labels=MANAGED, when=in_scope)
 def replicasets_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
     key = job_key(body)
     return {key: summarize_owner_link(body)} if key else {}
 
 
-@kopf.index("batch", "v1", "jobs", labels=MANAGED)
+@kopf.index("batch", "v1", "jobs", labels=MANAGED, when=in_scope)
 def jobs_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
     key = job_key(body)
     return {key: summarize_child(body)} if key else {}
 
 
-@kopf.index("", "v1", "services", labels=MANAGED)
+@kopf.index("", "v1", "services", labels=MANAGED, when=in_scope)
 def services_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
     key = job_key(body)
     return {key: summarize_child(body)} if key else {}
 
 
-@kopf.index("", "v1", "pods", labels=MANAGED)
+@kopf.index("", "v1", "pods", labels=MANAGED, when=in_scope)
 def pods_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
     key = job_key(body)
     return {key: summarize_pod(body)} if key else {}
 
 
-@kopf.index(GROUP, VERSION, PLURAL)
+@kopf.index(GROUP, VERSION, PLURAL, when=in_scope)
 def rljobs_idx(body: kopf.Body, **_: Any) -> dict[Any, Any]:
     meta = body["metadata"]
     return {(meta["namespace"], meta["name"]): meta["uid"]}
 
 
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-@kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
-@kopf.on.event("", "v1", "services", labels=MANAGED)
-@kopf.on.event("", "v1", "pods", labels=MANAGED)
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED, when=in_scope)
+@kopf.on.event("batch", "v1", "jobs", labels=MANAGED, when=in_scope)
+@kopf.on.event("", "v1", "services", labels=MANAGED, when=in_scope)
+@kopf.on.event("", "v1", "pods", labels=MANAGED, when=in_scope)
 async def child_changed(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     runtime: Runtime = memo["runtime"]
     runtime.bind_indexes(kwargs)
@@ -115,7 +123,7 @@ async def child_changed(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None
         runtime.workers.wake(key)
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
+@kopf.on.event(GROUP, VERSION, PLURAL, when=in_scope)
 async def rljob_changed(
     event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **kwargs: Any
 ) -> None:

@@ -26,8 +26,9 @@ def run_operator(
 
     kopf.run(
         standalone=True,
-        clusterwide=options.namespace is None,
-        namespaces=[options.namespace] if options.namespace else (),
+        # Patterns watch every namespace and the handlers keep those that match.
+        clusterwide=options.clusterwide,
+        namespaces=[] if options.clusterwide else list(options.namespaces),
         liveness_endpoint=liveness_endpoint,
         memo=kopf.Memo(options=options),
     )

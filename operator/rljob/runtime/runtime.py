@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import fnmatch
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -38,7 +39,8 @@ class RuntimeOptions:
     """How the operator process was started."""
 
     kubeconfig: str | None = None
-    namespace: str | None = None
+    # Watch only these namespaces (names or kopf's patterns, e.g. "team-*"); empty: every one.
+    namespaces: tuple[str, ...] = ()
     resync_seconds: float = 300.0
     api_timeout: float = 10.0
     lease_namespace: str | None = None  # leader election on: the Lease lives there
@@ -46,6 +48,27 @@ class RuntimeOptions:
     default_source: SourceKey | None = None
     # The Prometheus URLs, S3 endpoints and buckets jobs may name (rljob.reconcile.reach).
     allowlist: Allowlist = field(default_factory=Allowlist)
+
+    @property
+    def clusterwide(self) -> bool:
+        """Whether kopf watches every namespace: with no namespaces named, or with a pattern
+        (e.g. "team-*"), which the handlers then apply (see watches)."""
+        return not self.namespaces or any(map(_is_pattern, self.namespaces))
+
+    def watches(self, namespace: str | None) -> bool:
+        """Whether the operator acts in this namespace: any when none is named; else one that
+        matches a pattern and no "!pattern" (kopf's syntax; a name matches itself)."""
+        if namespace is None or not self.namespaces:
+            return True
+        excluded = [p[1:] for p in self.namespaces if p.startswith("!")]
+        included = [p for p in self.namespaces if not p.startswith("!")] or ["*"]
+        return any(fnmatch.fnmatchcase(namespace, p) for p in included) and not any(
+            fnmatch.fnmatchcase(namespace, p) for p in excluded
+        )
+
+
+def _is_pattern(namespace: str) -> bool:
+    return any(ch in namespace for ch in "*?[!")
 
 
 def engine_readings(gauges: Mapping[str, EngineGauges]) -> tuple[EngineReading, ...]:
