@@ -94,6 +94,13 @@ DETECTOR_VALUE = Gauge(
     "trainer_stall the heartbeat age in seconds, verifier_latency the highest p99 seconds.",
     ["namespace", "job", "detector"],
 )
+DETECTOR_JUDGED = Gauge(
+    "rljob_detector_targets_judged",
+    "Targets (engines, ranks) per job and detector given a verdict, healthy or a finding, at its "
+    "last evaluation; the others still learn or wait for data (kv_fragmentation: each engine's "
+    "throughput model).",
+    ["namespace", "job", "detector"],
+)
 STEP_PHASE_SECONDS = Gauge(
     "rljob_job_step_phase_seconds",
     "Mean seconds of each trainer step spent in each phase over spec.health.bottleneck.window "

@@ -375,10 +375,11 @@ async def test_drift_finding_reaches_on_evaluations() -> None:
     assert 300 < first[0] <= 300 + 2 * 120  # within two windows of the drop
     assert first[2].evidence["change"] == pytest.approx(-0.4, abs=0.08)
     assert evaluations_total("kv_drift", "finding") - before == len(findings)
-    value = REGISTRY.get_sample_value(
-        "rljob_detector_value", {"namespace": "ns1", "job": "drifty", "detector": "kv_drift"}
-    )
+    labels = {"namespace": "ns1", "job": "drifty", "detector": "kv_drift"}
+    value = REGISTRY.get_sample_value("rljob_detector_value", labels)
     assert value is not None and value < -0.3
+    # Every engine past its warm-up got a verdict, the drifting one a finding.
+    assert REGISTRY.get_sample_value("rljob_detector_targets_judged", labels) == len(pods)
 
 
 async def test_source_down_makes_every_evaluation_insufficient() -> None:
@@ -634,6 +635,7 @@ async def test_forget_leaves_nothing_of_the_job_even_while_its_round_runs() -> N
     for detector in ("kv_drift", "engine_stall", "trainer_stall", "verifier_latency"):
         labels = {"namespace": "ns1", "job": "brief", "detector": detector}
         assert REGISTRY.get_sample_value("rljob_detector_value", labels) is None
+        assert REGISTRY.get_sample_value("rljob_detector_targets_judged", labels) is None
     # Registered again, it starts over: due at once, backfilled again.
     scheduler.register(job, pods)
     await second.round(asyncio.create_task(scheduler.tick()))

@@ -5,15 +5,20 @@ none behind."""
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Mapping, Sequence
+
+from prometheus_client import Gauge
 
 from rljob.api.diagnosis import BottleneckRole
 from rljob.health import Evaluation
+from rljob.health.evaluation import INSUFFICIENT_DATA
 from rljob.health.monitor import JobKey
 from rljob.health.monitor_answers import VALUED_DETECTORS, detector_values
 from rljob.observability import (
     BOTTLENECK,
     DETECTOR_EVALUATIONS,
+    DETECTOR_JUDGED,
     DETECTOR_VALUE,
     STEP_PHASE_SECONDS,
 )
@@ -31,13 +36,13 @@ class HealthSeries:
                 detector=evaluation.detector, outcome=evaluation.outcome
             ).inc()
         values = detector_values(evaluations)
+        judged = Counter(e.detector for e in evaluations if e.outcome != INSUFFICIENT_DATA)
+        evaluated = {e.detector for e in evaluations}
         namespace, name = key
         for detector in VALUED_DETECTORS:
-            if detector in values:
-                DETECTOR_VALUE.labels(namespace, name, detector).set(values[detector])
-            else:
-                with contextlib.suppress(KeyError):
-                    DETECTOR_VALUE.remove(namespace, name, detector)
+            _set_or_remove(DETECTOR_VALUE, (namespace, name, detector), values.get(detector))
+            count = judged[detector] if detector in evaluated else None
+            _set_or_remove(DETECTOR_JUDGED, (namespace, name, detector), count)
 
     def diagnosis(
         self, key: JobKey, role: BottleneckRole | None, phase_seconds: Mapping[str, float]
@@ -64,6 +69,15 @@ class HealthSeries:
     def forget(self, key: JobKey) -> None:
         namespace, name = key
         for detector in VALUED_DETECTORS:
-            with contextlib.suppress(KeyError):
-                DETECTOR_VALUE.remove(namespace, name, detector)
+            for gauge in (DETECTOR_VALUE, DETECTOR_JUDGED):
+                _set_or_remove(gauge, (namespace, name, detector), None)
         self.diagnosis(key, None, {})
+
+
+def _set_or_remove(gauge: Gauge, labels: tuple[str, ...], value: float | None) -> None:
+    """The series at `value`, or gone when there is none."""
+    if value is None:
+        with contextlib.suppress(KeyError):
+            gauge.remove(*labels)
+    else:
+        gauge.labels(*labels).set(value)
