@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rljob.dev.sim.pods import parse_pod
+import pytest
+
+from rljob.dev.sim.pods import attachable_pods, parse_pod
 
 LABELS = {
     "app.kubernetes.io/managed-by": "rljob-operator",
@@ -82,3 +84,21 @@ def test_profile_from_env_then_annotation() -> None:
     assert (
         broken is not None and broken.profile == {} and "not JSON" in (broken.profile_error or "")
     )
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "served"),
+    [
+        pytest.param((), {"gw0-a", "gw1-a", "other"}, id="every-namespace"),
+        pytest.param(("other",), {"other"}, id="a-name"),
+        pytest.param(("gw0-*",), {"gw0-a"}, id="a-pattern"),
+        pytest.param(("gw0-*", "other"), {"gw0-a", "other"}, id="a-pattern-and-a-name"),
+        pytest.param(("gw",), set(), id="a-name-is-no-prefix"),
+    ],
+)
+def test_only_the_pods_of_the_namespaces_named_or_matched(
+    namespaces: tuple[str, ...], served: set[str]
+) -> None:
+    pods = [pod(metadata__namespace=ns, metadata__uid=ns) for ns in ("gw0-a", "gw1-a", "other")]
+    seen, _ = attachable_pods(pods, namespaces)
+    assert {info.namespace for info in seen.values()} == served

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import ipaddress
 import json
 from collections.abc import Collection, Iterable, Mapping
@@ -140,16 +141,26 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
     )
 
 
+def is_pattern(namespace: str) -> bool:
+    """A glob such as "gw0-*" rather than one namespace's name."""
+    return any(ch in namespace for ch in "*?[")
+
+
+def in_namespaces(namespace: str, namespaces: Collection[str]) -> bool:
+    """Whether a namespace is one of these names or patterns (all when there are none)."""
+    return not namespaces or any(fnmatch.fnmatchcase(namespace, each) for each in namespaces)
+
+
 def attachable_pods(
     pods: Iterable[Mapping[str, Any]], namespaces: Collection[str]
 ) -> tuple[dict[str, PodInfo], dict[str, float]]:
-    """The attachable pods (in `namespaces`, all when empty) by key, and when each terminating
-    pod's deletion was asked, by uid."""
+    """The attachable pods (in `namespaces`, names or patterns, all when empty) by key, and when
+    each terminating pod's deletion was asked, by uid."""
     seen: dict[str, PodInfo] = {}
     stopping: dict[str, float] = {}
     for obj in pods:
         info = parse_pod(obj)
-        if info is None or (namespaces and info.namespace not in namespaces):
+        if info is None or not in_namespaces(info.namespace, namespaces):
             continue
         if info.stop_asked is not None:
             stopping[info.uid] = info.stop_asked

@@ -34,22 +34,23 @@ from urllib.parse import quote
 
 from rljob.dev.sim.app import MAX_WORKLOADS, PodLister, SimConfig, SimulatorApp
 from rljob.dev.sim.collectives import DEFAULT_WATCHDOG_SECONDS
-from rljob.dev.sim.pods import SELECTOR
+from rljob.dev.sim.pods import SELECTOR, is_pattern
 from rljob.dev.sim.profiles import ROLES, ProfileError, Profiles, override
 
 log = logging.getLogger("rljob.dev.sim")
 
 
 def pod_lister(api: Any, namespaces: Sequence[str]) -> PodLister:
-    """Lists Running operator-managed pods (from the API server's watch cache)."""
+    """Lists Running operator-managed pods (from the API server's watch cache) in these
+    namespaces: names, or glob patterns such as "gw0-*" (the operator's own syntax)."""
     query = (
         f"labelSelector={quote(SELECTOR)}"
         f"&fieldSelector={quote('status.phase=Running')}&resourceVersion=0"
     )
     paths = (
         [f"/api/v1/namespaces/{ns}/pods?{query}" for ns in namespaces]
-        if namespaces
-        else [f"/api/v1/pods?{query}"]
+        if namespaces and not any(is_pattern(ns) for ns in namespaces)
+        else [f"/api/v1/pods?{query}"]  # attachable_pods keeps the namespaces that match
     )
 
     def list_pods() -> list[dict[str, Any]]:
@@ -86,7 +87,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--targets-file", type=Path, help="default: <state-dir>/targets.json")
     parser.add_argument("--poll-interval", type=float, default=0.5)
     parser.add_argument(
-        "--namespace", action="append", default=[], help="only these namespaces (repeatable)"
+        "--namespace", action="append", default=[], help="only these namespaces or patterns"
     )
     parser.add_argument(
         "--profile",
