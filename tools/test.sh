@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: sets up what is missing (tools/bootstrap.sh), then lint, types and every
 # test (unit and integration on a local control plane it starts), each phase timed and the 25
-# slowest tests of each pytest tier printed. Extra args go to one pytest run instead of the tiers.
+# slowest tests of each pytest tier printed. `unit`, `upstream` or `integration` runs one tier;
+# other arguments go to one pytest run instead of the tiers.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -31,19 +32,54 @@ lint() { # chained: inside `timed` a failing step would not stop the function by
     .venv/bin/lint-imports --no-logo
 }
 
+# The integration tests mostly wait (for detection windows, the operator, kwok), so they run in
+# two lanes at once: most on RLJOB_TEST_WORKERS xdist workers sharing one plane, each worker's
+# operator watching only its own namespaces; one at a time, the cluster_wide ones, which change
+# what every namespace shares, on a plane of their own, and the own_plane ones, which start
+# theirs. Each lane's lines carry its name.
+workers=${RLJOB_TEST_WORKERS:-4}
+lane() { # lane NAME PYTEST-ARGS...: one lane, its output prefixed, its time and status printed
+  local name=$1
+  shift
+  timed "integration lane $name" tests "$@" 2>&1 | sed -u "s/^/[$name] /"
+}
+
+integration() {
+  local rc=0 shared alone
+  lane shared -n "$workers" --dist loadgroup -m "not (cluster_wide or own_plane)" \
+    tests/integration &
+  shared=$!
+  # Never on a plane named by RLJOB_TEST_RUN_DIR: the shared lane's workers may be using it.
+  (unset RLJOB_TEST_RUN_DIR; lane alone -m "cluster_wide or own_plane" tests/integration) &
+  alone=$!
+  wait $shared || rc=1
+  wait $alone || rc=1
+  return $rc
+}
+
 smoke() {
   $py -m bench --smoke --output "$(mktemp --suffix=.md)" >/dev/null
 }
 
+unit() { tests -n auto tests/unit; }
+upstream() { tests tests/upstream; }
+
+# A tier's name runs that tier only (after lint); other arguments replace the tiers with one
+# pytest run; none runs every tier, then the bench smoke.
 timed "lint, types and import contracts" lint
-[ $# -gt 0 ] && { timed "pytest $*" tests "$@"; exit; }
+case "${1:-}" in
+  unit | upstream | integration) timed "$1 tests" "$1"; exit ;;
+  "") ;;
+  *) timed "pytest $*" tests "$@"; exit ;;
+esac
 
 # The tiers: the CPU-bound unit and model tests on every core; the tests against upstream code
-# and the control plane one at a time. Every tier runs, so one run reports every failure.
+# one at a time; the integration tests in their two lanes. Every tier runs, so one run reports
+# every failure.
 failed=()
-timed "unit and model tests" tests -n auto tests/unit || failed+=(unit)
-timed "upstream tests" tests tests/upstream || failed+=(upstream)
-timed "integration tests" tests tests/integration || failed+=(integration)
+timed "unit and model tests" unit || failed+=(unit)
+timed "upstream tests" upstream || failed+=(upstream)
+timed "integration tests" integration || failed+=(integration)
 if [ ${#failed[@]} -gt 0 ]; then
   echo "failed tiers: ${failed[*]}" >&2
   exit 1

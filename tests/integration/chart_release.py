@@ -22,7 +22,9 @@ from rljob.dev.binaries import bin_dir
 from rljob.dev.kubeapi import ApiError, Credentials, KubeApi
 from rljob.dev.processes import tail
 from rljob.dev.rundir import write_kubeconfig
+from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
+from tests.integration.rljobs import admission_refusal, example, second_scale_health
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "rljob-operator"
 # The local process listens on free ports; every other flag is the chart's.
@@ -138,7 +140,23 @@ def installed(release: Release, values: dict[str, str]) -> Iterator[Release]:
     finally:
         release.helm("uninstall", release.name, f"--namespace={release.namespace}",
                      "--ignore-not-found")  # fmt: skip
+        _wait_policies_gone(release)
         delete_namespace(release.cluster, release.namespace)
+
+
+def _wait_policies_gone(release: Release) -> None:
+    """Until the API server stops applying the release's admission policies: its policy cache
+    lags their deletion, and the next test's jobs must not meet them."""
+    names = [p["metadata"]["name"] for p in release.find("ValidatingAdmissionPolicy")]
+    # A Prometheus the bed's allowlist leaves out: the reach policy refuses it while it applies.
+    body = example(health=second_scale_health({"prometheus": {"url": "http://127.0.0.2:9"}}))
+
+    def gone() -> bool:
+        refusal = admission_refusal(release.cluster, release.namespace, body) or ""
+        return not any(f"'{name}'" in refusal for name in names)
+
+    if names:
+        wait_for(gone, 60, f"the admission policies {names} to stop applying")
 
 
 def delete_namespace(cluster: Cluster, name: str) -> None:

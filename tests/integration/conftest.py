@@ -1,10 +1,16 @@
 """One control plane per test run (or a running one named by RLJOB_TEST_RUN_DIR), a fresh
-namespace per test, the CRD, the operator under its ServiceAccount, and log tails on failure."""
+namespace per test, the CRD, the operator under its ServiceAccount, and log tails on failure.
+
+Under pytest-xdist (`-n N`) the workers share one plane that the controller starts: each worker
+runs its own operator, simulator, Prometheus and S3 server, and its operator and simulator watch
+only the worker's namespaces ("gw0-*"), as `rljob run --namespace` does for a team. A test marked
+cluster_wide changes what every namespace shares, so it runs without -n, on its own plane."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import tempfile
 import urllib.parse
 from collections.abc import Generator, Iterator
@@ -31,7 +37,38 @@ from tests.integration.s3_fixtures import (  # noqa: F401 - fixtures for every i
     s3_bucket_fixture,
     s3_server_fixture,
 )
+from tests.integration.worker import WATCHED, WORKER, namespace_name
 from tests.unit.monitoring import scaled_rule_groups
+
+SHARED_PLANE = pytest.StashKey[ControlPlane]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The xdist controller starts the plane its workers share (they inherit the variable)."""
+    shared = getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
+    if not shared or os.environ.get("RLJOB_TEST_RUN_DIR"):
+        return
+    plane = ControlPlane(Path(tempfile.mkdtemp(prefix="rljob-test-")), bin_dir(), "test")
+    plane.start()
+    config.stash[SHARED_PLANE] = plane
+    os.environ["RLJOB_TEST_RUN_DIR"] = str(plane.dir.root)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    plane = config.stash.get(SHARED_PLANE, None)
+    if plane is not None:
+        plane.stop()
+        os.environ.pop("RLJOB_TEST_RUN_DIR", None)
+        shutil.rmtree(plane.dir.root, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _alone_when_cluster_wide(request: pytest.FixtureRequest) -> None:
+    if WORKER and request.node.get_closest_marker("cluster_wide"):
+        pytest.fail(
+            "a cluster_wide test would change what the other workers share: run these without "
+            "-n (tools/test.sh does: pytest -m cluster_wide tests/integration)"
+        )
 
 
 @dataclass
@@ -108,7 +145,7 @@ class Operator:
         environment = {**self.store.env(), **(env or {})}
         started = start_operator(
             self.cluster.api, self.cluster.run, self.workdir, "--resync-seconds=20",
-            *BED_ALLOWLIST, env=environment,
+            *BED_ALLOWLIST, env=environment, watch=WATCHED,
         )  # fmt: skip
         if self.prometheus is not None:
             self.prometheus.set_static_targets(OPERATOR_SCRAPE_JOB, [_address(started)])
@@ -154,7 +191,7 @@ def _address(started: OperatorProcess) -> str:
 def stack(
     cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Simulator, PrometheusServer]]:
-    """The simulator (every namespace) and Prometheus (1 s scrape and evaluation) with the
+    """The simulator (the process's namespaces) and Prometheus (1 s scrape and evaluation) with the
     shipped alert rules at second scale (1/60: 30m -> 30s), for the run."""
     run_dir = tmp_path_factory.mktemp("sim-prometheus")
     rules = run_dir / "rljob-rules-scaled.yaml"
@@ -163,6 +200,7 @@ def stack(
         run_dir,
         cluster.run.kubeconfig,
         rule_files=[rules],
+        namespaces=WATCHED,
         scrape_interval="1s",
         evaluation_interval="1s",
     )
@@ -183,9 +221,10 @@ def prometheus(stack: tuple[Simulator, PrometheusServer]) -> PrometheusServer:
 
 @pytest.fixture
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace per test (with its default ServiceAccount), deleted afterwards."""
+    """A fresh namespace per test (with its default ServiceAccount), deleted afterwards; under
+    xdist named after the worker, whose operator and simulator watch it."""
     base = request.node.name.split("[")[0].replace("_", "-").lower()[:40].strip("-")
-    name = f"{base}-{secrets.token_hex(3)}"
+    name = namespace_name(f"{base}-{secrets.token_hex(3)}")
     cluster.api.create("/api/v1/namespaces", {"metadata": {"name": name}})
     wait_for(
         lambda: cluster.api.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"),

@@ -35,7 +35,8 @@ from tests.integration.rljobs import (
 )
 from tests.integration.s3_fixtures import S3Bucket
 
-pytestmark = pytest.mark.integration
+# cluster_wide: the chart's cluster-scoped objects and a cluster-wide operator.
+pytestmark = [pytest.mark.integration, pytest.mark.cluster_wide]
 
 NAME = "grpo-demo"
 S3_SECRET = "rljob-operator-s3"

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+# own_plane: starts a control plane of its own.
+pytestmark = [pytest.mark.integration, pytest.mark.own_plane]
 
 
 def test_demo_brings_every_role_ready_and_stops_cleanly(tmp_path: Path) -> None:

@@ -20,6 +20,9 @@ from tests.integration.chart_release import step_aside
 from tests.integration.conftest import Cluster, Operator
 from tests.integration.rljobs import apply_rljob, example, rljob_path
 
+# cluster_wide: a ClusterRole, and the session operator stepping aside.
+pytestmark = [pytest.mark.integration, pytest.mark.cluster_wide]
+
 READER_TEMPLATE = (
     Path(__file__).resolve().parents[2] / "charts/rljob-operator/templates/workload-reader.yaml"
 )

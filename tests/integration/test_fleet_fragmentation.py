@@ -59,9 +59,12 @@ def _ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def _judged(operator: Operator, namespace: str) -> bool:
+def _judged(operator: Operator, namespace: str) -> int:
+    """How many engines the operating-point detector gave a verdict at its last evaluation:
+    the others still learn their throughput model."""
     matchers = ('detector="kv_fragmentation"', f'namespace="{namespace}"')
-    return bool(metric_values(operator.metrics_url, "rljob_detector_value", *matchers))
+    values = metric_values(operator.metrics_url, "rljob_detector_targets_judged", *matchers)
+    return int(values[0]) if values else 0
 
 
 def _all_ready(cluster: Cluster, namespace: str) -> list[dict[str, Any]] | None:
@@ -88,10 +91,14 @@ def test_a_fleet_fragmenting_together_is_reported_then_repaired_in_turn_by_rule(
     pods = wait_for(replaced, 60, "the replacement ready")
     names = {p["metadata"]["name"] for p in pods}
     youngest = max(pods, key=lambda p: p["metadata"]["creationTimestamp"])["metadata"]["name"]
-    wait_for(lambda: _judged(operator, namespace), DRIFT_WARMUP + 90, "engines judged")
-    # The replacement learns its model too (warm-up plus enough finished requests for their
-    # lengths): an engine that learns on a fragmented cache takes it for its own capacity.
-    quiet_for(DRIFT_WINDOW + 2 * DRIFT_WARMUP)
+    # Fragment only once every engine, the replacement too, is judged on its learned model:
+    # one that learned on a fragmented cache would take it for its own capacity. Waiting for
+    # the verdicts, not for a time that should be enough, holds on a loaded machine.
+    wait_for(
+        lambda: _judged(operator, namespace) == REPLICAS,
+        4 * (DRIFT_WINDOW + DRIFT_WARMUP) + 60,
+        "every engine judged on its learned throughput model",
+    )
     for name in sorted(names):
         simulator.client().inject("drift", namespace=namespace, pod=name, drop=0.5)
 

@@ -32,7 +32,9 @@ from tests.integration.rljobs import (
     wait_condition,
 )
 
-pytestmark = pytest.mark.integration
+# xdist_group: one worker, in order: the last test reads what the module's scenarios left in
+# its Prometheus.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("health_e2e")]
 
 NAME = "grpo-minimal"
 WINDOW, WARMUP = DRIFT_WINDOW, DRIFT_WARMUP

@@ -26,7 +26,8 @@ from tests.integration.chart_release import (
 from tests.integration.conftest import Cluster, Operator
 from tests.integration.rljobs import apply_rljob, example, kubectl, wait_condition
 
-pytestmark = pytest.mark.integration
+# cluster_wide: the chart's cluster-scoped objects and a cluster-wide operator.
+pytestmark = [pytest.mark.integration, pytest.mark.cluster_wide]
 
 NAME = "grpo-minimal"
 RLJOB_RULE_RESOURCES = {"rljobs", "rljobs/status", "rljobs/finalizers"}

@@ -11,7 +11,8 @@ import pytest
 
 from rljob.dev.rundir import RunState
 
-pytestmark = pytest.mark.integration
+# own_plane: starts a control plane of its own.
+pytestmark = [pytest.mark.integration, pytest.mark.own_plane]
 
 
 def _rljob(*args: str) -> str:

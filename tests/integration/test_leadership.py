@@ -25,7 +25,8 @@ from tests.integration.rljobs import (
     wait_condition,
 )
 
-pytestmark = pytest.mark.integration
+# cluster_wide: cluster-wide operator replicas.
+pytestmark = [pytest.mark.integration, pytest.mark.cluster_wide]
 
 NAME = "grpo-minimal"
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{OPERATOR_NAMESPACE}/leases/rljob-operator"

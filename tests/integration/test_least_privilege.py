@@ -49,7 +49,8 @@ from tests.integration.rljobs import (
 )
 from tests.integration.s3_fixtures import s3_bin_dir
 
-pytestmark = pytest.mark.integration
+# cluster_wide: cluster-wide operators and the chart's cluster-scoped objects.
+pytestmark = [pytest.mark.integration, pytest.mark.cluster_wide]
 
 NAME = "grpo-minimal"
 BUCKET = "ckpt"

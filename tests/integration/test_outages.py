@@ -59,7 +59,9 @@ from tests.integration.rljobs import (
 )
 from tests.integration.s3_fixtures import S3Bucket
 
-pytestmark = pytest.mark.integration
+# own_plane: restarts the API server and etcd of a private control plane (started once per
+# process: xdist_group keeps the module on one worker when it runs under -n).
+pytestmark = [pytest.mark.integration, pytest.mark.own_plane, pytest.mark.xdist_group("outages")]
 
 NAME = "grpo-minimal"
 

@@ -15,6 +15,9 @@ from tests.integration.chart_release import Release, installed, new_release
 from tests.integration.conftest import Cluster
 from tests.integration.rljobs import admission_refusal, apply_rljob, example
 
+# cluster_wide: the chart's cluster-wide admission policy.
+pytestmark = [pytest.mark.integration, pytest.mark.cluster_wide]
+
 
 @pytest.fixture(scope="module")
 def policy(cluster: Cluster) -> Iterator[Release]:

@@ -25,6 +25,9 @@ from tests.integration.rljobs import (
     wait_condition,
 )
 
+# cluster_wide: the chart's cluster-wide admission policy.
+pytestmark = [pytest.mark.integration, pytest.mark.cluster_wide]
+
 DENIED_HOST, ALLOWED_HOST = "127.0.0.2", "127.0.0.1"
 UNAVAILABLE = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 

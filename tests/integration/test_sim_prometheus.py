@@ -25,8 +25,10 @@ from rljob.dev.sim import SimClient, Simulator
 from rljob.dev.sim.launcher import start_with_prometheus
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster
+from tests.integration.worker import WATCHED
 
-pytestmark = pytest.mark.integration
+# xdist_group: one worker: the module's own simulator and Prometheus are started once.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("sim_prometheus")]
 
 JOB = "sim1"
 ROLLOUTS = 3
@@ -41,10 +43,12 @@ def stack(
     cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Simulator, PrometheusServer]]:
     """A simulator and Prometheus of this module's own: these tests count targets and series,
-    which the session's stack, attached to every earlier test's pods, would blur."""
+    which the session's stack, attached to every earlier test's pods, would blur. Like the
+    session's, it watches only this worker's namespaces."""
     sim, prometheus = start_with_prometheus(
-        tmp_path_factory.mktemp("sim-prometheus-module"), cluster.run.kubeconfig
-    )
+        tmp_path_factory.mktemp("sim-prometheus-module"), cluster.run.kubeconfig,
+        namespaces=WATCHED,
+    )  # fmt: skip
     yield sim, prometheus
     prometheus.stop()
     sim.stop()
@@ -219,8 +223,12 @@ def test_series_for_every_running_pod_with_namespace_and_pod_labels(bed: Workloa
     assert awake == dict.fromkeys(rollouts, 1.0)
     phases = bed.prom.query(f"rljob_trainer_phase{bed.sel('trainer')} == 1")
     assert {s["metric"]["pod"] for s in phases} == trainers
-    # The simulator's own metrics are scraped too.
-    assert bed.values('rljob_sim_workloads{job="rljob-sim",role="rollout"}')
+    # The simulator's own metrics are scraped too (its own target, on its own scrape schedule).
+    wait_for(
+        lambda: bed.values('rljob_sim_workloads{job="rljob-sim",role="rollout"}'),
+        30,
+        "the simulator's own rljob_sim_workloads scraped",
+    )
 
 
 def test_rate_matches_the_profile_and_a_drift_shows(bed: Workloads) -> None:

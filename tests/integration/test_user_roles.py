@@ -19,7 +19,8 @@ from tests.helpers import wait_for
 from tests.integration.chart_release import Release, delete_namespace, installed, new_release
 from tests.integration.conftest import Cluster
 
-pytestmark = pytest.mark.integration
+# cluster_wide: the chart's aggregated ClusterRoles.
+pytestmark = [pytest.mark.integration, pytest.mark.cluster_wide]
 
 RBAC = "rbac.authorization.k8s.io"
 GROUP = "rljob.io"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -156,12 +157,19 @@ BED_ALLOWLIST = (
 
 
 def start_operator(
-    api: KubeApi, run: RunDir, workdir: Path, *extra: str, env: dict[str, str] | None = None
+    api: KubeApi,
+    run: RunDir,
+    workdir: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    watch: Sequence[str] = (),
 ) -> OperatorProcess:
-    """Starts `rljob run` under the operator's ServiceAccount and waits for its liveness probe."""
+    """Starts `rljob run` under the operator's ServiceAccount and waits for its liveness probe;
+    `watch`: only these namespaces or patterns (default: every namespace)."""
     workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = operator_kubeconfig(api, run, workdir / "operator.kubeconfig")
-    return launch_operator(kubeconfig, workdir, *extra, env=env)
+    scope = [f"--namespace={each}" for each in watch]
+    return launch_operator(kubeconfig, workdir, *scope, *extra, env=env)
 
 
 def launch_operator(
