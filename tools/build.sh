@@ -57,14 +57,13 @@ build_helm() { # helm with its version and the Kubernetes minor of its client-go
   (cd "$here/helm" && go build -trimpath -ldflags "$ld" -o "$1/helm" helm.sh/helm/v3/cmd/helm)
 }
 
-keys=""
-for tool in kube kwok s3 helm; do
+build_one() { # build_one TOOL: builds one tool into its cache folder, unless it is there
+  local tool=$1 key out partial start
   key=$(tool_key "$tool")
-  keys="$keys $tool-$key"
   out="$cache_root/tools/$tool-$key"
   if [ -f "$out/.complete" ]; then
     echo "tools: $tool cache hit $key" >&2
-    continue
+    return 0
   fi
   echo "tools: $tool cache miss $key, building" >&2
   partial=$(mktemp -d "$cache_root/tools/.$tool-XXXXXX")
@@ -74,7 +73,20 @@ for tool in kube kwok s3 helm; do
   rm -rf "$out"
   mv "$partial" "$out"
   touch "$out/.complete"
-done
+}
+
+# kube is the long build; the others build beside it, one after another, so that the second
+# core has work through kube's module downloads and single-threaded link steps.
+build_started=$(date +%s)
+build_one kube &
+kube_pid=$!
+failed=0
+for tool in kwok s3 helm; do build_one "$tool" || failed=1; done
+wait "$kube_pid" || failed=1
+[ "$failed" -eq 0 ] || { echo "tools: a build failed (above)" >&2; exit 1; }
+echo "tools: ready in $(( $(date +%s) - build_started ))s" >&2
+keys=""
+for tool in kube kwok s3 helm; do keys="$keys $tool-$(tool_key "$tool")"; done
 
 bin="$cache_root/bin/$(echo "$keys" | sha256sum | cut -c1-16)"
 if [ ! -f "$bin/.complete" ]; then
