@@ -37,7 +37,7 @@ lint() { # chained: inside `timed` a failing step would not stop the function by
 # operator watching only its own namespaces; one at a time, the cluster_wide ones, which change
 # what every namespace shares, on a plane of their own, and the own_plane ones, which start
 # theirs. Each lane's lines carry its name.
-workers=${RLJOB_TEST_WORKERS:-4}
+workers=${RLJOB_TEST_WORKERS:-3}
 lane() { # lane NAME PYTEST-ARGS...: one lane, its output prefixed, its time and status printed
   local name=$1
   shift

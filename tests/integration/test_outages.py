@@ -170,20 +170,27 @@ def test_after_an_api_server_and_etcd_restart_watches_resume_and_nothing_is_done
 
 def _settled(cluster: Cluster, namespace: str, *, replicas: int) -> dict[str, Any]:
     """The job once its status reports the current generation, Ready, with `replicas` ready
-    engines; else raises naming what it saw (wait_for reports the last error)."""
+    engines, each serving in the roster, and no restart in progress: every write the change
+    calls for is done, however late a loaded machine lets it land. Else raises naming what it
+    saw (wait_for reports the last error)."""
     job = get_rljob(cluster, namespace, NAME)
     status = job.get("status", {})
     seen = {
         "generation": job["metadata"]["generation"],
         "observedGeneration": status.get("observedGeneration"),
         "ready": condition(job, "Ready").get("status"),
+        "restarting": condition(job, "Restarting").get("status"),
         "rollout": status.get("roles", {}).get("rollout"),
         "jobs": _jobs(cluster, namespace),
     }
+    rollout = seen["rollout"] or {}
+    roster = [member.get("state") for member in rollout.get("engines") or []]
     if (
         seen["observedGeneration"] != seen["generation"]
         or seen["ready"] != "True"
-        or (seen["rollout"] or {}).get("ready") != replicas
+        or seen["restarting"] == "True"
+        or rollout.get("ready") != replicas
+        or roster != ["serving"] * replicas
     ):
         raise ValueError(f"not settled: {seen}")
     return job
