@@ -51,14 +51,10 @@ class HealthSeries:
         verdict) and rljob_job_step_phase_seconds (phases no longer seen removed)."""
         namespace, name = key
         for each in BottleneckRole:
-            if role is None:
-                with contextlib.suppress(KeyError):
-                    BOTTLENECK.remove(namespace, name, each.value)
-            else:
-                BOTTLENECK.labels(namespace, name, each.value).set(float(each == role))
+            held = None if role is None else float(each == role)
+            _set_or_remove(BOTTLENECK, (namespace, name, each.value), held)
         for phase in self._phases.get(key, set()) - set(phase_seconds):
-            with contextlib.suppress(KeyError):
-                STEP_PHASE_SECONDS.remove(namespace, name, phase)
+            _set_or_remove(STEP_PHASE_SECONDS, (namespace, name, phase), None)
         for phase, seconds in phase_seconds.items():
             STEP_PHASE_SECONDS.labels(namespace, name, phase).set(seconds)
         if phase_seconds:

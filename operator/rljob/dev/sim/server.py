@@ -42,7 +42,8 @@ log = logging.getLogger("rljob.dev.sim")
 
 def pod_lister(api: Any, namespaces: Sequence[str]) -> PodLister:
     """Lists Running operator-managed pods (from the API server's watch cache) in these
-    namespaces: names, or glob patterns such as "gw0-*" (the operator's own syntax)."""
+    namespaces: names, or glob patterns such as "gw0-*" (the simulator imports nothing of the
+    operator, so it keeps its own matching: no "!" exclusions)."""
     query = (
         f"labelSelector={quote(SELECTOR)}"
         f"&fieldSelector={quote('status.phase=Running')}&resourceVersion=0"
