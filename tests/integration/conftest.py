@@ -250,4 +250,25 @@ def pytest_runtest_makereport(
         report.sections.append(("control plane logs", cluster.log_tails()))
     if report.failed and isinstance(op, Operator):
         report.sections.append(("operator log", tail(op.log, 60)))
+    namespace = funcargs.get("namespace")
+    if report.failed and isinstance(cluster, Cluster) and isinstance(namespace, str):
+        report.sections.append(("the namespace's RLJobs and Events", _story(cluster, namespace)))
     return report
+
+
+def _story(cluster: Cluster, namespace: str) -> str:
+    """Each RLJob's status and the namespace's last Events: what the operator decided, which
+    the operator's log (actions only at debug) does not tell."""
+    try:
+        jobs = cluster.api.get(f"/apis/rljob.io/v1alpha1/namespaces/{namespace}/rljobs")["items"]
+        events = cluster.api.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    except ApiError as exc:
+        return f"not readable: {exc}"
+    statuses = {job["metadata"]["name"]: job.get("status", {}) for job in jobs}
+    told = sorted(events, key=lambda e: str(e.get("lastTimestamp")))
+    lines = [
+        f"{e.get('lastTimestamp')} {e.get('type')} {e.get('reason')} "
+        f"{e['involvedObject'].get('name')}: {e.get('message')}"
+        for e in told[-40:]
+    ]
+    return yaml.safe_dump(statuses, sort_keys=False) + "\n".join(lines)

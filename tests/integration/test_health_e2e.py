@@ -71,6 +71,21 @@ def _drift_value(operator: Operator, namespace: str) -> float | None:
     return found[0] if found else None
 
 
+def _counted_in_prometheus(
+    prometheus: PrometheusServer, operator: Operator, namespace: str, reason: str
+) -> None:
+    """The restart reaches the bed's Prometheus as the shipped rules and dashboard read it; if
+    not, says whether the operator exports it and whether Prometheus scrapes the operator."""
+    counted = f'rljob_restarts_total{{namespace="{namespace}",reason="{reason}"}}'
+    try:
+        wait_for(lambda: prometheus.query(counted), 30, f"{counted} in the bed's Prometheus")
+    except AssertionError as exc:
+        exported = metric_values(operator.metrics_url, "rljob_restarts_total", f'reason="{reason}"')
+        scraped = [t for t in prometheus.targets() if t["labels"].get("job") == "rljob-operator"]
+        exc.add_note(f"the operator exports {exported}; its scrape target: {scraped}")
+        raise
+
+
 def _running(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
     apply_rljob(cluster, namespace, body)
     return wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
@@ -122,6 +137,7 @@ def test_one_drifting_engine_is_restarted_alone(
     assert same_trainer["metadata"]["uid"] == trainer["metadata"]["uid"]
     restarts = get_rljob(cluster, namespace, NAME)["status"]["restarts"]
     assert restarts["byReason"] == {"KVCacheDrift": 1}
+    _counted_in_prometheus(prometheus, operator, namespace, "KVCacheDrift")
 
 
 @pytest.mark.parametrize("fault", ["load", "sleep"])
@@ -171,6 +187,7 @@ def test_a_hung_trainer_is_gang_restarted_after_the_timeout(
     )
     job = get_rljob(cluster, namespace, NAME)
     assert job["status"]["restarts"]["byReason"] == {"TrainerStalled": 1}
+    _counted_in_prometheus(prometheus, operator, namespace, "TrainerStalled")
 
 
 def test_with_prometheus_down_nothing_restarts_from_metrics_but_nccl_is_still_handled(

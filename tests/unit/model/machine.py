@@ -7,7 +7,6 @@ checked after every step; a subclass picks which (`CHECKS`), so each is its own 
 from __future__ import annotations
 
 import contextlib
-import copy
 import datetime as dt
 import re
 from collections import Counter
@@ -44,6 +43,7 @@ from tests.unit.model.cluster import (
     Cluster,
     ProcessDied,
     Write,
+    clone,
 )
 from tests.unit.model.s3 import FakeS3, write_version
 from tests.unit.model.suspects import suspect_faults
@@ -894,7 +894,7 @@ class ActionEngine(RuleBasedStateMachine):
         failed = (body.get("status") or {}).get("phase") == "Failed"
         decided = self._failjob_events()
         self.passing = runtime.leadership.identity
-        before = copy.deepcopy(self.cluster.peek(KIND, NAME))
+        before = clone(self.cluster.peek(KIND, NAME))
         try:
             harness.run_pass(runtime, body, tuple(self.readings.values()))
         except (KubeError, StoreError):
