@@ -28,7 +28,7 @@ tests() { # tests ARGS...: pytest, where collecting nothing is a failure too
 lint() { # chained: inside `timed` a failing step would not stop the function by itself
   $py -m ruff check operator tests bench &&
     $py -m ruff format --check operator tests bench &&
-    $py -m mypy && $py -m mypy bench && $py -m mypy -p tests &&
+    $py -m mypy -p rljob -p bench -p tests &&
     .venv/bin/lint-imports --no-logo
 }
 

@@ -29,7 +29,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from rljob.adapters.kube import Kube, KubeError
 from rljob.adapters.observe import (
@@ -79,20 +79,22 @@ OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 PODGC_QUARANTINE = dt.timedelta(seconds=40)  # pkg/controller/podgc/gc_controller.go @v1.36.3
 
 
+T = TypeVar("T")
 _SCALARS = (str, int, float, bool, type(None))
 
 
-def clone(value: Any) -> Any:
+def clone(value: T) -> T:
     """A deep copy of JSON-shaped data (dicts, lists, scalars): the model copies objects on every
     read and write, and copy.deepcopy's bookkeeping was a quarter of its run time; anything else
     goes to copy.deepcopy."""
+    copied: Any = value
     if isinstance(value, dict):
-        return {key: clone(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [clone(item) for item in value]
-    if isinstance(value, _SCALARS):
-        return value
-    return copy.deepcopy(value)
+        copied = {key: clone(item) for key, item in value.items()}
+    elif isinstance(value, list):
+        copied = [clone(item) for item in value]
+    elif not isinstance(value, _SCALARS):
+        copied = copy.deepcopy(value)
+    return cast(T, copied)
 
 
 class ProcessDied(BaseException):
