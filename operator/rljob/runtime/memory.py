@@ -52,6 +52,9 @@ class Memories:
 
     def __init__(self, on_forget: Callable[[JobKey, JobMemory], None]) -> None:
         self._by_uid: dict[str, JobMemory] = {}
+        # key -> its uids, oldest first: a health round looks every job up by key, and a scan
+        # of every memory per lookup made each round quadratic in the jobs
+        self._uids_by_key: dict[JobKey, dict[str, None]] = {}
         self._on_forget = on_forget
 
     def __len__(self) -> int:
@@ -63,17 +66,30 @@ class Memories:
     def of(self, uid: str, key: JobKey) -> JobMemory:
         memory = self._by_uid.get(uid)
         if memory is None or memory.key != key:
+            if memory is not None:
+                self._unindex(uid, memory.key)
             memory = self._by_uid[uid] = JobMemory(key)
+            self._uids_by_key.setdefault(key, {})[uid] = None
         return memory
 
     def by_key(self, key: JobKey) -> JobMemory | None:
-        return next((m for m in self._by_uid.values() if m.key == key), None)
+        """The memory of the oldest uid known under this key (a re-created job's predecessor
+        until it is forgotten)."""
+        uids = self._uids_by_key.get(key)
+        return self._by_uid[next(iter(uids))] if uids else None
 
     def forget(self, uid: str) -> None:
         memory = self._by_uid.pop(uid, None)
         if memory is not None:
+            self._unindex(uid, memory.key)
             with contextlib.suppress(Exception):
                 self._on_forget(memory.key, memory)
+
+    def _unindex(self, uid: str, key: JobKey) -> None:
+        uids = self._uids_by_key.get(key, {})
+        uids.pop(uid, None)
+        if not uids:
+            self._uids_by_key.pop(key, None)
 
     def retain(self, uids: Iterable[str]) -> list[str]:
         """After a re-list: forget every uid the list no longer has (a watch gap sends no
