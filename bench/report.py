@@ -18,13 +18,18 @@ from bench.scrape import TARGET_ENDPOINTS_PER_SECOND, ScrapeResult
 from bench.stats import growth, percentile, size_at, slope
 from bench.writes import allowed_per_minute
 from rljob.health.profiles import TRAINER, VLLM
+from rljob.health.profiles.diagnosis import DIAGNOSIS
 
 LATENCY_P50 = 0.5
 LATENCY_P99 = 2.0
 RSS_MIB = 200.0
 CORE_PERCENT = 5.0
 RECOVERY_SECONDS = 5.0
-SIGNALS = len(VLLM.signals()) + len(TRAINER.signals())
+# What a bench job's round asks: its engines', its trainer's and the diagnosis' series (no
+# verifier), each signal once (the trainer and the diagnosis share the step and generation).
+SIGNALS = len(
+    {*VLLM.signals().values(), *TRAINER.signals().values(), *DIAGNOSIS.trainer_signals().values()}
+)
 
 POLLING_COLUMNS = (
     "RLJobs",
