@@ -1,11 +1,13 @@
 """status.bottleneck: the health loop's diagnosis, kept in status for `kubectl rljob diagnose`
 and the printer column. It rides the 5-minute progress refresh, and is written at once when it
-changes what a user would do: another role, or a recommended concurrency moved by more than
-RECOMMENDATION_CHANGE; another role also says a BottleneckChanged Event."""
+changes what a user would do: another known role, or a recommended concurrency moved by more
+than RECOMMENDATION_CHANGE; another known role also says a BottleneckChanged Event. Unknown (too
+little data yet, or no more) is no advice: it rides the refresh and says nothing, so a new job's
+first write of it is not one more write and Event per job."""
 
 from __future__ import annotations
 
-from rljob.api.diagnosis import Bottleneck
+from rljob.api.diagnosis import Bottleneck, BottleneckRole
 from rljob.api.status import RLJobStatus
 from rljob.reconcile.events import EventSpec, normal
 
@@ -25,8 +27,10 @@ def with_bottleneck(
 
 
 def bottleneck_event(before: Bottleneck | None, after: Bottleneck | None) -> EventSpec | None:
-    """BottleneckChanged when the role changed (the first diagnosis included)."""
-    if after is None or (before is not None and before.role == after.role):
+    """BottleneckChanged when a known role replaced another role (the first verdict included)."""
+    if after is None or after.role == BottleneckRole.UNKNOWN:
+        return None
+    if before is not None and before.role == after.role:
         return None
     was = f" (was {before.role.value})" if before is not None else ""
     advice = f" {after.advice}" if after.advice else ""
@@ -36,7 +40,9 @@ def bottleneck_event(before: Bottleneck | None, after: Bottleneck | None) -> Eve
 
 
 def advice_moved(before: Bottleneck | None, after: Bottleneck) -> bool:
-    """Another role, or a recommended concurrency that appeared, went or moved materially."""
+    """Another known role, or a recommended concurrency that appeared, went or moved materially."""
+    if after.role == BottleneckRole.UNKNOWN:
+        return False
     if before is None or before.role != after.role:
         return True
     old, new = before.recommended_concurrency, after.recommended_concurrency

@@ -59,6 +59,9 @@ R = BottleneckRole
             id="recommendation-appeared",
         ),
         pytest.param(diagnosis(R.TRAINER), None, False, id="no-diagnosis-keeps-the-last"),
+        pytest.param(None, diagnosis(R.UNKNOWN), False, id="unknown-first-waits-for-refresh"),
+        pytest.param(diagnosis(R.ROLLOUT), diagnosis(R.UNKNOWN), False, id="unknown-later"),
+        pytest.param(diagnosis(R.UNKNOWN), diagnosis(R.ROLLOUT), True, id="first-verdict"),
     ],
 )
 def test_written_at_once_only_when_the_advice_moves(
@@ -84,6 +87,14 @@ def test_written_at_once_only_when_the_advice_moves(
         ),
         pytest.param(diagnosis(R.ROLLOUT), diagnosis(R.ROLLOUT), None, id="same-role"),
         pytest.param(diagnosis(R.ROLLOUT), None, None, id="none"),
+        pytest.param(None, diagnosis(R.UNKNOWN), None, id="unknown-first"),
+        pytest.param(diagnosis(R.ROLLOUT), diagnosis(R.UNKNOWN), None, id="unknown-later"),
+        pytest.param(
+            diagnosis(R.UNKNOWN),
+            diagnosis(R.ROLLOUT),
+            "bottleneck: Rollout (was Unknown)",
+            id="first-verdict",
+        ),
     ],
 )
 def test_a_role_change_says_bottleneck_changed(
