@@ -133,7 +133,7 @@ class Passes:
         decision = decide(job, everything, inputs)
         self._watch(decision, memory)
         status = with_accepted(decision.plan.status, decision.job, now)
-        wrote = await self.write_status(body, status, memory)
+        wrote = await self.write_status(body, status, memory, observed=job.status)
         self._journaled(body, decision, memory, wrote, now)
         ctx = Context(
             self.kube, self.checkpoints, body, decision.job, memory, now, self.leadership.acting
@@ -185,13 +185,20 @@ class Passes:
                 await post_event(self.kube, body, event, now)
 
     async def write_status(
-        self, body: dict[str, Any], status: RLJobStatus, memory: JobMemory
+        self,
+        body: dict[str, Any],
+        status: RLJobStatus,
+        memory: JobMemory,
+        *,
+        observed: RLJobStatus | None = None,
     ) -> bool:
-        """Patches status only when it differs from both the observed and our last write, and
-        only while this replica still holds the lease."""
+        """Patches status only when it differs from both the observed (`observed`: the body's,
+        when the pass parsed it already) and our last write, and only while this replica still
+        holds the lease."""
         ensure_leading(self.leadership.acting)
         meta = body["metadata"]
-        observed = RLJobStatus.model_validate(body.get("status") or {})
+        if observed is None:
+            observed = RLJobStatus.model_validate(body.get("status") or {})
         patch = status_patch(observed, status)
         if patch is None or memory.written == patch:
             return False
