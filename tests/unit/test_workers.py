@@ -76,3 +76,27 @@ async def test_requeue_delay_triggers_another_pass_without_events() -> None:
     workers.submit(_body("c"))
     await _until(lambda: calls >= 3)
     await workers.stop()
+
+
+async def test_a_pass_reads_the_body_without_its_managed_fields() -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def record(body: dict[str, Any]) -> None:
+        seen.append(body)
+
+    workers = JobWorkers(record)
+    body = _body("c")
+    body["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    workers.submit(body)
+    await _until(lambda: len(seen) == 1)
+    refreshed = _body("c")
+    refreshed["metadata"] |= {"resourceVersion": "2", "managedFields": [{"manager": "rljob"}]}
+    workers.refresh(refreshed)
+    workers.wake(("ns", "job"))
+    await _until(lambda: len(seen) == 2)
+    assert [b["metadata"] for b in seen] == [
+        {"uid": "c", "namespace": "ns", "name": "job"},
+        {"uid": "c", "namespace": "ns", "name": "job", "resourceVersion": "2"},
+    ]
+    assert "managedFields" in body["metadata"]  # the caller's body is not changed
+    await workers.stop()

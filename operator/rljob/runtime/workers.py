@@ -48,6 +48,7 @@ class JobWorkers:
 
     def submit(self, body: Body) -> None:
         """Records the newest body of an RLJob and wakes its worker (starting it if new)."""
+        body = without_managed_fields(body)
         meta = body["metadata"]
         uid = meta["uid"]
         job = self._jobs.get(uid)
@@ -64,7 +65,7 @@ class JobWorkers:
         """A newer body we got back from our own write: use it without waiting for the watch."""
         job = self._jobs.get(body.get("metadata", {}).get("uid", ""))
         if job is not None:
-            job.body = body
+            job.body = without_managed_fields(body)
 
     def wake(self, key: JobKey) -> None:
         """A child of (namespace, name) changed: run a pass of that job soon."""
@@ -128,3 +129,13 @@ class JobWorkers:
                 errors += 1
                 delay = min(self._max_error_backoff, 0.5 * 2**errors) * random.uniform(0.8, 1.2)
                 log.exception("reconcile pass failed; retrying", uid=uid, retry_in=round(delay, 1))
+
+
+def without_managed_fields(body: Body) -> Body:
+    """The body as a pass reads it: metadata.managedFields (the API server's record of every
+    writer's fields, often the body's largest part) is read by nothing here, and a body is
+    kept per job for the job's lifetime."""
+    meta = body.get("metadata") or {}
+    if "managedFields" not in meta:
+        return body
+    return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
