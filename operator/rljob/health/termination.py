@@ -326,7 +326,9 @@ class CrashRepeatTracker:
 
     Two within ten minutes by default: one OOM kill on an adversarial prompt is the kubelet's to
     absorb, a second one soon after means the pod keeps failing and a fresh pod is due. The first
-    count seen for a container is its baseline (restarts before it have unknown times).
+    count seen for a container is its baseline (restarts before it have unknown times), unless
+    the caller knows the count last recorded (`recorded`: status kept it across an operator
+    restart): restarts past it happened since, and count as seen now.
     """
 
     def __init__(self, repeats: int = 2, window: float = 600.0) -> None:
@@ -342,9 +344,11 @@ class CrashRepeatTracker:
         restart_count: int,
         last_terminated: ContainerTermination | None,
         now: float,
+        *,
+        recorded: int | None = None,
     ) -> Evaluation:
         key = (pod, container)
-        previous = self._counts.get(key)
+        previous = self._counts.get(key, recorded)
         self._counts[key] = restart_count
         times = self._restarts.setdefault(key, deque(maxlen=self.repeats))
         if previous is None or restart_count < previous:

@@ -4,6 +4,7 @@ the story of pods Kubernetes itself disrupted."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from rljob.api import (
@@ -30,9 +31,14 @@ SERVING_ROLES = frozenset(
 
 
 def crash_findings(
-    tracker: CrashRepeatTracker, observed: Observed, now: datetime
+    tracker: CrashRepeatTracker,
+    observed: Observed,
+    now: datetime,
+    recorded: Mapping[str, int] | None = None,
 ) -> list[tuple[ObservedPod, Evaluation]]:
-    """Serving pods whose containers restarted in place often enough to act on."""
+    """Serving pods whose containers restarted in place often enough to act on; `recorded`: a
+    pod's restart count as status last recorded it (the rollout roster), so that crashes while
+    no operator watched (a restart, a failover) are counted, not taken as the baseline."""
     running = [
         p
         for p in observed.pods
@@ -46,7 +52,14 @@ def crash_findings(
             if pod.exit_code is None
             else ContainerTermination(pod.exit_code, pod.reason or None, pod.message or None)
         )
-        evaluation = tracker.observe(pod.name, pod.role, pod.restart_count, last, now.timestamp())
+        evaluation = tracker.observe(
+            pod.name,
+            pod.role,
+            pod.restart_count,
+            last,
+            now.timestamp(),
+            recorded=(recorded or {}).get(pod.name),
+        )
         if evaluation.is_finding:
             findings.append((pod, evaluation))
     return findings

@@ -369,6 +369,30 @@ def test_restarts_before_the_first_observation_are_a_baseline() -> None:
     assert restarted(tracker, 17, 0).outcome == "healthy"
 
 
+@pytest.mark.parametrize(
+    ("recorded", "seen", "outcome"),
+    [
+        pytest.param(0, 2, "finding", id="two-crashes-while-no-operator-watched"),
+        pytest.param(1, 2, "healthy", id="one-crash-since-the-record"),
+        pytest.param(2, 2, "healthy", id="none-since-the-record"),
+        pytest.param(3, 1, "healthy", id="a-new-incarnation-below-the-record"),
+    ],
+)
+def test_a_recorded_count_is_the_baseline_of_a_first_observation(
+    recorded: int, seen: int, outcome: str
+) -> None:
+    tracker = CrashRepeatTracker()
+    termination = ContainerTermination(137, "OOMKilled")
+
+    evaluation = tracker.observe("rollout-2", "vllm", seen, termination, 0, recorded=recorded)
+
+    assert evaluation.outcome == outcome
+    # once observed, the tracker's own count rules: the record is read only first
+    assert tracker.observe("rollout-2", "vllm", seen, termination, 5, recorded=0).outcome == (
+        "healthy"
+    )
+
+
 def test_a_new_pod_incarnation_resets_the_count() -> None:
     tracker = CrashRepeatTracker()
     restarted(tracker, 5, 0)
