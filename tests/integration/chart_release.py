@@ -19,11 +19,11 @@ import yaml
 
 from rljob.dev.bed import OperatorProcess, ensure_namespace, launch_operator, service_account_token
 from rljob.dev.binaries import bin_dir
-from rljob.dev.kubeapi import ApiError, Credentials, KubeApi
+from rljob.dev.kubeapi import Credentials, KubeApi
 from rljob.dev.processes import tail
 from rljob.dev.rundir import write_kubeconfig
 from tests.helpers import wait_for
-from tests.integration.conftest import Cluster, Operator
+from tests.integration.conftest import Cluster, Operator, delete_namespace
 from tests.integration.rljobs import admission_refusal, example, second_scale_health
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "rljob-operator"
@@ -157,14 +157,6 @@ def _wait_policies_gone(release: Release) -> None:
 
     if names:
         wait_for(gone, 60, f"the admission policies {names} to stop applying")
-
-
-def delete_namespace(cluster: Cluster, name: str) -> None:
-    try:
-        cluster.api.delete(f"/api/v1/namespaces/{name}")
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
 
 
 @contextmanager

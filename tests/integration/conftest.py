@@ -232,11 +232,25 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
         f"the default ServiceAccount in {name}",
     )
     yield name
-    try:
-        cluster.api.delete(f"/api/v1/namespaces/{name}")
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
+    delete_namespace(cluster, name)
+
+
+def delete_namespace(cluster: Cluster, name: str) -> None:
+    """Deletes the namespace, then its Jobs. The namespace controller deletes a namespace's
+    pods before anything else (OrderedNamespaceDeletion, kubernetes v1.36.3
+    pkg/controller/namespace/deletion/namespaced_resources_deleter.go:533-562), and a deleted Job
+    pod keeps its batch.kubernetes.io/job-tracking finalizer until it ends or its Job is gone.
+    kwok has no kubelet to end it, so the namespace stayed Terminating for minutes, its jobs
+    still simulated, scraped and reconciled (17 such namespaces at once on the shared plane)."""
+    for path in (
+        f"/api/v1/namespaces/{name}",  # first: nothing new is created in it from now on
+        f"/apis/batch/v1/namespaces/{name}/jobs?propagationPolicy=Background",
+    ):
+        try:
+            cluster.api.delete(path)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
 
 
 @pytest.hookimpl(wrapper=True)

@@ -28,12 +28,11 @@ from tests.integration.chart_release import (
     Release,
     allowed,
     chart_operator,
-    delete_namespace,
     installed,
     new_release,
     step_aside,
 )
-from tests.integration.conftest import Cluster, Operator
+from tests.integration.conftest import Cluster, Operator, delete_namespace
 from tests.integration.rljobs import (
     DEPLOYMENTS,
     JOBS,

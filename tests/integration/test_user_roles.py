@@ -16,8 +16,8 @@ import pytest
 
 from rljob.dev.bed import ensure_namespace
 from tests.helpers import wait_for
-from tests.integration.chart_release import Release, delete_namespace, installed, new_release
-from tests.integration.conftest import Cluster
+from tests.integration.chart_release import Release, installed, new_release
+from tests.integration.conftest import Cluster, delete_namespace
 
 # cluster_wide: the chart's aggregated ClusterRoles.
 pytestmark = [pytest.mark.integration, pytest.mark.cluster_wide]
