@@ -4,7 +4,6 @@ the story of pods Kubernetes itself disrupted."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 
 from rljob.api import (
@@ -31,14 +30,13 @@ SERVING_ROLES = frozenset(
 
 
 def crash_findings(
-    tracker: CrashRepeatTracker,
-    observed: Observed,
-    now: datetime,
-    recorded: Mapping[str, int] | None = None,
+    tracker: CrashRepeatTracker, job: RLJob, observed: Observed, now: datetime
 ) -> list[tuple[ObservedPod, Evaluation]]:
-    """Serving pods whose containers restarted in place often enough to act on; `recorded`: a
-    pod's restart count as status last recorded it (the rollout roster), so that crashes while
-    no operator watched (a restart, a failover) are counted, not taken as the baseline."""
+    """Serving pods whose containers restarted in place often enough to act on. A pod's first
+    observation starts from the restart count the rollout roster in status last recorded, so
+    that crashes while no operator watched (a restart, a failover) are counted, not taken as
+    the baseline."""
+    recorded = recorded_restarts(job)
     running = [
         p
         for p in observed.pods
@@ -58,11 +56,17 @@ def crash_findings(
             pod.restart_count,
             last,
             now.timestamp(),
-            recorded=(recorded or {}).get(pod.name),
+            recorded=recorded.get(pod.name),
         )
         if evaluation.is_finding:
             findings.append((pod, evaluation))
     return findings
+
+
+def recorded_restarts(job: RLJob) -> dict[str, int]:
+    """Each rollout engine's container restarts as the roster in status last recorded them."""
+    rollout = job.status.roles.rollout if job.status.roles else None
+    return {m.pod: m.restarts for m in (rollout.engines or [])} if rollout else {}
 
 
 def journal_pod_restart(

@@ -88,11 +88,8 @@ class Gatherer:
 
     @staticmethod
     def _note_crashes(job: RLJob, observed: Observed, memory: JobMemory, now: dt.datetime) -> None:
-        """New crash findings join the pending ones (consumed once a pass journals them); the
-        rollout roster in status says each engine's restart count as last recorded."""
-        rollout = job.status.roles.rollout if job.status.roles else None
-        recorded = {m.pod: m.restarts for m in (rollout.engines or [])} if rollout else {}
-        found = crash_findings(memory.crash_tracker, observed, now, recorded)
+        """New crash findings join the pending ones (consumed once a pass journals them)."""
+        found = crash_findings(memory.crash_tracker, job, observed, now)
         pending = {pod.name for pod, _ in memory.crashes}
         memory.crashes += [(pod, e) for pod, e in found if pod.name not in pending]
         live = {pod.name for pod in observed.pods}
