@@ -31,6 +31,7 @@ from tests.integration.rljobs import (
     second_scale_health,
     wait_condition,
 )
+from tests.integration.worker import WORKER
 
 # xdist_group: one worker, in order: the last test reads what the module's scenarios left in
 # its Prometheus.
@@ -300,4 +301,8 @@ def test_every_alert_and_dashboard_query_runs_on_the_scenarios_data(
         }
         if empty:
             missing[name] = empty
-    assert missing == {}, missing
+    anything = prometheus.query_range('count({__name__=~"rljob_.*"})', start, step=5)
+    assert missing == {}, (
+        f"{missing}; worker {WORKER}, scenarios began {time.time() - start:.0f} s ago, "
+        f"any rljob_ series since then: {bool(anything)}"
+    )
