@@ -241,7 +241,7 @@ def delete_namespace(cluster: Cluster, name: str) -> None:
     pkg/controller/namespace/deletion/namespaced_resources_deleter.go:533-562), and a deleted Job
     pod keeps its batch.kubernetes.io/job-tracking finalizer until it ends or its Job is gone.
     kwok has no kubelet to end it, so the namespace stayed Terminating for minutes, its jobs
-    still simulated, scraped and reconciled (17 such namespaces at once on the shared plane)."""
+    still simulated, scraped and reconciled (68 such namespaces at once on the shared plane)."""
     for path in (
         f"/api/v1/namespaces/{name}",  # first: nothing new is created in it from now on
         f"/apis/batch/v1/namespaces/{name}/jobs?propagationPolicy=Background",
@@ -272,7 +272,7 @@ def pytest_runtest_makereport(
 
 def _story(cluster: Cluster, namespace: str) -> str:
     """Each RLJob's status and the namespace's last Events: what the operator decided, which
-    the operator's log (actions only at debug) does not tell."""
+    the operator's log, which records no action, does not tell."""
     try:
         jobs = cluster.api.get(f"/apis/rljob.io/v1alpha1/namespaces/{namespace}/rljobs")["items"]
         events = cluster.api.get(f"/api/v1/namespaces/{namespace}/events")["items"]
