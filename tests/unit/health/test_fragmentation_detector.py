@@ -105,6 +105,41 @@ def test_a_fleet_fragmenting_together_is_one_finding_naming_the_longest_running_
     assert sorted(str(fleet[0].evidence["engines"]).split()) == sorted(profiles)
 
 
+def _two_fragmenting(gap: tuple[float, float]) -> list[tuple[float, str, FailureReason | None]]:
+    """Two engines fragmenting together; rollout-1 not scraped in `gap` (a loaded machine)."""
+    profiles = {f"rollout-{i}": _fragmenting(_profile("async", i)) for i in range(2)}
+    engines = {name: PhysicalEngine(p, seed=name) for name, p in profiles.items()}
+    detector = FragmentationDetector(CONFIG)
+    found = []
+    for index in range(1, int(8 * HOUR // CONFIG.interval) + 1):
+        now = index * CONFIG.interval
+        for name, engine in engines.items():
+            sample = engine.sample(now)
+            if sample is not None and not (name == "rollout-1" and gap[0] <= now < gap[1]):
+                detector.observe(name, sample)
+        for evaluation in detector.evaluate(now):
+            if evaluation.is_finding:
+                found.append((now, evaluation.target, evaluation.reason))
+                for engine_name in str(evaluation.evidence.get("engines", "")).split():
+                    detector.note_restart(engine_name, now)
+    return found
+
+
+def test_a_peer_with_a_scrape_gap_as_the_fleet_crosses_holds_the_finding_for_one_fleet_repair() -> (
+    None
+):
+    ((crossed, _, reason),) = _two_fragmenting((0.0, 0.0))
+    assert reason == FailureReason.FLEET_KV_CACHE_FRAGMENTATION
+
+    # rollout-1 has too few samples to be judged when rollout-0 crosses: held, not repaired
+    # alone (a second, separate repair of rollout-1 would follow), until both are judged down.
+    found = _two_fragmenting((crossed - CONFIG.window * 5 / 6, crossed + CONFIG.window / 3))
+    assert [(target, reason) for _, target, reason in found] == [
+        ("rollout-0", FailureReason.FLEET_KV_CACHE_FRAGMENTATION)
+    ]
+    assert found[0][0] - crossed <= CONFIG.window
+
+
 @pytest.mark.parametrize("kind", ["async", "sync"])
 @pytest.mark.parametrize(
     "changes",

@@ -7,7 +7,9 @@ fragmentation indicator, that is one FleetKVCacheFragmentation finding for the r
 longest-running engine first, where the peer-gated KVCacheDrift detector would call them "slower
 together"; a role where only some are down gets one KVCacheFragmentation finding per engine.
 Engines that fragment together do not cross the threshold in the same pass, so an engine found
-while its peers are sagging too is held for up to a window: the role is then repaired as one.
+while its peers are sagging too, or while a peer with a learned model has too little data this
+pass to be judged (a scrape gap on a loaded machine), is held for up to a window: the role is
+then repaired as one.
 """
 
 from __future__ import annotations
@@ -102,24 +104,33 @@ class FragmentationDetector:
             self._held.clear()
             return self._fleet(verdicts, down, now)
         sagging = [t for t in judged if t not in down and _sagging(verdicts[t], self.config)]
+        unjudged = [t for t in verdicts if t not in judged and self._engines[t].model is not None]
         self._held = {t: since for t, since in self._held.items() if t in down}
         return [
-            self._cooled(target, self._hold(target, evaluation, sagging, now), now)
+            self._cooled(target, self._hold(target, evaluation, sagging, unjudged, now), now)
             for target, evaluation in verdicts.items()
         ]
 
     def _hold(
-        self, target: str, evaluation: Evaluation, sagging: list[str], now: float
+        self,
+        target: str,
+        evaluation: Evaluation,
+        sagging: list[str],
+        unjudged: list[str],
+        now: float,
     ) -> Evaluation:
-        """A finding while peers sag too, for up to a window: the whole role may be going."""
-        if not evaluation.is_finding or not sagging:
+        """A finding while peers sag too or cannot be judged this pass, for up to a window:
+        the whole role may be going."""
+        if not evaluation.is_finding or not (sagging or unjudged):
             return evaluation
         since = self._held.setdefault(target, now)
         if now - since >= self.config.window:
             return evaluation
+        peers = [f"{', '.join(sagging)} slowing too"] if sagging else []
+        peers += [f"{', '.join(unjudged)} not judged this pass"] if unjudged else []
         return _suppressed(
             evaluation,
-            f"held: {', '.join(sagging)} slowing too, so the role may be fragmenting together "
+            f"held: {'; '.join(peers)}, so the role may be fragmenting together "
             f"(judged as one for up to {format_duration(self.config.window)})",
             "fleet",
         )
