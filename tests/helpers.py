@@ -9,15 +9,22 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+# wait_for's default pacing: quick at first (most waits end within a second), then slower,
+# so a wait of a detection window polls the API server a few times a second, not five.
+FIRST_INTERVAL, INTERVAL_GROWTH, LONGEST_INTERVAL = 0.05, 1.5, 0.5
+
+
 def wait_for(
     probe: Callable[[], T | None],
     timeout: float,
     message: str,
-    interval: float = 0.2,
+    interval: float | None = None,
 ) -> T:
     """Calls probe until it returns a truthy value and returns it; fails naming `message` and
-    the last value or error seen when `timeout` seconds pass."""
+    the last value or error seen when `timeout` seconds pass. Polls every `interval` seconds,
+    or by default from FIRST_INTERVAL growing to LONGEST_INTERVAL."""
     deadline = time.monotonic() + timeout
+    pause = FIRST_INTERVAL if interval is None else interval
     last: object = None
     while True:
         try:
@@ -33,7 +40,9 @@ def wait_for(
             raise AssertionError(
                 f"timed out after {timeout:.0f}s waiting for {message}; last: {last!r}"
             )
-        time.sleep(interval)
+        time.sleep(pause)
+        if interval is None:
+            pause = min(pause * INTERVAL_GROWTH, LONGEST_INTERVAL)
 
 
 def quiet_for(seconds: float) -> None:
