@@ -1,6 +1,7 @@
 """The health loop's per-job series: detector evaluations and values, the bottleneck role and
 each phase's seconds per step. A forgotten job's series are removed, so a deleted RLJob leaves
-none behind."""
+none behind. Every round sets each job's two dozen gauges; what it set last is remembered, so
+an unchanged value (most of them, most rounds) costs a dictionary lookup, not a labels() one."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from prometheus_client import Counter as CounterMetric
 from prometheus_client import Gauge
 
 from rljob.api.diagnosis import BottleneckRole
@@ -23,57 +25,63 @@ from rljob.observability import (
     STEP_PHASE_SECONDS,
 )
 
+# One series of a job: its gauge and the label after (namespace, name).
+Slot = tuple[Gauge, str]
+
 
 class HealthSeries:
-    """See the module docstring; remembers which phases it exported per job."""
+    """See the module docstring; remembers the value of every series it set, per job."""
 
     def __init__(self) -> None:
-        self._phases: dict[JobKey, set[str]] = {}
+        self._set: dict[JobKey, dict[Slot, float]] = {}
+        self._counted: dict[tuple[str, str], CounterMetric] = {}
 
     def count(self, key: JobKey, evaluations: Sequence[Evaluation]) -> None:
         for evaluation in evaluations:
-            DETECTOR_EVALUATIONS.labels(
-                detector=evaluation.detector, outcome=evaluation.outcome
-            ).inc()
+            self._evaluations(evaluation.detector, evaluation.outcome).inc()
         values = detector_values(evaluations)
         judged = Counter(e.detector for e in evaluations if e.outcome != INSUFFICIENT_DATA)
         evaluated = {e.detector for e in evaluations}
-        namespace, name = key
         for detector in VALUED_DETECTORS:
-            _set_or_remove(DETECTOR_VALUE, (namespace, name, detector), values.get(detector))
+            self._put(key, (DETECTOR_VALUE, detector), values.get(detector))
             count = judged[detector] if detector in evaluated else None
-            _set_or_remove(DETECTOR_JUDGED, (namespace, name, detector), count)
+            self._put(key, (DETECTOR_JUDGED, detector), count)
 
     def diagnosis(
         self, key: JobKey, role: BottleneckRole | None, phase_seconds: Mapping[str, float]
     ) -> None:
         """rljob_job_bottleneck (1 for the held role, 0 for the others; none before the first
         verdict) and rljob_job_step_phase_seconds (phases no longer seen removed)."""
-        namespace, name = key
         for each in BottleneckRole:
-            held = None if role is None else float(each == role)
-            _set_or_remove(BOTTLENECK, (namespace, name, each.value), held)
-        for phase in self._phases.get(key, set()) - set(phase_seconds):
-            _set_or_remove(STEP_PHASE_SECONDS, (namespace, name, phase), None)
+            self._put(key, (BOTTLENECK, each.value), None if role is None else float(each == role))
+        gone = [s for s in self._set.get(key, {}) if s[0] is STEP_PHASE_SECONDS]
+        for slot in gone:
+            if slot[1] not in phase_seconds:
+                self._put(key, slot, None)
         for phase, seconds in phase_seconds.items():
-            STEP_PHASE_SECONDS.labels(namespace, name, phase).set(seconds)
-        if phase_seconds:
-            self._phases[key] = set(phase_seconds)
-        else:
-            self._phases.pop(key, None)
+            self._put(key, (STEP_PHASE_SECONDS, phase), seconds)
 
     def forget(self, key: JobKey) -> None:
-        namespace, name = key
-        for detector in VALUED_DETECTORS:
-            for gauge in (DETECTOR_VALUE, DETECTOR_JUDGED):
-                _set_or_remove(gauge, (namespace, name, detector), None)
-        self.diagnosis(key, None, {})
+        for gauge, label in self._set.pop(key, {}):
+            with contextlib.suppress(KeyError):
+                gauge.remove(*key, label)
 
+    def _put(self, key: JobKey, slot: Slot, value: float | None) -> None:
+        """The series at `value`, or gone when there is none."""
+        held = self._set.setdefault(key, {})
+        gauge, label = slot
+        if value is None:
+            if held.pop(slot, None) is not None:
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*key, label)
+            return
+        if held.get(slot) != value:
+            gauge.labels(*key, label).set(value)
+            held[slot] = value
 
-def _set_or_remove(gauge: Gauge, labels: tuple[str, ...], value: float | None) -> None:
-    """The series at `value`, or gone when there is none."""
-    if value is None:
-        with contextlib.suppress(KeyError):
-            gauge.remove(*labels)
-    else:
-        gauge.labels(*labels).set(value)
+    def _evaluations(self, detector: str, outcome: str) -> CounterMetric:
+        counter = self._counted.get((detector, outcome))
+        if counter is None:
+            counter = DETECTOR_EVALUATIONS.labels(detector=detector, outcome=outcome)
+            self._counted[detector, outcome] = counter
+        return counter
