@@ -28,13 +28,16 @@ from bench.bed import (
     example,
     pod_count,
     ready_jobs,
+    rljob_path,
 )
 from bench.procfs import ProcSample, Usage, machine_sample, sample, usage
 from bench.watch import Event, Watcher
 from bench.writes import WriteCount, count_writes
 from rljob.api import RoleName
+from rljob.api.diagnosis import BottleneckRole
 from rljob.api.durations import parse_duration
 from rljob.dev.controlplane import wait_until
+from rljob.dev.kubeapi import KubeApi
 from rljob.dev.scrape import metric_values
 from rljob.reconcile.names import (
     role_child_name,
@@ -57,6 +60,9 @@ class ScaleSettings:
     probes: int  # timed applies per size (the size's last jobs)
     window: float  # seconds of the quiet window per size (rounded to whole health intervals)
     settle: float  # seconds between the fleet being Ready and the window
+    # Longest wait for every job's first bottleneck verdict before the window (0: none): that
+    # one-off write and Event is the start-up's, not the steady state's.
+    verdict_timeout: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class SizeResult:
     queries: QueryCounts  # over the window
     window: float  # seconds, a whole number of health intervals
     fill_seconds: float
+    verdicts: Verdicts
 
     @property
     def intervals(self) -> float:
@@ -223,6 +230,39 @@ def read_queries(bed: BenchBed) -> QueryCounts:
     return QueryCounts(sum(operator), served("query"), served("query_range"))
 
 
+@dataclass(frozen=True)
+class Verdicts:
+    """The jobs' first bottleneck verdicts, awaited between Ready and the quiet window: how
+    many jobs had one, how long that took, and the operator's writes meanwhile (one-off)."""
+
+    known: int
+    jobs: int
+    seconds: float
+    writes: WriteCount
+
+
+def known_verdicts(api: KubeApi) -> tuple[int, int]:
+    """(jobs whose status.bottleneck names a role other than Unknown, jobs) of both namespaces."""
+    jobs = [
+        j for ns in (FLEET_NAMESPACE, PROBE_NAMESPACE) for j in api.get(rljob_path(ns))["items"]
+    ]
+    roles = [((j.get("status") or {}).get("bottleneck") or {}).get("role") for j in jobs]
+    return sum(1 for role in roles if role not in (None, BottleneckRole.UNKNOWN.value)), len(jobs)
+
+
+def await_verdicts(bed: BenchBed, timeout: float) -> Verdicts:
+    """Waits (at most `timeout`) for every job's first verdict; counts the writes meanwhile."""
+    assert bed.operator is not None
+    started, clock = dt.datetime.now(dt.UTC), time.monotonic()
+    known, jobs = known_verdicts(bed.api)
+    while known < jobs and time.monotonic() - clock < timeout:
+        time.sleep(min(10.0, timeout))
+        known, jobs = known_verdicts(bed.api)
+    ended = dt.datetime.now(dt.UTC)
+    writes = count_writes(bed.all_writes(), bed.operator.user, started, ended)
+    return Verdicts(known, jobs, time.monotonic() - clock, writes)
+
+
 def _await_mid_interval() -> None:
     """Sleeps until half-way between two health rounds (they run on a grid of the interval in
     unix time), so a window of whole intervals holds exactly that many rounds."""
@@ -294,6 +334,8 @@ def measure_size(
     latencies = run(_probe_all(fleet, watcher, probes))
     fleet.wait_ready()
     time.sleep(settings.settle)
+    verdicts = await_verdicts(fleet.bed, settings.verdict_timeout)
+    log(f"  {verdicts.known}/{verdicts.jobs} first verdicts after {verdicts.seconds:.0f}s")
     window = HEALTH_INTERVAL * max(1, round(settings.window / HEALTH_INTERVAL))
     log(f"  quiet window of {window:.0f}s")
     quiet = quiet_window(fleet.bed, window)
@@ -307,4 +349,5 @@ def measure_size(
         queries=quiet.queries,
         window=window,
         fill_seconds=fill_seconds,
+        verdicts=verdicts,
     )

@@ -11,7 +11,7 @@ import pytest
 from bench import diagnosis, diagnosis_job, diagnosis_judge, operating_point
 from bench.procfs import Usage
 from bench.report import Results, render
-from bench.scale import OPERATOR, QueryCounts, SizeResult
+from bench.scale import OPERATOR, QueryCounts, SizeResult, Verdicts
 from bench.stats import growth, percentile, size_at
 from bench.writes import WriteCount, count_writes
 
@@ -139,6 +139,7 @@ def size_result(size: int, writes: int) -> SizeResult:
         queries=QueryCounts(operator=78.0, instant=78.0, range=0.0),
         window=180.0,
         fill_seconds=30.0,
+        verdicts=Verdicts(size - 1, size, 420.0, WriteCount(420.0, Counter({"create events": 7}))),
     )
 
 
@@ -196,6 +197,11 @@ def results(*sizes: SizeResult) -> Results:
             results(size_result(500, 0)),
             "| none | policyGeneration+progress x2 |",
             id="status-fields-changed",
+        ),
+        pytest.param(
+            results(size_result(500, 0)),
+            "| 500 | 499/500 | 420 s | 7 | create events x7 |",
+            id="one-off-verdict-writes-apart",
         ),
     ],
 )
