@@ -25,7 +25,12 @@ from rljob.health.bottleneck.attribution import (
 from rljob.health.bottleneck.curve import CurveFeeder
 from rljob.health.bottleneck.extrapolate import CurveVerdict, judge_curve
 from rljob.health.bottleneck.load import EngineLedger, EngineWindow, VerifierLedger
-from rljob.health.bottleneck.phases import PhaseBreakdown, PhaseLedger
+from rljob.health.bottleneck.phases import (
+    PhaseBreakdown,
+    PhaseLedger,
+    breakdown_of,
+    coverage_of,
+)
 from rljob.health.bottleneck.status import curve_status, to_status
 from rljob.health.bottleneck.tracker import CONFIRMATIONS, RoleTracker
 from rljob.health.knee import DEFAULT_RULE, KneeRule
@@ -131,13 +136,14 @@ class BottleneckMonitor:
         verifier = self._verifier.window(now, window)
         if not (self._phases.pods() or self._engines.pods() or verifier is not None):
             return None
-        breakdown = self._phases.breakdown(now, window, config.attribution.min_coverage)
+        per_pod = self._phases.per_pod(now, window)
+        breakdown = breakdown_of(per_pod, window, config.attribution.min_coverage)
         engines = self._engines.windows(now, window)
         in_flight = self._feeder.highest(now, window)
         if in_flight is None and engines:
             in_flight = sum(e.in_flight for e in engines)
         curve = self._curve(now, engines, in_flight)
-        coverage = self._phases.coverage(now, window)
+        coverage = coverage_of(per_pod, window)
         seen = Observations(window, breakdown, coverage, engines, verifier, curve, in_flight)
         tracked = self._tracker.update(attribute(seen, config.attribution), now)
         self._breakdown = breakdown

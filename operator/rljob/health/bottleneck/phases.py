@@ -119,20 +119,25 @@ def _plausible(value: object, bound: float) -> bool:
 
 
 class PodPhaseRing:
-    """One pod's samples in time order, the latest `capacity` of them."""
+    """One pod's samples in time order, the latest `capacity` of them, each with what its
+    phases accrued since the one before (computed once, as it arrives: every round reads the
+    whole window again)."""
 
     __slots__ = ("_min_spacing", "_samples")
 
     def __init__(self, capacity: int, min_spacing: float) -> None:
-        self._samples: deque[PhaseSample] = deque(maxlen=max(2, capacity))
+        self._samples: deque[tuple[PhaseSample, dict[str, float] | None]] = deque(
+            maxlen=max(2, capacity)
+        )
         self._min_spacing = max(min_spacing, 1e-9)
 
     def add(self, sample: PhaseSample) -> bool:
         """Accepts a sample `min_spacing` after the last one: out-of-order samples and
         duplicates are dropped, and a fast scrape is thinned to what the ring is sized for."""
-        if self._samples and sample.t < self._samples[-1].t + self._min_spacing:
+        last = self._samples[-1][0] if self._samples else None
+        if last is not None and sample.t < last.t + self._min_spacing:
             return False
-        self._samples.append(sample)
+        self._samples.append((sample, _accrued(last, sample) if last is not None else None))
         return True
 
     def __len__(self) -> int:
@@ -143,13 +148,10 @@ class PodPhaseRing:
         counts by its share inside."""
         seconds = dict.fromkeys(PHASES, 0.0)
         covered, steps, stepped = 0.0, 0.0, False
-        for previous, current in itertools.pairwise(self._samples):
+        for (previous, _), (current, accrued) in itertools.pairwise(self._samples):
             inside = min(current.t, end) - max(previous.t, start)
             duration = current.t - previous.t
-            if inside <= 0 or duration <= 0:
-                continue
-            accrued = _accrued(previous, current)
-            if accrued is None:
+            if inside <= 0 or duration <= 0 or accrued is None:
                 continue
             share = inside / duration
             covered += inside
@@ -206,13 +208,24 @@ class PhaseLedger:
     def breakdown(self, now: float, window: float, min_coverage: float) -> PhaseBreakdown | None:
         """The pods whose samples span at least `min_coverage` of the window, combined; None
         when no pod does (see `coverage` for how much the best one spans)."""
-        pods = [p for p in self.per_pod(now, window) if p.accrued > 0]
-        kept = [p for p in pods if p.covered >= min_coverage * window]
-        return combine(kept, window) if kept else None
+        return breakdown_of(self.per_pod(now, window), window, min_coverage)
 
     def coverage(self, now: float, window: float) -> float:
         """The best pod's share of the window spanned by its samples."""
-        return max((p.covered / window for p in self.per_pod(now, window)), default=0.0)
+        return coverage_of(self.per_pod(now, window), window)
+
+
+def breakdown_of(
+    per_pod: Iterable[PodPhases], window: float, min_coverage: float
+) -> PhaseBreakdown | None:
+    """PhaseLedger.breakdown from the pods' phases over the window, read once per round."""
+    kept = [p for p in per_pod if p.accrued > 0 and p.covered >= min_coverage * window]
+    return combine(kept, window) if kept else None
+
+
+def coverage_of(per_pod: Iterable[PodPhases], window: float) -> float:
+    """PhaseLedger.coverage from the pods' phases over the window."""
+    return max((p.covered / window for p in per_pod), default=0.0)
 
 
 def combine(pods: Iterable[PodPhases], window: float) -> PhaseBreakdown:
