@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import cast
 
 from rljob.adapters.metrics.base import (
     PodKey,
@@ -26,13 +27,14 @@ from rljob.adapters.metrics.base import (
 from rljob.health.profiles import Labels, Point, Series, Signal
 
 MAX_POINTS_PER_SERIES = 20_000
-_REGEX_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+# Each round escapes every pod name of every query: a translation table, not a loop per char.
+_REGEX_ESCAPES = str.maketrans({char: f"\\{char}" for char in "\\.+*?()|[]{}^$"})
 
 
 def regex_escape(value: str) -> str:
     """`value` as a literal inside an RE2 regex (only RE2's metacharacters are escaped: RE2
     rejects escapes of letters, digits and spaces)."""
-    return "".join(f"\\{char}" if char in _REGEX_SPECIAL else char for char in value)
+    return value.translate(_REGEX_ESCAPES)
 
 
 def promql_string(value: str) -> str:
@@ -111,13 +113,7 @@ def parse_matrix(
         if key not in wanted:
             rejects.add("unrequested")
             continue
-        labels = tuple(
-            sorted(
-                (name, value)
-                for name, value in metric.items()
-                if name not in dropped and isinstance(name, str) and isinstance(value, str)
-            )
-        )
+        labels = _labels(metric, dropped)
         raw = item.get("values") if kind == "matrix" else [item.get("value")]
         if (key, labels) in raws:
             reject_duplicate((key, labels), raw != raws[key, labels], conflicting, rejects)
@@ -129,6 +125,15 @@ def parse_matrix(
         if points:
             found.setdefault(key, []).append(Series(labels, points))
     return found
+
+
+def _labels(metric: dict[str, object], dropped: set[str]) -> Labels:
+    """The series' labels but `dropped`, sorted; labels whose value is not a string are left
+    out. Every round reads thousands of series: the common all-strings case stays in C."""
+    kept = {name: value for name, value in metric.items() if name not in dropped}
+    if not set(map(type, kept.values())) <= {str}:
+        kept = {name: value for name, value in kept.items() if isinstance(value, str)}
+    return cast(Labels, tuple(sorted(kept.items())))
 
 
 def _number(value: object) -> float | None:
@@ -144,6 +149,17 @@ def _number(value: object) -> float | None:
         return None
 
 
+def _pair(t: object, value: object) -> tuple[float | None, float | None]:
+    """A point's time and value: Prometheus' own [float, "string"] directly, anything else
+    through _number's checks."""
+    if type(t) is float and type(value) is str:
+        try:
+            return t, float(value)
+        except ValueError:
+            return t, None
+    return _number(t), _number(value)
+
+
 def _points(raw: object, rejects: Rejects) -> tuple[Point, ...]:
     """[[t, "v"], ...] -> finite points ascending in time, one per timestamp, newest kept."""
     if not isinstance(raw, list):
@@ -154,7 +170,7 @@ def _points(raw: object, rejects: Rejects) -> tuple[Point, ...]:
         if not isinstance(pair, list | tuple) or len(pair) != 2:
             rejects.add("malformed")
             continue
-        t, value = _number(pair[0]), _number(pair[1])
+        t, value = _pair(pair[0], pair[1])
         if t is None or not math.isfinite(t):
             rejects.add("bad_timestamp")
             continue
