@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -98,7 +99,12 @@ class EngineMetrics:
     policy_generation: str | None = ENGINE_POLICY_GENERATION_METRIC
 
     def signals(self) -> dict[str, Signal]:
-        """Signal name -> signal, for the metrics this engine exports."""
+        """Signal name -> signal, for the metrics this engine exports (the same every round:
+        built once per profile)."""
+        return dict(_engine_signals(self))
+
+    def build_signals(self) -> dict[str, Signal]:
+        """signals(), built anew."""
         names = {
             REQUESTS_RUNNING: self.requests_running,
             REQUESTS_WAITING: self.requests_waiting,
@@ -273,6 +279,11 @@ def ray_exported(profile: EngineMetrics) -> EngineMetrics:
         policy_generation=None,  # only the trainer's colocated engines go through Ray
         versions=f"{profile.versions}; through Ray's metrics agent (Ray 2.60.0)",
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _engine_signals(metrics: EngineMetrics) -> dict[str, Signal]:
+    return metrics.build_signals()
 
 
 class MissingMetricNamesError(ValueError):
