@@ -62,6 +62,13 @@ SPEC_REJECTIONS = Counter(
     ["reason"],
 )
 
+RECONCILE_WAKES = Counter(
+    "rljob_reconcile_wakes_total",
+    "What asked for a job's next reconcile pass, by cause (wakes before a pass starts share it): "
+    "rljob, child, finding, diagnosis, checkpoint, engines, takeover, requeue, resync.",
+    ["cause"],
+)
+
 
 # Health signals and detectors (rljob.adapters.metrics, rljob.runtime.health_loop). Labels are
 # bounded: source is prometheus|direct, signal a fixed quantity name (never a metric name, which

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from rljob.runtime.workers import JobWorkers
 
 
@@ -100,3 +102,28 @@ async def test_a_pass_reads_the_body_without_its_managed_fields() -> None:
     ]
     assert "managedFields" in body["metadata"]  # the caller's body is not changed
     await workers.stop()
+
+
+def _wakes(cause: str) -> float:
+    return REGISTRY.get_sample_value("rljob_reconcile_wakes_total", {"cause": cause}) or 0.0
+
+
+async def test_every_pass_is_counted_by_what_asked_for_it() -> None:
+    passes = 0
+
+    async def once_then_requeue(_: dict[str, Any]) -> float | None:
+        nonlocal passes
+        passes += 1
+        return 0.01 if passes == 2 else None
+
+    causes = ("rljob", "finding", "requeue", "resync")
+    before = {cause: _wakes(cause) for cause in causes}
+    workers = JobWorkers(once_then_requeue, resync_seconds=0.05)
+    workers.submit(_body("w"))
+    await _until(lambda: passes == 1)
+    workers.wake(("ns", "job"), "finding")
+    await _until(lambda: passes >= 4)  # the finding's pass, its requeue, then a resync
+    await workers.stop()
+    counted = {cause: _wakes(cause) - before[cause] for cause in causes}
+    assert counted["rljob"] == counted["finding"] == counted["requeue"] == 1
+    assert counted["resync"] >= 1

@@ -212,7 +212,7 @@ class Runtime:
         findings = [e for e in evaluations if e.is_finding]
         if findings or memory.findings:
             memory.findings = findings
-            self.workers.wake(key)
+            self.workers.wake(key, "finding")
         self._note_diagnosis(memory)
         self._note_engines(memory)
 
@@ -221,7 +221,7 @@ class Runtime:
         diagnosis = self.health.bottleneck(memory.key)
         if diagnosis is not None and advice_moved(memory.diagnosis, diagnosis):
             memory.diagnosis = diagnosis
-            self.workers.wake(memory.key)
+            self.workers.wake(memory.key, "diagnosis")
 
     def _note_engines(self, memory: JobMemory) -> None:
         """The rollout engines' readings for the passes; a Gated job is woken when one could
@@ -230,7 +230,7 @@ class Runtime:
         moved = readings_moved(memory.engine_readings, readings)
         memory.engine_readings = readings
         if moved and self.health.weight_gated(memory.key):
-            self.workers.wake(memory.key)
+            self.workers.wake(memory.key, "engines")
 
     def _note_saved_step(self, memory: JobMemory, evaluations: list[Evaluation]) -> None:
         """The trainer's checkpoint-step metric: a new save wakes the job to refresh latest."""
@@ -238,7 +238,7 @@ class Runtime:
         saved = max((int(s) for s in steps if isinstance(s, int | float)), default=None)
         if saved is not None and memory.saved_step != saved:
             memory.saved_step = saved
-            self.workers.wake(memory.key)
+            self.workers.wake(memory.key, "checkpoint")
 
     @staticmethod
     def _export_step(memory: JobMemory, sample: StepSample) -> None:

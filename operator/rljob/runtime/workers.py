@@ -12,6 +12,8 @@ from typing import Any
 
 import structlog
 
+from rljob.observability import RECONCILE_WAKES
+
 Body = dict[str, Any]
 JobKey = tuple[str, str]  # (namespace, name)
 PassResult = float | None  # seconds until the job wants another pass; None: only on events
@@ -59,7 +61,7 @@ class JobWorkers:
                 self._work(uid), name=f"rljob:{meta['namespace']}/{meta['name']}"
             )
         job.body = body
-        job.wake.set()
+        _wake(job, "rljob")
 
     def refresh(self, body: Body) -> None:
         """A newer body we got back from our own write: use it without waiting for the watch."""
@@ -67,15 +69,16 @@ class JobWorkers:
         if job is not None:
             job.body = without_managed_fields(body)
 
-    def wake(self, key: JobKey) -> None:
-        """A child of (namespace, name) changed: run a pass of that job soon."""
+    def wake(self, key: JobKey, cause: str = "child") -> None:
+        """Something of (namespace, name) changed (`cause`: a child, a finding, ...): run a
+        pass of that job soon."""
         uid = self._uids.get(key)
         if uid is not None and uid in self._jobs:
-            self._jobs[uid].wake.set()
+            _wake(self._jobs[uid], cause)
 
     def wake_all(self) -> None:
         for job in self._jobs.values():
-            job.wake.set()
+            _wake(job, "takeover")
 
     def forget(self, body: Body) -> None:
         """The RLJob is gone: stop its worker after any pass in progress."""
@@ -113,10 +116,13 @@ class JobWorkers:
             job = self._jobs.get(uid)
             if job is None or job.deleted:
                 return
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(
                     job.wake.wait(), timeout=self._resync if delay is None else delay
                 )
+            except TimeoutError:
+                if delay != 0.0:  # 0: the first pass, counted by the submit that started it
+                    RECONCILE_WAKES.labels("resync" if delay is None else "requeue").inc()
             job.wake.clear()
             if job.deleted:
                 return
@@ -129,6 +135,11 @@ class JobWorkers:
                 errors += 1
                 delay = min(self._max_error_backoff, 0.5 * 2**errors) * random.uniform(0.8, 1.2)
                 log.exception("reconcile pass failed; retrying", uid=uid, retry_in=round(delay, 1))
+
+
+def _wake(job: _Job, cause: str) -> None:
+    RECONCILE_WAKES.labels(cause).inc()
+    job.wake.set()
 
 
 def without_managed_fields(body: Body) -> Body:
