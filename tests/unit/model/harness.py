@@ -67,7 +67,7 @@ class _Bodies(JobWorkers):
     def forget_uid(self, uid: str) -> None:
         self.bodies.pop(uid, None)
 
-    def wake(self, key: JobKey) -> None:
+    def wake(self, key: JobKey, cause: str = "child") -> None:
         return None
 
     def wake_all(self) -> None:

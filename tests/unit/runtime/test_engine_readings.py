@@ -192,7 +192,7 @@ async def test_a_round_wakes_a_gated_job_only_when_a_reading_could_move_a_drain_
     key = ("rl", "grpo-demo")
     memory = runtime.memories.of(world.body["metadata"]["uid"], key)
     woken: list[Any] = []
-    runtime.workers.wake = lambda key, cause: woken.append((key, cause))  # type: ignore[method-assign]
+    runtime.workers.wake = lambda key, cause="": woken.append((key, cause))  # type: ignore[method-assign]
     for number, (gauges, wakes) in enumerate(ROUNDS):
         health.gauges = gauges
         before = len(woken)

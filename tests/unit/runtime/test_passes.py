@@ -189,7 +189,7 @@ async def test_a_health_round_wakes_the_job_only_when_the_diagnosis_advice_moved
     key = ("rl", "grpo-demo")
     runtime.memories.of(world.body["metadata"]["uid"], key)
     woken: list[Any] = []
-    runtime.workers.wake = lambda key, cause: woken.append((key, cause))  # type: ignore[method-assign]
+    runtime.workers.wake = lambda key, cause="": woken.append((key, cause))  # type: ignore[method-assign]
     rounds = [
         (None, 0),  # no diagnosis yet
         (_diagnosis("Rollout"), 1),  # the first one
