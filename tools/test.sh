@@ -38,10 +38,16 @@ lint() { # chained: inside `timed` a failing step would not stop the function by
 # what every namespace shares, on a plane of their own, and the own_plane ones, which start
 # theirs. Each lane's lines carry its name.
 workers=${RLJOB_TEST_WORKERS:-3}
+prefixed() { # prefixed TAG PHASE COMMAND...: a timed phase whose output lines start [TAG]
+  local tag=$1
+  shift
+  timed "$@" 2>&1 | sed -u "s/^/[$tag] /"
+}
+
 lane() { # lane NAME PYTEST-ARGS...: one lane, its output prefixed, its time and status printed
   local name=$1
   shift
-  timed "integration lane $name" tests "$@" 2>&1 | sed -u "s/^/[$name] /"
+  prefixed "$name" "integration lane $name" tests "$@"
 }
 
 integration() {
@@ -78,12 +84,15 @@ case "${1:-}" in
   *) timed "pytest $*" tests "$@"; exit ;;
 esac
 
-# The tiers: the CPU-bound unit and model tests on every core; the tests against upstream code
-# one at a time; the integration tests in their two lanes. Every tier runs, so one run reports
-# every failure.
+# The tiers: the CPU-bound unit and model tests on every core, and beside them the tests
+# against upstream code one at a time (they mostly wait: torchrun's and Ray's start-up, a
+# watchdog's timeout); then the integration tests in their two lanes. Every tier runs, so one
+# run reports every failure.
 failed=()
+prefixed upstream "upstream tests" upstream &
+upstream_pid=$!
 timed "unit and model tests" unit || failed+=(unit)
-timed "upstream tests" upstream || failed+=(upstream)
+wait $upstream_pid || failed+=(upstream)
 # Beside the shared lane, the bench smoke proves the benchmark command works (figures only,
 # bench/RESULTS.md kept).
 with_smoke=yes
