@@ -46,6 +46,7 @@ FIND_ONLY = settings(EXPLORE, max_examples=3000, phases=[Phase.generate])
 # fixed defect's replay joins test_controls_hold_every_invariant).
 BROKEN: dict[str, tuple[str, ...]] = {}
 HOLDING = ALL_CHECKS - BROKEN.keys()
+EXPLORATION_TIMEOUT = 900
 
 
 def known(defect: str) -> pytest.MarkDecorator:
