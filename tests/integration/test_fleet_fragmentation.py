@@ -100,7 +100,8 @@ def test_a_fleet_fragmenting_together_is_reported_then_repaired_in_turn_by_rule(
         "every engine judged on its learned throughput model",
     )
     for name in sorted(names):
-        simulator.client().inject("drift", namespace=namespace, pod=name, drop=0.5)
+        injected = simulator.client().inject("drift", namespace=namespace, pod=name, drop=0.5)
+        assert len(injected["matched"]) == 1, injected
 
     reported = wait_for(
         lambda: [e["message"] for e in events(cluster, namespace, FLEET)],

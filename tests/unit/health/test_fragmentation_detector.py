@@ -4,6 +4,8 @@ shifts that slow every engine are not; evidence names the operating point and th
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import replace
 
 import pytest
@@ -21,7 +23,7 @@ from rljob.dev.engine_physics import (
 from rljob.health import DriftConfig
 from rljob.health.drift.operating_point import RequestMix
 from rljob.health.drift.point_detector import FragmentationDetector
-from rljob.health.drift.throughput_model import PointModel, StepFit
+from rljob.health.drift.throughput_model import PointModel, StepFit, with_fit
 from rljob.health.evaluation import Evaluation
 from rljob.health.samples import EngineSample
 
@@ -280,6 +282,24 @@ def test_step_fit_recovers_per_token_costs_and_keeps_slopes_physical() -> None:
     assert per_kv == pytest.approx(0.0, abs=1e-12)
     assert per_prefill == pytest.approx(0.0, abs=1e-12)
     assert intercept == pytest.approx(0.03, rel=1e-3)
+
+
+@pytest.mark.parametrize("seed", range(20), ids=lambda seed: f"seed={seed}")
+def test_features_flat_but_for_rounding_teach_no_slope(seed: int) -> None:
+    """A simulated engine at one operating point: batch x context and the prefill per token are
+    the same but for the last bits, which once fitted slopes of 1e14 and expected 0 tok/s."""
+    jitter = random.Random(seed)
+    fit = StepFit()
+    for index in range(10):
+        kv = 64 * 2560.0 * (1 + jitter.uniform(-1e-12, 1e-12))
+        prefill = 64 * 512 / 2048.0 * (1 + jitter.uniform(-1e-12, 1e-12))
+        fit.add(kv, prefill, 0.08 * (1 + jitter.uniform(-0.02, 0.02)), 1.0, float(index))
+    intercept, per_kv, per_prefill, mean_kv, mean_prefill = fit.solve()
+    model = with_fit(400_000, math.inf, fit)
+    # A 10 % move of either feature moves the expected time by under a millionth.
+    assert per_kv * 0.1 * mean_kv < 1e-6 * intercept
+    assert per_prefill * 0.1 * mean_prefill < 1e-6 * intercept
+    assert model.token_latency(64, 2560 * 1.1, 512, 2048 / 1.1) == pytest.approx(intercept)
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])

@@ -23,6 +23,10 @@ from rljob.health.drift.operating_point import OperatingPoint
 STEP_MEMORY = 3 * 3600.0
 # Ridge penalty, as a share of each feature's variance: little data keeps the fit at the mean.
 RIDGE = 0.1
+# A feature whose variance is below this share of its squared mean was not varied: what spread
+# the sums show is rounding (they hold squares of 1e5-token features), and a slope fitted to it
+# is noise that can reach 1e14.
+FLAT_FEATURE = 1e-6
 # A batch bound by max_num_seqs rather than the KV cache reads below this usage.
 BATCH_BOUND_KV_USAGE = 0.8
 
@@ -100,7 +104,8 @@ class StepFit:
         m1, m2, my = x1 / n, x2 / n, y / n
         v11, v22, v12 = x11 / n - m1 * m1, x22 / n - m2 * m2, x12 / n - m1 * m2
         c1, c2 = x1y / n - m1 * my, x2y / n - m2 * my
-        a11, a22 = v11 * (1 + RIDGE) + 1e-30, v22 * (1 + RIDGE) + 1e-30
+        a11 = max(v11, 0.0) * (1 + RIDGE) + FLAT_FEATURE * m1 * m1 + 1e-30
+        a22 = max(v22, 0.0) * (1 + RIDGE) + FLAT_FEATURE * m2 * m2 + 1e-30
         determinant = a11 * a22 - v12 * v12
         b1 = (c1 * a22 - c2 * v12) / determinant if determinant > 0 else 0.0
         b2 = (c2 * a11 - c1 * v12) / determinant if determinant > 0 else 0.0
