@@ -80,6 +80,7 @@ def seeded(machine: type[ActionEngine]) -> type[ActionEngine]:
         ),
     ],
 )
+@pytest.mark.timeout(EXPLORATION_TIMEOUT)
 def test_invariants_hold_whatever_happens(checks: frozenset[str]) -> None:
     run_state_machine_as_test(
         checking(checks), settings=EXPLORE if checks == HOLDING else FIND_ONLY
