@@ -3,14 +3,15 @@ KV-drift matrix's cells and the bottleneck-diagnosis matrix's jobs and judging."
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 from collections import Counter
 
 import pytest
-from bench import diagnosis, diagnosis_job, diagnosis_judge, operating_point
+from bench import diagnosis, diagnosis_job, diagnosis_judge, operating_point, status_size
 from bench.procfs import Usage
-from bench.report import Results, render
+from bench.report import Results, per_job_slopes, render
 from bench.scale import OPERATOR, QueryCounts, SizeResult, Verdicts
 from bench.stats import growth, percentile, size_at
 from bench.writes import WriteCount, count_writes
@@ -399,3 +400,64 @@ def test_a_diagnosis_smoke_run_judges_every_scenario() -> None:
     text = diagnosis_judge.table(rows, 1, 1.0)
     assert "| trainer-bound; all three | Trainer | 1/1 |" in text
     assert diagnosis_judge.summary(rows) == "1 of 1 scenario-seeds right at the end"
+
+
+def test_the_smoke_prints_per_job_slopes_of_memory_cpu_and_writes() -> None:
+    small, large = size_result(5, 5), size_result(20, 35)
+    large = dataclasses.replace(large, usage={OPERATOR: Usage(2.7, 120.0, 125.0)})
+    lines = per_job_slopes([small, large])
+    assert lines == [
+        "per added job, N=5..20: operator writes per minute +0.6667 (1.67 -> 11.67)",
+        "per added job, N=5..20: operator RSS (MiB) +2.0000 (90.00 -> 120.00)",
+        "per added job, N=5..20: operator CPU (s/min) +0.1000 (1.20 -> 2.70)",
+    ]
+    assert per_job_slopes([small]) == [], "one size has no slope"
+
+
+@pytest.mark.parametrize(
+    ("node", "shape", "expected"),
+    [
+        ({"type": "string", "maxLength": 5}, status_size.BOUND, "xxxxx"),
+        (
+            {"type": "string", "maxLength": 253},
+            status_size.REAL,
+            "x" * status_size.REAL_NAME_LENGTH,
+        ),
+        ({"type": "string", "maxLength": 1024}, status_size.REAL, "x" * 1024),
+        ({"type": "string", "format": "date-time"}, status_size.BOUND, status_size.TIMESTAMP),
+        ({"type": "string", "enum": ["a", "bbb"]}, status_size.BOUND, "bbb"),
+        ({"type": "integer", "maximum": 7}, status_size.BOUND, 7),
+        (
+            {"type": "array", "maxItems": 3, "items": {"type": "boolean"}},
+            status_size.BOUND,
+            [False] * 3,
+        ),
+        (
+            {"type": "object", "maxProperties": 2, "additionalProperties": {"type": "integer"}},
+            dataclasses.replace(status_size.BOUND, integer=1, key_length=8),
+            {"key-0000": 1, "key-0001": 1},
+        ),
+    ],
+    ids=[
+        "string",
+        "name-capped",
+        "free-text-kept",
+        "timestamp",
+        "longest-enum",
+        "integer",
+        "list-full",
+        "map-full",
+    ],
+)
+def test_the_largest_value_a_schema_admits(
+    node: dict[str, object], shape: status_size.Shape, expected: object
+) -> None:
+    assert status_size.largest(node, shape) == expected
+
+
+def test_the_status_is_bounded_and_a_real_job_at_its_largest_stays_well_under_the_limit() -> None:
+    size = status_size.measure()
+    assert size.unbounded == (), "a list, map or string in status without a bound"
+    # 1,024 engines in the roster and the in-turn journal, every ledger full: 749 KiB today.
+    assert size.real_bytes < 0.6 * status_size.OBJECT_LIMIT_BYTES
+    assert size.bound_bytes > size.real_bytes
