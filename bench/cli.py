@@ -35,7 +35,7 @@ from bench import (
 )
 from bench.bed import PROBE_NAMESPACE, BenchBed
 from bench.procfs import git_sha, machine
-from bench.report import Results, render
+from bench.report import Results, per_job_slopes, render
 from bench.stats import percentile
 from bench.watch import Watcher
 
@@ -58,7 +58,8 @@ class Mode:
 
 SMOKE = Mode(
     "smoke",
-    scale.ScaleSettings((5,), probes=5, window=60, settle=5),
+    # Two sizes, so the per-job slopes of memory, CPU and writes are printed on every CI run.
+    scale.ScaleSettings((5, 20), probes=5, window=60, settle=5),
     seeds=1,
     endpoints=200,
     scrape_rounds=1,
@@ -102,7 +103,7 @@ class BackgroundLoop:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--smoke", action="store_true", help="N=5 and short windows (CI)")
+    parser.add_argument("--smoke", action="store_true", help="N=5 and 20, short windows (CI)")
     parser.add_argument("--sizes", help="fleet sizes, e.g. 50,200,500 (default: by mode)")
     parser.add_argument("--skip-cluster", action="store_true", help="only the pure parts")
     parser.add_argument("--skip-pure", action="store_true", help="only the control plane parts")
@@ -183,6 +184,8 @@ def _scale(results: Results, mode: Mode, bed: BenchBed, loop: BackgroundLoop) ->
                 f"{result.writes.per_minute:.1f} writes/min, operator "
                 f"{operator.cpu_seconds_per_minute:.2f} CPU s/min and {operator.rss_mib:.0f} MiB"
             )
+        for line in per_job_slopes(results.scale):
+            log(line)
     finally:
         loop.run(watcher.stop())
 

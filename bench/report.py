@@ -511,6 +511,27 @@ def _cpu(size: SizeResult, name: str) -> float:
     return used.cpu_seconds_per_minute if used is not None else math.nan
 
 
+# The figures whose cost per job the CI smoke prints, so the run that adds some shows it.
+PER_JOB_FIGURES = ("operator RSS (MiB)", "operator CPU (s/min)", "operator writes per minute")
+
+
+def per_job_slopes(sizes: Sequence[SizeResult]) -> list[str]:
+    """One line per PER_JOB_FIGURES figure: its change per added job between the smallest and
+    the largest size (none with one size)."""
+    if len({s.size for s in sizes}) < 2:
+        return []
+    ns = [s.size for s in sizes]
+    lines = []
+    for name, figure in GROWTH_FIGURES:
+        if name in PER_JOB_FIGURES:
+            values = [figure(s) for s in sizes]
+            lines.append(
+                f"per added job, N={ns[0]}..{ns[-1]}: {name} {slope(ns, values):+.4f} "
+                f"({' -> '.join(f'{v:.2f}' for v in values)})"
+            )
+    return lines
+
+
 def _growth(results: Results) -> list[str]:
     sizes = [s.size for s in results.scale]
     rows = []
