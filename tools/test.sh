@@ -64,7 +64,7 @@ integration() {
 }
 
 smoke() { # its progress lines (figures per size, per-job slopes), not the report it renders
-  $py -m bench --smoke --output "$(mktemp --suffix=.md)" | sed -n '/^\[[0-9:]*\] /p'
+  $py -m bench --smoke --output "$(mktemp --suffix=.md)" | sed -un '/^\[[0-9:]*\] /p'
 }
 
 unit() { tests -n auto tests/unit; }
