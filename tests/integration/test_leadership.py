@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from rljob.adapters.leadership import LEASE_SECONDS
-from rljob.dev.audit import writes_by_user
+from rljob.dev.audit import AuditWrite, writes_by_user
 from rljob.dev.bed import BED_ALLOWLIST, OPERATOR_NAMESPACE, OperatorProcess, start_operator
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
@@ -112,9 +112,17 @@ def test_a_frozen_leader_is_replaced_and_exits_without_a_write_when_it_wakes(
     late = [
         w
         for w in writes_by_user(cluster.run.audit_log, leader.user, since=woke)
-        if w.user_agent.startswith(old_agent) or w.user_agent.startswith("kopf")
+        if (w.user_agent.startswith(old_agent) or w.user_agent.startswith("kopf"))
+        and not _refused_renewal(w)
     ]
     assert late == [], late[:3]
+
+
+def _refused_renewal(write: AuditWrite) -> bool:
+    """A Lease renewal the leader had in flight when it froze, sent on waking with the Lease's
+    old resourceVersion and refused (409): the guard working, nothing written. The leader
+    election library takes the time before its read, so no check of ours comes between."""
+    return write.resource == "leases" and write.verb == "update" and write.code == 409
 
 
 def _leader(cluster: Cluster, replicas: list[OperatorProcess]) -> OperatorProcess:
