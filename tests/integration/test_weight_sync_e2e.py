@@ -91,7 +91,11 @@ def _steady(
     cluster: Cluster, namespace: str, operator: Operator, driver: Driver
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The job Ready, its engines all in the driver's group, with drift baselines."""
-    wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    try:
+        wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    except AssertionError as error:
+        # Gated engines stuck joining (seen under load): what the driver saw and pushed.
+        raise AssertionError(f"{error}; the driver's report: {driver.report()}") from error
     engines = pod_uids(cluster, namespace, NAME, "rollout")
     matchers = ('detector="kv_drift"', f'namespace="{namespace}"')
     wait_for(
