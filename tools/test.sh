@@ -99,6 +99,7 @@ wait $beside_pid
 for tier in upstream bench-smoke; do
   if [ -e "$beside/$tier" ]; then failed+=("$tier"); fi
 done
+rm -rf "$beside"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "failed tiers: ${failed[*]}" >&2
   exit 1
