@@ -98,6 +98,20 @@ def test_a_drained_engine_leaves_cleanly_and_a_synced_newcomer_gets_traffic() ->
     assert (driver.counters.hangs, driver.group) == (0, {"e2", "e3", "e4"})
 
 
+def test_a_push_to_a_newcomer_not_yet_attached_lands_once_its_engine_is_reachable() -> None:
+    """The simulator attaches a new pod's engine on its next poll, which a loaded machine
+    delays past the push: the push waits for the engine instead of being lost."""
+    fleet = Fleet("e1")
+    driver = fleet.driver()
+    driver.on_join("e2", T0 + 0.5)  # its push is due at +1.5; the engine is not there yet
+    run(driver, T0 + 0.5, T0 + 4)
+    assert "e2" not in driver.synced
+    fleet.engines["e2"] = fleet.engine("e2")
+    run(driver, T0 + 4.25, T0 + 4.25)
+    assert (fleet.engines["e2"].weights.generation, driver.synced) == (2, {"e1", "e2"})
+    assert driver.pushes == {}
+
+
 def test_an_engine_deleted_without_a_drain_hangs_the_group_until_the_watchdog() -> None:
     fleet = Fleet("e1", "e2", "e3")
     driver = fleet.driver()

@@ -6,7 +6,9 @@ does.
 
 - on_join: push the current weights to the newcomer once (done `push_seconds` later, longer than
   a step in the e2e; the engine then reports the generation current at that moment, at least the
-  one the operator required when it joined).
+  one the operator required when it joined). A newcomer the simulator has not attached yet is not
+  listening: the push is retried every tick until it lands, as a trainer retries a refused
+  connection, rather than lost.
 - on_serving: add it to the weight group and send to it.
 - on_drain: send nothing new to it and drop it from the group (its requests finish).
 - on_leave: forget it; a member still in the group is dropped from it first.
@@ -198,17 +200,19 @@ class RolloutDriver:
         self._log(now, "hang", ",".join(sorted(gone)))
         return False
 
-    def _push(self, pod: str) -> None:
+    def _push(self, pod: str) -> bool:
+        """Push the current generation to `pod`; False when its engine is not reachable."""
         engine = self.engines(pod)
-        if engine is not None:
-            engine.weights.push(self.generation)
-            self.synced.add(pod)
+        if engine is None:
+            return False
+        engine.weights.push(self.generation)
+        self.synced.add(pod)
+        return True
 
     def _land_pushes(self, now: float) -> None:
         for pod, lands in list(self.pushes.items()):
-            if now >= lands:
+            if now >= lands and self._push(pod):
                 del self.pushes[pod]
-                self._push(pod)
 
     def _send(self, now: float) -> None:
         for pod in sorted(self.sending):
