@@ -135,6 +135,7 @@ class BenchBed:
             env["PYTHONPATH"] = str(self.repo / "bench" / "profiling")  # its sitecustomize
             env["BENCH_PROFILE_OUT"] = str(self.profile_to)
             env["BENCH_PROFILE_KIND"] = self.profile_kind
+            env["BENCH_PROFILE_FRAMES"] = os.environ.get("BENCH_PROFILE_FRAMES", "1")
         return env
 
     def start_recovery_metrics(self) -> MetricsStack:

@@ -104,6 +104,31 @@ async def test_a_pass_reads_the_body_without_its_managed_fields() -> None:
     await workers.stop()
 
 
+async def test_a_pass_gets_its_own_copy_of_the_stored_body() -> None:
+    """Kept as compact JSON between passes (a decoded body is several times larger); what a
+    pass changes in its copy never reaches the next pass."""
+    seen: list[dict[str, Any]] = []
+
+    async def scribble(body: dict[str, Any]) -> None:
+        seen.append({**body, "metadata": dict(body["metadata"])})
+        body["metadata"]["name"] = "changed by a pass"
+
+    workers = JobWorkers(scribble)
+    workers.submit(_body("d") | {"status": {"phase": "Running", "roles": {"rollout": {}}}})
+    await _until(lambda: len(seen) == 1)
+    workers.wake(("ns", "job"))
+    await _until(lambda: len(seen) == 2)
+    assert (
+        seen[0]
+        == seen[1]
+        == _body("d") | {"status": {"phase": "Running", "roles": {"rollout": {}}}}
+    )
+    workers.forget_uid("d")
+    assert (len(workers), workers.uids()) == (0, [])
+    workers.wake(("ns", "job"))  # its name is no longer routed
+    await workers.stop()
+
+
 def _wakes(cause: str) -> float:
     return REGISTRY.get_sample_value("rljob_reconcile_wakes_total", {"cause": cause}) or 0.0
 
