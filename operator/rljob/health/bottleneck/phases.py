@@ -10,9 +10,8 @@ and dropped; one that accrued a little more (scrape versus counter clock) is sca
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections import deque
+from array import array
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -24,6 +23,8 @@ SYNCING_WEIGHTS = "syncing_weights"
 EVALUATING = "evaluating"
 CHECKPOINTING = "checkpointing"
 PHASES = (GENERATING, WAITING_FOR_ROLLOUTS, TRAINING, SYNCING_WEIGHTS, EVALUATING, CHECKPOINTING)
+WIDTH = len(PHASES)
+NAN = math.nan
 # Beyond this a counter is garbage: 1e12 seconds is 30,000 years of one phase.
 MAX_PLAUSIBLE_SECONDS = 1e12
 MAX_PLAUSIBLE_STEP = 1e12
@@ -121,46 +122,81 @@ def _plausible(value: object, bound: float) -> bool:
 class PodPhaseRing:
     """One pod's samples in time order, the latest `capacity` of them, each with what its
     phases accrued since the one before (computed once, as it arrives: every round reads the
-    whole window again)."""
+    whole window again). Kept in float arrays, a row of PHASES per sample with NaN for a phase
+    not reported (or no accrual): a window of dictionaries took about 860 bytes a sample."""
 
-    __slots__ = ("_min_spacing", "_samples")
+    __slots__ = ("_accrued", "_capacity", "_min_spacing", "_seconds", "_step", "_t")
 
     def __init__(self, capacity: int, min_spacing: float) -> None:
-        self._samples: deque[tuple[PhaseSample, dict[str, float] | None]] = deque(
-            maxlen=max(2, capacity)
-        )
+        self._capacity = max(2, capacity)
         self._min_spacing = max(min_spacing, 1e-9)
+        self._t = array("d")
+        self._step = array("d")  # NaN: no step gauge
+        self._seconds = array("d")
+        self._accrued = array("d")  # all NaN: the first sample, or an interval of garbage
 
     def add(self, sample: PhaseSample) -> bool:
         """Accepts a sample `min_spacing` after the last one: out-of-order samples and
         duplicates are dropped, and a fast scrape is thinned to what the ring is sized for."""
-        last = self._samples[-1][0] if self._samples else None
+        last = self._sample(len(self._t) - 1) if self._t else None
         if last is not None and sample.t < last.t + self._min_spacing:
             return False
-        self._samples.append((sample, _accrued(last, sample) if last is not None else None))
+        self._t.append(sample.t)
+        self._step.append(NAN if sample.step is None else sample.step)
+        self._seconds.extend(_row(sample.seconds))
+        self._accrued.extend(_row(_accrued(last, sample) if last is not None else None))
+        if len(self._t) > self._capacity:
+            del self._t[0], self._step[0], self._seconds[:WIDTH], self._accrued[:WIDTH]
         return True
 
     def __len__(self) -> int:
-        return len(self._samples)
+        return len(self._t)
 
     def over(self, pod: str, start: float, end: float) -> PodPhases:
         """Seconds per phase accrued between start and end; an interval straddling a bound
         counts by its share inside."""
-        seconds = dict.fromkeys(PHASES, 0.0)
+        seconds = [0.0] * WIDTH
         covered, steps, stepped = 0.0, 0.0, False
-        for (previous, _), (current, accrued) in itertools.pairwise(self._samples):
-            inside = min(current.t, end) - max(previous.t, start)
-            duration = current.t - previous.t
-            if inside <= 0 or duration <= 0 or accrued is None:
+        times, step_of, accrued = self._t, self._step, self._accrued
+        for index in range(1, len(times)):
+            previous, current = times[index - 1], times[index]
+            inside = min(current, end) - max(previous, start)
+            duration = current - previous
+            row = accrued[index * WIDTH : (index + 1) * WIDTH]
+            if inside <= 0 or duration <= 0 or all(math.isnan(amount) for amount in row):
                 continue
             share = inside / duration
             covered += inside
-            for phase, amount in accrued.items():
-                seconds[phase] += amount * share
-            if previous.step is not None and current.step is not None:
+            for column, amount in enumerate(row):
+                if not math.isnan(amount):
+                    seconds[column] += amount * share
+            before, after = step_of[index - 1], step_of[index]
+            if not (math.isnan(before) or math.isnan(after)):
                 stepped = True
-                steps += max(0.0, current.step - previous.step) * share
-        return PodPhases(pod, seconds, covered, steps if stepped else None)
+                steps += max(0.0, after - before) * share
+        return PodPhases(
+            pod, dict(zip(PHASES, seconds, strict=True)), covered, steps if stepped else None
+        )
+
+    def _sample(self, index: int) -> PhaseSample:
+        row = self._seconds[index * WIDTH : (index + 1) * WIDTH]
+        step = self._step[index]
+        return PhaseSample(
+            self._t[index],
+            {
+                phase: value
+                for phase, value in zip(PHASES, row, strict=True)
+                if not math.isnan(value)
+            },
+            None if math.isnan(step) else step,
+        )
+
+
+def _row(values: Mapping[str, float] | None) -> list[float]:
+    """A sample's phases in PHASES order, NaN where there is none."""
+    if values is None:
+        return [NAN] * WIDTH
+    return [values.get(phase, NAN) for phase in PHASES]
 
 
 def _accrued(previous: PhaseSample, current: PhaseSample) -> dict[str, float] | None:

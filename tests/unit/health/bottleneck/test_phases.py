@@ -4,6 +4,7 @@ resumes, garbage, out-of-order samples, thinning and several pods combined."""
 from __future__ import annotations
 
 import math
+import tracemalloc
 from collections.abc import Mapping, Sequence
 
 import pytest
@@ -13,8 +14,10 @@ from rljob.health.bottleneck.phases import PhaseLedger, clean_sample
 Sample = tuple[float, Mapping[str, float], float | None]
 
 
-def ledger(samples: Sequence[Sample], pod: str = "trainer-0", spacing: float = 1.0) -> PhaseLedger:
-    found = PhaseLedger(capacity=200, min_spacing=spacing)
+def ledger(
+    samples: Sequence[Sample], pod: str = "trainer-0", spacing: float = 1.0, capacity: int = 200
+) -> PhaseLedger:
+    found = PhaseLedger(capacity=capacity, min_spacing=spacing)
     for t, seconds, step in samples:
         found.observe(pod, t, seconds, step)
     return found
@@ -161,3 +164,20 @@ def test_many_pods_are_named_up_to_three_and_counted() -> None:
     assert found.describe_pods() == (
         "the mean of 5 trainer pods: trainer-0, trainer-1, trainer-2 and 2 more"
     )
+
+
+def test_a_full_ring_keeps_each_sample_in_a_few_floats() -> None:
+    """Memory per trainer pod is bounded and compact (issue #28): a sample is two rows of six
+    floats and its time and step, not two dictionaries (about 740 bytes a sample before)."""
+    capacity = 77  # a 30 min window at a 30 s interval
+    samples = steady(20.0, 10.0, count=3 * capacity)
+    ledger(samples[:3])  # the first use's one-off allocations are not the ring's
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        full = ledger(samples, capacity=capacity)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert full.pods() == ["trainer-0"]
+    assert held / capacity < 200, held
