@@ -4,6 +4,7 @@ sleeping and paused time left out, saturation, the KV capacity estimate, verifie
 from __future__ import annotations
 
 import math
+import tracemalloc
 from collections.abc import Sequence
 
 import pytest
@@ -180,3 +181,23 @@ def test_a_steep_tail_is_unsteady_but_counts_for_load() -> None:
     assert found.judged_seconds == pytest.approx(30)
     assert found.running == pytest.approx((64 * 15 + 40 * 15) / 30)
     assert found.tokens_per_second == pytest.approx(100)
+
+
+def test_a_full_engine_ring_keeps_each_interval_in_a_row_of_floats() -> None:
+    """Memory per engine is bounded and compact (issue #28): an interval is eight floats, not
+    a LoadInterval and its float objects (about 280 bytes an interval before)."""
+    capacity = 77  # a 30 min window at a 30 s interval
+    samples = [sample(30.0 * i, 9000.0 * i, 8, 2, 0.5) for i in range(3 * capacity)]
+    EngineLedger(interval=30.0, capacity=capacity).observe("warm-up", samples[0])
+    ledger = EngineLedger(interval=30.0, capacity=capacity)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for each in samples:
+            ledger.observe("e0", each)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    (window,) = ledger.windows(now=samples[-1].t, window=900)
+    assert window.tokens_per_second == pytest.approx(300.0)
+    assert held / capacity < 100, held
