@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 RECONCILE_SECONDS = Histogram(
     "rljob_reconcile_duration_seconds",
@@ -94,31 +97,72 @@ DETECTOR_EVALUATIONS = Counter(
     "Detector evaluations (one per target and evaluation), by outcome.",
     ["detector", "outcome"],
 )
-DETECTOR_VALUE = Gauge(
+
+
+@dataclass(frozen=True)
+class JobFamily:
+    """A per-job gauge family that JOB_SERIES serves: its labels are namespace, job and `label`."""
+
+    name: str
+    documentation: str
+    label: str
+
+
+DETECTOR_VALUE = JobFamily(
     "rljob_detector_value",
     "Worst value per job and detector at its last evaluation: kv_drift the lowest throughput "
     "change against baseline (-0.3 = 30 % down), engine_stall the longest flat-counter seconds, "
     "trainer_stall the heartbeat age in seconds, verifier_latency the highest p99 seconds.",
-    ["namespace", "job", "detector"],
+    "detector",
 )
-DETECTOR_JUDGED = Gauge(
+DETECTOR_JUDGED = JobFamily(
     "rljob_detector_targets_judged",
     "Targets (engines, ranks) per job and detector given a verdict, healthy or a finding, at its "
     "last evaluation; the others still learn or wait for data (kv_fragmentation: each engine's "
     "throughput model).",
-    ["namespace", "job", "detector"],
+    "detector",
 )
-STEP_PHASE_SECONDS = Gauge(
+STEP_PHASE_SECONDS = JobFamily(
     "rljob_job_step_phase_seconds",
     "Mean seconds of each trainer step spent in each phase over spec.health.bottleneck.window "
     "(from the SDK's rljob_trainer_phase_seconds_total).",
-    ["namespace", "job", "phase"],
+    "phase",
 )
-BOTTLENECK = Gauge(
+BOTTLENECK = JobFamily(
     "rljob_job_bottleneck",
     "1 for the role bounding the job's trainer step (status.bottleneck.role), 0 for the others.",
-    ["namespace", "job", "role"],
+    "role",
 )
+JobKey = tuple[str, str]  # (namespace, name)
+Slot = tuple[JobFamily, str]  # one series of a job: its family and its last label's value
+
+
+class JobSeries(Collector):
+    """The health loop's per-job gauges as plain floats in one dictionary, turned into
+    families at each scrape: a prometheus_client child per series (its lock and value object)
+    took several times the room, two dozen series a job. Written on the event loop, read by
+    the metrics server's thread from copies."""
+
+    FAMILIES = (DETECTOR_VALUE, DETECTOR_JUDGED, STEP_PHASE_SECONDS, BOTTLENECK)
+
+    def __init__(self) -> None:
+        self.values: dict[JobKey, dict[Slot, float]] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        families = {
+            family: GaugeMetricFamily(
+                family.name, family.documentation, labels=["namespace", "job", family.label]
+            )
+            for family in self.FAMILIES
+        }
+        for key, held in list(self.values.items()):
+            for (family, label), value in list(held.items()):
+                families[family].add_metric([*key, label], value)
+        yield from families.values()
+
+
+JOB_SERIES = JobSeries()
+REGISTRY.register(JOB_SERIES)
 
 
 def _kopf_object(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

@@ -1,16 +1,14 @@
 """The health loop's per-job series: detector evaluations and values, the bottleneck role and
 each phase's seconds per step. A forgotten job's series are removed, so a deleted RLJob leaves
-none behind. Every round sets each job's two dozen gauges; what it set last is remembered, so
-an unchanged value (most of them, most rounds) costs a dictionary lookup, not a labels() one."""
+none behind. Every round sets each job's two dozen gauges as floats in JOB_SERIES's dictionary,
+which the metrics server turns into families at each scrape."""
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from prometheus_client import Counter as CounterMetric
-from prometheus_client import Gauge
 
 from rljob.api.diagnosis import BottleneckRole
 from rljob.health import Evaluation
@@ -22,18 +20,18 @@ from rljob.observability import (
     DETECTOR_EVALUATIONS,
     DETECTOR_JUDGED,
     DETECTOR_VALUE,
+    JOB_SERIES,
     STEP_PHASE_SECONDS,
+    JobSeries,
+    Slot,
 )
-
-# One series of a job: its gauge and the label after (namespace, name).
-Slot = tuple[Gauge, str]
 
 
 class HealthSeries:
-    """See the module docstring; remembers the value of every series it set, per job."""
+    """See the module docstring."""
 
-    def __init__(self) -> None:
-        self._set: dict[JobKey, dict[Slot, float]] = {}
+    def __init__(self, series: JobSeries = JOB_SERIES) -> None:
+        self._set = series.values
         self._counted: dict[tuple[str, str], CounterMetric] = {}
 
     def count(self, key: JobKey, evaluations: Sequence[Evaluation]) -> None:
@@ -62,22 +60,14 @@ class HealthSeries:
             self._put(key, (STEP_PHASE_SECONDS, phase), seconds)
 
     def forget(self, key: JobKey) -> None:
-        for gauge, label in self._set.pop(key, {}):
-            with contextlib.suppress(KeyError):
-                gauge.remove(*key, label)
+        self._set.pop(key, None)
 
     def _put(self, key: JobKey, slot: Slot, value: float | None) -> None:
         """The series at `value`, or gone when there is none."""
-        held = self._set.setdefault(key, {})
-        gauge, label = slot
         if value is None:
-            if held.pop(slot, None) is not None:
-                with contextlib.suppress(KeyError):
-                    gauge.remove(*key, label)
-            return
-        if held.get(slot) != value:
-            gauge.labels(*key, label).set(value)
-            held[slot] = value
+            self._set.get(key, {}).pop(slot, None)
+        else:
+            self._set.setdefault(key, {})[slot] = value
 
     def _evaluations(self, detector: str, outcome: str) -> CounterMetric:
         counter = self._counted.get((detector, outcome))
