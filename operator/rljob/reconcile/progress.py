@@ -73,6 +73,8 @@ def with_progress(
         baseline_tokens_per_second=reading.baseline_tokens_per_second,
         updated_at=now,
     )
+    if old is None and fresh.model_copy(update={"updated_at": None}) == Progress():
+        return status  # an empty first reading: a progress of nothing but its time is no news
     if old is not None and fresh.model_copy(update={"updated_at": old.updated_at}) == old:
         return status  # nothing moved: no write
     return status.model_copy(update={"progress": fresh})

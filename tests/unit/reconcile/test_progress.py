@@ -80,6 +80,14 @@ def test_progress_is_refreshed_at_most_every_five_minutes(
     assert (status.progress.updated_at == T0 + later) is updated
 
 
+def test_an_empty_first_reading_writes_no_progress() -> None:
+    """A health round that read nothing of the trainer or the engines yet (a new attempt's
+    first): a progress of only updatedAt would be a status write that says nothing."""
+    assert with_progress(RLJobStatus(), ProgressReading(), T0).progress is None
+    first = with_progress(RLJobStatus(), ProgressReading(tokens_per_second=10.0), T0)
+    assert first.progress == Progress(tokens_per_second=10.0, updated_at=T0)
+
+
 @pytest.mark.parametrize(
     ("reading", "at", "recorded"),
     [
