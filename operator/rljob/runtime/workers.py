@@ -89,21 +89,20 @@ class JobWorkers:
 
     def forget(self, body: Body) -> None:
         """The RLJob is gone: stop its worker after any pass in progress."""
-        meta = body["metadata"]
-        self._drop(meta["uid"], (meta["namespace"], meta["name"]))
+        self._drop(body["metadata"]["uid"])
 
     def forget_uid(self, uid: str) -> None:
         """As `forget`, by uid alone (a re-list no longer shows the job)."""
         self._drop(uid)
 
-    def _drop(self, uid: str, key: JobKey | None = None) -> None:
+    def _drop(self, uid: str) -> None:
         job = self._jobs.pop(uid, None)
-        key = key or (job.key if job is not None else None)
-        if key is not None and self._uids.get(key) == uid:
-            del self._uids[key]
-        if job is not None:
-            job.deleted = True
-            job.wake.set()
+        if job is None:
+            return
+        if self._uids.get(job.key) == uid:
+            del self._uids[job.key]
+        job.deleted = True
+        job.wake.set()
 
     def uids(self) -> list[str]:
         return list(self._jobs)
