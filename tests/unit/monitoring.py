@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +50,23 @@ def promtool_or_skip() -> Path:
         pytest.skip(f"promtool unavailable (tools/prometheus.sh or RLJOB_PROMETHEUS_DIR): {exc}")
 
 
-def operator_metrics() -> dict[str, MetricWrapperBase]:
-    """Every metric rljob.observability defines, by family name (counters without _total)."""
+@dataclass(frozen=True)
+class MetricSpec:
+    kind: str  # counter, gauge, histogram
+    labels: tuple[str, ...]
+
+
+def operator_metrics() -> dict[str, MetricSpec]:
+    """Every metric rljob.observability defines, by family name (counters without _total): its
+    prometheus_client metrics and the per-job gauge families JOB_SERIES serves."""
     from rljob import observability
 
-    found: dict[str, MetricWrapperBase] = {}
+    found: dict[str, MetricSpec] = {}
     for value in vars(observability).values():
         if isinstance(value, MetricWrapperBase):
-            found[value._name] = value
+            found[value._name] = MetricSpec(str(value._type), tuple(value._labelnames))
+        elif isinstance(value, observability.JobFamily):
+            found[value.name] = MetricSpec("gauge", ("namespace", "job", value.label))
     return found
 
 
@@ -67,7 +77,7 @@ def exposed_names(family: str, kind: str) -> set[str]:
 def operator_series() -> set[str]:
     names: set[str] = set()
     for family, metric in operator_metrics().items():
-        names |= exposed_names(family, str(metric._type))
+        names |= exposed_names(family, metric.kind)
     return names
 
 

@@ -38,10 +38,10 @@ def test_metrics_table_lists_every_operator_metric() -> None:
             documented[match[1]] = (match[2], labels)
     expected = {}
     for family, metric in operator_metrics().items():
-        kind = str(metric._type)
+        kind = metric.kind
         exposed = family + "_total" if kind == "counter" else family
         assert exposed in exposed_names(family, kind) or kind == "histogram"
-        expected[exposed] = (kind, tuple(metric._labelnames))
+        expected[exposed] = (kind, metric.labels)
     assert documented == expected
 
 
