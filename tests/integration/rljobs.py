@@ -79,6 +79,33 @@ def wait_condition(
     return wait_for(reached, timeout, f"{name} condition {kind}={status}")
 
 
+def settled_job(cluster: Cluster, namespace: str, name: str, *, replicas: int) -> dict[str, Any]:
+    """The job once its status reports the current generation, Ready, with `replicas` ready
+    engines, each serving in the roster, and no restart in progress: every write the job's
+    state calls for is done, however late a loaded machine lets it land. Else raises naming
+    what it saw (wait_for reports the last error)."""
+    job = get_rljob(cluster, namespace, name)
+    status = job.get("status", {})
+    rollout = status.get("roles", {}).get("rollout") or {}
+    seen = {
+        "generation": job["metadata"]["generation"],
+        "observedGeneration": status.get("observedGeneration"),
+        "ready": condition(job, "Ready").get("status"),
+        "restarting": condition(job, "Restarting").get("status"),
+        "rollout": rollout,
+    }
+    roster = [member.get("state") for member in rollout.get("engines") or []]
+    if (
+        seen["observedGeneration"] != seen["generation"]
+        or seen["ready"] != "True"
+        or seen["restarting"] == "True"
+        or rollout.get("ready") != replicas
+        or roster != ["serving"] * replicas
+    ):
+        raise ValueError(f"not settled: {seen}")
+    return job
+
+
 def wait_phase(
     cluster: Cluster, namespace: str, name: str, phase: str, timeout: float = 60
 ) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from tests.integration.rljobs import (
     kubectl,
     patch_spec,
     rljob_path,
+    settled_job,
     wait_condition,
     wait_phase,
 )
@@ -332,9 +333,11 @@ def test_a_healthy_job_causes_no_writes(
     cluster: Cluster, operator: Operator, namespace: str
 ) -> None:
     _ready_job(cluster, namespace)
-    # The first health round records progress (one write; refreshed every 5 minutes after).
-    wait_for(lambda: "progress" in get_rljob(cluster, namespace, NAME)["status"], 90, "progress")
-    # Count from a few seconds later, when that pass's status write is done.
+    # Settled: every role ready, each engine serving in the roster, the signals condition set
+    # (this job has no metrics source, so no health round has progress to record).
+    wait_for(lambda: settled_job(cluster, namespace, NAME, replicas=2), 90, "the job to settle")
+    assert condition(get_rljob(cluster, namespace, NAME), "HealthSignalsAvailable")
+    # Count from a few seconds later, when the settling pass's status write is done.
     start = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
     passes_before = _metric(operator, "rljob_reconcile_duration_seconds_count")
     deadline = start + dt.timedelta(minutes=3)

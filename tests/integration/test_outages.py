@@ -55,6 +55,7 @@ from tests.integration.rljobs import (
     get_rljob,
     patch_spec,
     rljob_path,
+    settled_job,
     wait_condition,
 )
 from tests.integration.s3_fixtures import S3Bucket
@@ -143,7 +144,9 @@ def test_after_an_api_server_and_etcd_restart_watches_resume_and_nothing_is_done
 
     # A change made after the restart reaches the operator through its resumed watches.
     patch_spec(cluster, namespace, NAME, {"roles": {"rollout": {"replicas": 3}}})
-    job = wait_for(lambda: _settled(cluster, namespace, replicas=3), 90, "status to catch up")
+    job = wait_for(
+        lambda: settled_job(cluster, namespace, NAME, replicas=3), 90, "status to catch up"
+    )
     (deployment,) = children(cluster, namespace, DEPLOYMENTS, NAME, "rollout")
     assert deployment["spec"]["replicas"] == 3
     assert job["status"]["attempt"] == 2
@@ -171,34 +174,6 @@ def test_after_an_api_server_and_etcd_restart_watches_resume_and_nothing_is_done
         if w.namespace == namespace and w.resource == "jobs" and w.verb == "delete"
     ]
     assert deletes == [f"{NAME}-trainer-a1"]
-
-
-def _settled(cluster: Cluster, namespace: str, *, replicas: int) -> dict[str, Any]:
-    """The job once its status reports the current generation, Ready, with `replicas` ready
-    engines, each serving in the roster, and no restart in progress: every write the change
-    calls for is done, however late a loaded machine lets it land. Else raises naming what it
-    saw (wait_for reports the last error)."""
-    job = get_rljob(cluster, namespace, NAME)
-    status = job.get("status", {})
-    seen = {
-        "generation": job["metadata"]["generation"],
-        "observedGeneration": status.get("observedGeneration"),
-        "ready": condition(job, "Ready").get("status"),
-        "restarting": condition(job, "Restarting").get("status"),
-        "rollout": status.get("roles", {}).get("rollout"),
-        "jobs": _jobs(cluster, namespace),
-    }
-    rollout = seen["rollout"] or {}
-    roster = [member.get("state") for member in rollout.get("engines") or []]
-    if (
-        seen["observedGeneration"] != seen["generation"]
-        or seen["ready"] != "True"
-        or seen["restarting"] == "True"
-        or rollout.get("ready") != replicas
-        or roster != ["serving"] * replicas
-    ):
-        raise ValueError(f"not settled: {seen}")
-    return job
 
 
 # ------------------------------------------------------------------ the checkpoint store
