@@ -7,6 +7,7 @@ import os
 import kopf
 
 from rljob.observability import configure_logging, serve_metrics
+from rljob.runtime.allocator import limit_malloc_arenas
 from rljob.runtime.runtime import RuntimeOptions
 
 
@@ -18,6 +19,7 @@ def run_operator(
     liveness_endpoint: str,
     log_level: str,
 ) -> int:
+    limit_malloc_arenas()  # before any thread starts: each would open an arena
     configure_logging(log_level)
     if options.kubeconfig:
         os.environ["KUBECONFIG"] = options.kubeconfig  # read by kopf's kubeconfig login
