@@ -111,12 +111,35 @@ def _optional(value: float | None) -> float | None:
     return value if _plausible(value) else None
 
 
+def _clean(sample: EngineSample) -> bool:
+    optional = (
+        sample.kv_usage,
+        sample.prefix_hits_total,
+        sample.prefix_queries_total,
+        sample.preemptions_total,
+        sample.generation_rate,
+        sample.finished_requests_total,
+        sample.finished_prompt_tokens_total,
+        sample.finished_generation_tokens_total,
+        sample.token_latency_seconds_total,
+        sample.token_latency_count_total,
+    )
+    flags = (sample.sleeping, sample.paused)
+    return (
+        all(value is None or _plausible(value) for value in optional)
+        and all(flag is None or isinstance(flag, bool) for flag in flags)
+        and isinstance(sample.tokens_at_finish, bool)
+    )
+
+
 def sanitize_sample(sample: EngineSample) -> EngineSample | None:
     """The sample with garbage optional values (NaN, inf, negative) set to None, or None when
     a value every detector needs (time, token counter, running, waiting) is garbage."""
     required = (sample.t, sample.generated_tokens_total, sample.running, sample.waiting)
     if not all(_plausible(value) for value in required):
         return None
+    if _clean(sample):
+        return sample  # the common case, and each detector sanitizes the same sample
     return EngineSample(
         t=sample.t,
         generated_tokens_total=sample.generated_tokens_total,

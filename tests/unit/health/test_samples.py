@@ -55,6 +55,18 @@ def test_garbage_optional_values_become_unknown() -> None:
     assert (clean.kv_usage, clean.prefix_hits_total, clean.preemptions_total) == (None, None, None)
 
 
+@pytest.mark.parametrize(
+    "clean",
+    [
+        pytest.param(sample(1, 5), id="core-only"),
+        pytest.param(sample(1, 5, kv_usage=0.4, sleeping=False, paused=True), id="all-plausible"),
+    ],
+)
+def test_a_clean_sample_is_kept_as_it_is(clean: EngineSample) -> None:
+    """Each detector sanitizes the same sample: a clean one is not rebuilt."""
+    assert sanitize_sample(clean) is clean
+
+
 def test_duplicates_out_of_order_and_too_close_samples_are_dropped() -> None:
     series = EngineSeries(interval=30)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 
-from rljob.health.profiles.signals import TIME_EPSILON, Series
+from rljob.health.profiles.signals import TIME_EPSILON, Point, Series
 
 
 class SeriesLookup:
@@ -15,25 +15,22 @@ class SeriesLookup:
     The common case, one series whose timestamps are the token counter's (one scrape), is a
     dictionary lookup."""
 
-    __slots__ = ("_exact", "_groups", "_staleness")
+    __slots__ = ("_exact", "_groups", "_indexed", "_staleness")
 
     def __init__(self, series: Iterable[Series], group_label: str | None, staleness: float) -> None:
-        groups: dict[str, list[tuple[list[float], list[float]]]] = {}
+        groups: dict[str, list[tuple[Point, ...]]] = {}
         for one in series:
-            if not one.points:
-                continue
-            group = (one.label(group_label) or "") if group_label else ""
-            times = [t for t, _ in one.points]
-            values = [v for _, v in one.points]
-            groups.setdefault(group, []).append((times, values))
+            if one.points:
+                group = (one.label(group_label) or "") if group_label else ""
+                groups.setdefault(group, []).append(one.points)
         self._groups = groups
         self._staleness = staleness
+        self._indexed: list[list[tuple[list[float], list[float]]]] | None = None
         self._exact: dict[float, float] | None = None
         if len(groups) == 1:
             (members,) = groups.values()
             if len(members) == 1:
-                times, values = members[0]
-                self._exact = dict(zip(times, values, strict=True))
+                self._exact = dict(members[0])
 
     def __bool__(self) -> bool:
         return bool(self._groups)
@@ -45,7 +42,7 @@ class SeriesLookup:
             if exact is not None:
                 return [exact]
         found = []
-        for members in self._groups.values():
+        for members in self._by_time():
             best: float | None = None
             for times, values in members:
                 index = bisect_right(times, t + TIME_EPSILON) - 1
@@ -56,6 +53,16 @@ class SeriesLookup:
             if best is not None:
                 found.append(best)
         return found
+
+    def _by_time(self) -> list[list[tuple[list[float], list[float]]]]:
+        """Each group's series as (times, values) for bisection, built on the first inexact
+        lookup only: most lookups are exact."""
+        if self._indexed is None:
+            self._indexed = [
+                [([t for t, _ in points], [v for _, v in points]) for points in members]
+                for members in self._groups.values()
+            ]
+        return self._indexed
 
     def reduce(self, t: float, how: Callable[[list[float]], float]) -> float | None:
         if self._exact is not None:
