@@ -18,7 +18,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rljob.checkpoints import cli
 from rljob.checkpoints.errors import (
     ChecksumMismatch,
     CommitRefused,
@@ -28,8 +27,8 @@ from rljob.checkpoints.errors import (
 from rljob.checkpoints.layout import CheckpointLocation, VersionId, resume_env
 from rljob.checkpoints.lineage import Lineage
 from rljob.checkpoints.models import AttemptMarker, Manifest, Pointer
+from rljob.checkpoints.s3 import AsyncCheckpointStore, CheckpointStore, StoreEndpoint, cli
 from rljob.checkpoints.s3.transport import READ_TIMEOUT
-from rljob.checkpoints.store import AsyncCheckpointStore, CheckpointStore, StoreEndpoint
 from rljob.checkpoints.validity import Problem
 from rljob.dev.processes import free_ports
 from rljob.dev.s3server import S3Server

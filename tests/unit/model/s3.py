@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 
 from rljob.checkpoints.layout import CheckpointLocation, VersionId
 from rljob.checkpoints.models import Manifest
-from rljob.checkpoints.store import CheckpointStore, ClientCache, StoreEndpoint
+from rljob.checkpoints.s3 import CheckpointStore, ClientCache, StoreEndpoint
 from rljob.sdk.checkpoint import CheckpointWriter, PendingVersion
 
 JSON = dict[str, Any]
