@@ -2,10 +2,10 @@
 annotations) and a hung trainer (the simulator stops its heartbeat), each on a fresh RLJob so
 that no restart backoff applies.
 
-Operator-attributable time (DESIGN section 10) = (crash visible -> old Job delete issued) +
-(last old pod gone -> new Job created); backoff and pod termination are excluded. "Visible" and
-"gone" are watch-event arrival times in the bench; "issued" and "created" are the audit log's
-completion times of the operator's own requests.
+Operator-attributable time (docs/architecture.md section 12) = (crash visible -> old Job delete
+issued) + (last old pod gone -> new Job created); backoff and pod termination are excluded.
+"Visible" and "gone" are watch-event arrival times in the bench; "issued" and "created" are the
+audit log's completion times of the operator's own requests.
 """
 
 from __future__ import annotations

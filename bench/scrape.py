@@ -31,7 +31,7 @@ WARMUP_ENDPOINTS = 50
 # A full parse costs ~20x the prefiltered path: fewer pages and rounds give the same per-page
 # figure in bounded time.
 UNFILTERED_SHARE = 10
-# DESIGN section 10: 2,000 endpoints per 15 s.
+# docs/architecture.md section 12: 2,000 endpoints per 15 s.
 TARGET_ENDPOINTS_PER_SECOND = 2000 / 15
 
 

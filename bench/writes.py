@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from rljob.dev.audit import AuditWrite
 
-# DESIGN section 10: healthy jobs cause no writes but the progress refresh, at most one status
-# patch per job per 5 minutes.
+# docs/architecture.md section 12: healthy jobs cause no writes but the progress refresh, at most
+# one status patch per job per 5 minutes.
 ALLOWED_PER_JOB_PER_MINUTE = 1 / 5
 
 

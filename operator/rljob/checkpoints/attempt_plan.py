@@ -1,7 +1,7 @@
 """The start of a trainer attempt, decided without I/O: which version it resumes from, the marker
-that records it, and what retention may delete now (DESIGN 4.6: gather -> decide -> journal ->
-execute; the adapter gathers AttemptInputs read-only, this module decides, the runtime journals
-the plan before it writes the marker or deletes anything).
+that records it, and what retention may delete now (docs/architecture.md section 4: gather -> decide
+-> journal -> execute; the adapter gathers AttemptInputs read-only, this module decides, the runtime
+journals the plan before it writes the marker or deletes anything).
 
 - A choice made before is kept: this attempt's own marker (a retried start) wins, then the resume
   version the operator's status journaled for this attempt; otherwise the newest eligible version

@@ -6,11 +6,11 @@ step comes from attempt j's marker; a missing marker, or an attempt that started
 fences off every older attempt.
 
 With resume steps that never decrease (the normal case: each attempt resumes from the newest
-version) this is DESIGN section 7's rule "s <= the step attempt k+1 resumed from", because the
-minimum over later attempts is then attempt k+1's. It differs only after a rollback (a user's
-`resume: <version>`, a fallback past a broken version, or `resume: None`): then versions an older
-attempt wrote after the rollback point are no longer eligible, so a later restart cannot silently
-undo the rollback.
+version) this is the rule docs/architecture.md section 9 states, "s <= the step attempt k+1 resumed
+from", because the minimum over later attempts is then attempt k+1's. It differs only after a
+rollback (a user's `resume: <version>`, a fallback past a broken version, or `resume: None`): then
+versions an older attempt wrote after the rollback point are no longer eligible, so a later restart
+cannot silently undo the rollback.
 
 A zombie of a superseded attempt can still write, but whatever it writes after the attempt that
 superseded it resumed is never eligible.

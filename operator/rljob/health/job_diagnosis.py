@@ -1,7 +1,7 @@
-"""One job's diagnosis (DESIGN section 4.5): the bottleneck monitor and the RL correctness
-canaries, fed from the diagnosis series (rljob.health.profiles.diagnosis) and the engine samples
-the repairing detectors already read. Pure; the job's monitor owns one and the health loop reads
-`bottleneck` and `step_phase_seconds` after each round.
+"""One job's diagnosis (docs/architecture.md section 7): the bottleneck monitor and the RL
+correctness canaries, fed from the diagnosis series (rljob.health.profiles.diagnosis) and the engine
+samples the repairing detectors already read. Pure; the job's monitor owns one and the health loop
+reads `bottleneck` and `step_phase_seconds` after each round.
 
 The diagnosis series are asked as a role of their own (DIAGNOSIS_ROLE): a source that fails them
 leaves the bottleneck and canaries without data for the round and never blinds the stall,

@@ -1,6 +1,6 @@
-"""One job's health monitor (DESIGN section 4.5): the detectors a job has, the pods of each role
-it watches, the signals it asks its metrics source for, when it is next due and whether its
-detectors still need a backfill. Pure: the health loop (rljob.runtime.health_loop) asks the
+"""One job's health monitor (docs/architecture.md section 5): the detectors a job has, the pods of
+each role it watches, the signals it asks its metrics source for, when it is next due and whether
+its detectors still need a backfill. Pure: the health loop (rljob.runtime.health_loop) asks the
 source and hands the answers to rljob.health.monitor_answers, which feeds and evaluates.
 
 State is kept per job uid and bounded: detectors keep fixed-size rings per pod and pods that

@@ -1,6 +1,6 @@
-"""From one round's answers to a job's evaluations (DESIGN section 4.5). Pure: the health loop
-turns a metrics source's answers into `Answers`; this module feeds them into a JobMonitor's
-detectors (engine samples, trainer readings, verifier histogram snapshots per pod) and
+"""From one round's answers to a job's evaluations (docs/architecture.md section 5). Pure: the
+health loop turns a metrics source's answers into `Answers`; this module feeds them into a
+JobMonitor's detectors (engine samples, trainer readings, verifier histogram snapshots per pod) and
 evaluates them.
 
 A signal that failed makes every evaluation of the roles that need it "insufficient data" for

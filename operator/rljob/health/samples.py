@@ -51,9 +51,9 @@ class EngineSample:
     # The stats-log gauges of an engine that writes them only when it logs (SGLang); equal
     # values in consecutive samples mean it logged nothing in between. None: not such an engine.
     gauges: tuple[float | None, ...] | None = None
-    # The operating point (DESIGN section 6): cumulative counts of finished requests and of their
-    # prompt and generated tokens (vLLM's request length histograms' _count and _sums; SGLang's
-    # finish-time counters), and the per-token decode latency histogram's _sum and _count.
+    # The operating point (docs/architecture.md section 7): cumulative counts of finished requests
+    # and of their prompt and generated tokens (vLLM's request length histograms' _count and _sums;
+    # SGLang's finish-time counters), and the per-token decode latency histogram's _sum and _count.
     finished_requests_total: float | None = None
     finished_prompt_tokens_total: float | None = None
     finished_generation_tokens_total: float | None = None

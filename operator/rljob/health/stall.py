@@ -1,4 +1,4 @@
-"""EngineStalled and TrainerStalled: work pending, no progress (DESIGN section 6).
+"""EngineStalled and TrainerStalled: work pending, no progress (docs/architecture.md section 7).
 
 A wedged vLLM engine keeps answering /health (vllm #39863), so an engine is judged by its token
 counter: serving, requests pending, counter flat for `engineStall.timeout`. Sleep and weight-sync

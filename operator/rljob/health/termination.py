@@ -1,4 +1,4 @@
-"""Why a pod or container failed, from what the API shows (DESIGN section 6).
+"""Why a pod or container failed, from what the API shows (docs/architecture.md section 7).
 
 Termination messages and logs are written by the workload, so they are untrusted: every message
 is cut to its last 4 KiB (the end of a log holds the failure) and stripped of control and format

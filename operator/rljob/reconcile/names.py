@@ -1,5 +1,5 @@
-"""Names, labels and addresses of an RLJob's children. Fixed by DESIGN section 2: changing them
-orphans live objects.
+"""Names, labels and addresses of an RLJob's children. Fixed by docs/architecture.md section 2:
+changing them orphans live objects.
 
 A name another object already holds (a leftover of a deleted namesake: an RLJob of the same name,
 deleted with --cascade=orphan or not yet collected) is never taken over: the role, or the

@@ -31,7 +31,7 @@ from rljob.reconcile.plan import Plan
 from rljob.reconcile.remediation import stuck_pods
 from rljob.reconcile.suspension import suspended_event
 
-# Node states for which nothing will ever confirm a pod's deletion (DESIGN section 6).
+# Node states for which nothing will ever confirm a pod's deletion (docs/architecture.md section 8).
 _CRASH_PREFIXES = {
     ActionKind.RESTART_TRAINER_GANG: "gang-restart",
     ActionKind.RESTART_POD: "pod-restart",

@@ -1,4 +1,4 @@
-"""The operator-wide health loop (DESIGN section 4.5).
+"""The operator-wide health loop (docs/architecture.md section 5).
 
 One task. Every tick (1 s) it takes the jobs that are due (each at its own spec.health.interval,
 on a grid of that interval so jobs of equal interval fall due together), groups them by metrics

@@ -1,4 +1,5 @@
-"""KVCacheDrift: a rollout engine whose saturated throughput decays (DESIGN section 6).
+"""KVCacheDrift: a rollout engine whose saturated throughput decays
+(docs/architecture.md section 7).
 
 Throughput counts only intervals where the engine is serving (awake, not paused for a weight
 sync) and saturated (requests running and waiting at both ends), so load swings, drain tails and

@@ -1,6 +1,6 @@
 """Where an engine works between two samples: the load it is offered (requests running plus
 waiting), the batch it actually runs, its KV usage, and the lengths of the
-requests it serves, read from what vLLM and SGLang export (DESIGN section 6).
+requests it serves, read from what vLLM and SGLang export (docs/architecture.md section 7).
 
 Request lengths come from counters observed when a request finishes (vLLM's request length
 histograms, SGLang's tokenizer counters), so they describe the recent mix, not what is in flight;

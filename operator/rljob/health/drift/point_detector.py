@@ -1,5 +1,5 @@
 """KV-cache fragmentation judged at each engine's operating point, for the engines of one role
-of one job (DESIGN section 6).
+of one job (docs/architecture.md section 7).
 
 Every engine is judged against itself, so a job with one or two engines is judged as one with
 forty. When every judged engine of a role (two or more) is down together, each confirmed by a

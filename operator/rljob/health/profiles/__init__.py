@@ -8,10 +8,10 @@ plus time-ordered points); `sampling` and `trainer` turn them into `EngineSample
 Names (exposed series names: prometheus_client adds `_total` to counters, see
 shared/reference/workload-signals.md section 0):
 
-- vLLM (V1 `PrometheusStatLogger`): DESIGN section 6. `vllm:engine_sleep_state` carries a
-  `sleep_state` label; its `awake` series is 0 while the engine sleeps (level 1 or 2). vLLM has
-  no paused-requests gauge: during a weight sync the driver sends nothing, so the engine reads
-  as idle.
+- vLLM (V1 `PrometheusStatLogger`): docs/architecture.md section 7. `vllm:engine_sleep_state`
+  carries a `sleep_state` label; its `awake` series is 0 while the engine sleeps (level 1 or 2).
+  vLLM has no paused-requests gauge: during a weight sync the driver sends nothing, so the engine
+  reads as idle.
 - vLLM before 0.9 exports `vllm:gpu_cache_usage_perc` and `vllm:gpu_prefix_cache_*` instead;
   those are read where the current names are missing. The sleep gauge is optional.
 - SGLang (`metrics/collector.py`): tokens from `sglang:realtime_tokens_total{mode="decode"}`

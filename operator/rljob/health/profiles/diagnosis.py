@@ -1,8 +1,8 @@
-"""The series the diagnosis reads (DESIGN section 6; docs/sdk-metrics.md): the SDK's trainer phase
-seconds, its RL correctness gauges and generated-token counter, and the verifier helper's queue
-depth. None of them gates a detector that repairs: a pod that exports none (a trainer without
-the SDK, a verifier without the helper) leaves the bottleneck Unknown and the canaries without
-data, and its other signals are read as before.
+"""The series the diagnosis reads (docs/architecture.md section 7; docs/sdk-metrics.md): the SDK's
+trainer phase seconds, its RL correctness gauges and generated-token counter, and the verifier
+helper's queue depth. None of them gates a detector that repairs: a pod that exports none (a trainer
+without the SDK, a verifier without the helper) leaves the bottleneck Unknown and the canaries
+without data, and its other signals are read as before.
 
 Names as rljob.sdk exports them (prometheus_client adds `_total` to counters):
 `rljob_trainer_phase_seconds_total{phase}` (rljob.sdk.phase_time), `rljob_rl_reward_train`,

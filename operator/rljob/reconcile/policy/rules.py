@@ -1,4 +1,5 @@
-"""The failure policy's rules: what to do about one failure or finding (DESIGN 5, 6). Pure.
+"""The failure policy's rules: what to do about one failure or finding (docs/architecture.md
+section 8). Pure.
 
 Order of decisions, each able to end the story:
 1. The first matching rule, user rules before the built-in ones (Suspend, Report, Ignore and
