@@ -4,7 +4,10 @@
 # built from Go modules (tools/build.sh) and upstream torch for tests/upstream/
 # (tools/torch-venv.sh), all cached.
 # Idempotent: a second run does almost nothing. Prints the bin folder on its last line.
+# `--demo`: what the demo runs, without the torch and Ray venv (5.6 GB) only tests/upstream/ uses.
 set -euo pipefail
+for_tests=1
+[ "${1:-}" = "--demo" ] && for_tests=0
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache_root=${RLJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rljob-operator}
 uv_version=0.13.8
@@ -24,8 +27,13 @@ cd "$top"
 UV_PYTHON="$python" "$uv" sync -q --frozen --extra dev --extra test >&2
 bash "$top/tools/prometheus.sh" >&2   # Debian's prometheus + promtool, unpacked, no service
 # torch for tests/upstream/ downloads while the Go builds compile.
-bash "$top/tools/torch-venv.sh" >"$cache_root/torch-venv.log" 2>&1 &
-torch_pid=$!
+torch_pid=""
+if [ "$for_tests" = 1 ]; then
+  bash "$top/tools/torch-venv.sh" >"$cache_root/torch-venv.log" 2>&1 &
+  torch_pid=$!
+fi
 bin_dir=$(bash "$top/tools/build.sh" | tail -n1)
-wait "$torch_pid" || { cat "$cache_root/torch-venv.log" >&2; echo "bootstrap: torch venv failed" >&2; exit 1; }
+if [ -n "$torch_pid" ]; then
+  wait "$torch_pid" || { cat "$cache_root/torch-venv.log" >&2; echo "bootstrap: torch venv failed" >&2; exit 1; }
+fi
 echo "$bin_dir"
