@@ -191,7 +191,7 @@ def _parser() -> argparse.ArgumentParser:
     dev_up.add_argument("--foreground-child", action="store_true", help=argparse.SUPPRESS)
     demo = dev_commands.add_parser("demo", help="control plane + operator + the demo RLJob")
     demo.add_argument("--once", action="store_true", help="exit once the job is Ready")
-    for name, text in (("down", "stop it"), ("env", "print the KUBECONFIG export")):
+    for name, text in (("down", "stop it"), ("env", "print exports for kubectl and the plugin")):
         dev_commands.add_parser(name, help=text)
     for sub in dev_commands.choices.values():
         sub.add_argument("--run-dir", help="run folder (default: ~/.cache/rljob-operator/run/dev)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -163,7 +164,9 @@ def run_demo(run_dir: Path, *, once: bool = False, timeout: float = 180.0) -> in
         _kubectl(kubeconfig, "describe", "rlj", name, "-n", DEMO_NAMESPACE)
         _show_drift_repair(bed, api, name)
         if not once:
-            print(f"\nTry it yourself:\n  {env_lines(run_dir)}\n  kubectl get rlj -A")
+            status = f"kubectl rljob status -n {DEMO_NAMESPACE} {name}"
+            steps = f"{env_lines(run_dir)}\nkubectl get rlj -A\n{status}"
+            print("\nTry it yourself:\n" + textwrap.indent(steps, "  "))
             print("Ctrl-C stops everything.", flush=True)
             while not stop.wait(1.0):
                 if bed.operator.process.poll() is not None:

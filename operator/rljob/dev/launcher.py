@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -114,5 +115,13 @@ def down(run_dir: Path) -> int:
     return 0
 
 
-def env_lines(run_dir: Path) -> str:
-    return f"export KUBECONFIG={RunDir(run_dir).kubeconfig}"
+def env_lines(run_dir: Path, tools: Path | None = None) -> str:
+    """Shell lines that point kubectl at the bed: its kubeconfig, and PATH with the bed's
+    kubectl (`tools`, default: the built binaries) and this venv's scripts (rljob and
+    kubectl-rljob, so `kubectl rljob status` works) first."""
+    tools = tools if tools is not None else bin_dir()
+    scripts = Path(sys.executable).parent
+    path = ":".join(shlex.quote(str(folder)) for folder in (tools, scripts))
+    return f"export KUBECONFIG={shlex.quote(str(RunDir(run_dir).kubeconfig))}\n" + (
+        f'export PATH={path}:"$PATH"'
+    )
