@@ -188,7 +188,40 @@ async def execute(steps: Sequence[Step], ctx: Context) -> None:
     the checkpoint store would not."""
     for step in steps:
         ensure_leading(ctx.acting)
+        if (said := step_fields(step)) is not None:
+            action = ctx.job.status.in_flight
+            log.info(
+                "action",
+                namespace=ctx.namespace,
+                name=ctx.job.metadata.name,
+                action=f"{action.kind} {action.id}" if action is not None else None,
+                **said,
+            )
         await APPLIERS[type(step)](step, ctx)
+
+
+def step_fields(step: Step) -> dict[str, Any] | None:
+    """What the operator's log says of a step that changes the world (steps come only when
+    something changes: a steady job logs nothing); None for a test's crash point and for
+    Events, which are their own record."""
+    match step:
+        case ApplyChild(body=body, new=new):
+            meta = body["metadata"]
+            verb = "create" if new else "update"
+            return {"step": f"{verb} {body['kind']}", "object": meta["name"]}
+        case DeleteObject(kind=kind, name=name):
+            return {"step": f"delete {kind}", "object": name}
+        case RollDeployment(name=name, nonce=nonce):
+            return {"step": "roll Deployment", "object": name, "nonce": nonce}
+        case SetPolicyCurrent(pod=pod, current=current, reason=reason):
+            return {"step": "set policy-current", "object": pod, "current": current, "why": reason}
+        case WriteMarker(marker=marker):
+            return {"step": "write attempt marker", "attempt": marker.attempt}
+        case ApplyRetention(deletions=plan):
+            return {"step": "apply retention", "versions": len(plan.deletions)}
+        case DeleteRLJob():
+            return {"step": "delete RLJob (ttlSecondsAfterFinished)"}
+    return None
 
 
 def _with_render_marker(body: dict[str, Any]) -> dict[str, Any]:
