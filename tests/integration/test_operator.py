@@ -25,6 +25,7 @@ from tests.integration.rljobs import (
     apply_rljob,
     children,
     condition,
+    events,
     example,
     get_rljob,
     kubectl,
@@ -194,6 +195,18 @@ def test_image_update_rolls_only_the_rollout_role(
     assert _replicaset_uids(cluster, namespace, "verifier") == before["verifier"]
     (same_trainer,) = children(cluster, namespace, JOBS, "grpo-demo", "trainer")
     assert same_trainer["metadata"]["uid"] == trainer["metadata"]["uid"]
+    # The demo's second-scale health values are said once per generation, generations 1 and 2.
+    said = wait_for(
+        lambda: _guidance_events(cluster, namespace, count=2), 60, "two guidance Warnings"
+    )
+    assert all("health.kvDrift.window 30s < 10m" in event["message"] for event in said)
+
+
+def _guidance_events(cluster: Cluster, namespace: str, *, count: int) -> list[dict[str, Any]]:
+    said = events(cluster, namespace, "BelowProductionGuidance")
+    if len(said) > count:
+        raise AssertionError(f"more than {count} guidance Warnings: {said}")
+    return said if len(said) == count else []
 
 
 def test_suspend_removes_pods_and_resume_starts_a_new_uncounted_attempt(

@@ -21,7 +21,7 @@ from rljob.adapters.events import post_event
 from rljob.adapters.kube import Kube, KubeError
 from rljob.adapters.leadership import Leadership
 from rljob.adapters.observe import JobKey
-from rljob.api import InvalidRLJobError, RLJobStatus, parse_rljob
+from rljob.api import InvalidRLJobError, RLJob, RLJobStatus, parse_rljob
 from rljob.health.monitor import pods_by_role
 from rljob.observability import (
     ACTION_LATENCY,
@@ -35,6 +35,7 @@ from rljob.reconcile.acceptance import invalid_spec_status, with_accepted
 from rljob.reconcile.conditions import ConditionState, with_condition
 from rljob.reconcile.decide import Decision, decide
 from rljob.reconcile.expectations import with_deletes_issued
+from rljob.reconcile.guidance import guidance_event
 from rljob.reconcile.observed import Observed
 from rljob.reconcile.ownership import owned_by, recorded_jobs
 from rljob.reconcile.plan import status_patch
@@ -143,6 +144,8 @@ class Passes:
         events = decision.events if (wrote or plan.apply or plan.delete) else ()
         for event in events:
             await post_event(self.kube, body, event, now)
+        if wrote and (guidance := guidance_event(job)) is not None:
+            await post_event(self.kube, body, guidance, now, name=_guidance_event_name(job))
         await self._report(body, decision, memory, now)
         self._count_phase(memory, plan.status.phase)
         return plan.requeue_after
@@ -248,3 +251,8 @@ def _observe_settled(body: dict[str, Any], status: RLJobStatus, now: dt.datetime
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(microsecond=0)  # status times in whole seconds
+
+
+def _guidance_event_name(job: RLJob) -> str:
+    """One name per generation: a pass retried after a failed write posts it once."""
+    return f"{job.metadata.name}.guidance.{job.metadata.uid}.{job.metadata.generation}"
