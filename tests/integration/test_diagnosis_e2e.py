@@ -14,7 +14,7 @@ from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.sim.launcher import Simulator
 from rljob.dev.sim.models.concurrency import knee_truth
 from rljob.dev.sim.profiles import EngineProfile, override
-from rljob.diagnose_view import render_diagnose
+from rljob.kubectl.diagnose_view import render_diagnose
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
 from tests.integration.rljobs import (

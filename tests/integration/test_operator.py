@@ -13,7 +13,7 @@ import pytest
 from rljob.dev.audit import writes_by_user
 from rljob.dev.kubeapi import ApiError, Credentials, KubeApi
 from rljob.dev.scrape import metric_values
-from rljob.kubectl_plugin import render_status
+from rljob.kubectl.plugin import render_status
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
 from tests.integration.rljobs import (

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from rljob import diagnose_view as view
 from rljob.api.diagnosis import (
     Bottleneck,
     BottleneckRole,
@@ -22,6 +21,7 @@ from rljob.api.diagnosis import (
     PolicySuspension,
     VerifierLoad,
 )
+from rljob.kubectl import diagnose_view as view
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from rljob import kubectl_plugin as plugin
-from rljob import kubectl_requests as requests
 from rljob.api import RLJobStatus
-from rljob.kubectl_text import format_age
+from rljob.kubectl import plugin, requests
+from rljob.kubectl.text import format_age
 from rljob.reconcile.requests import RESTART_REQUEST_ANNOTATION, pending_restart
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)

@@ -95,7 +95,7 @@ def test_wheel_contents(wheel: Path) -> None:
     assert "rljob/cli.py" in names and "rljob/sdk/entrypoint.py" in names
     assert not any(name.startswith(("operator/", "tests/")) for name in names)
     assert b"rljob = rljob.cli:main" in entry_points
-    assert b"kubectl-rljob = rljob.kubectl_plugin:main" in entry_points
+    assert b"kubectl-rljob = rljob.kubectl.plugin:main" in entry_points
 
 
 def test_rljob_version_runs_from_the_clean_venv(venv: Path, tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from rljob.api.diagnosis import BottleneckRole
 from rljob.api.enums import JobPhase
 from rljob.api.labels import RESUME_REQUEST_ANNOTATION
 from rljob.health.knee import Confidence, Knee, format_count, plot
-from rljob.kubectl_text import Body, format_age, job_name, namespace_flag, table, when
+from rljob.kubectl.text import Body, format_age, job_name, namespace_flag, table, when
 
 DOCUMENT_KIND = "RLJobDiagnosis"
 SIGNALS_CONDITION = "HealthSignalsAvailable"

@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 
 from rljob.api.enums import RoleName
 from rljob.api.labels import RESTART_REQUEST_ANNOTATION, RESUME_REQUEST_ANNOTATION
-from rljob.diagnose_view import diagnosis_document, render_diagnose
-from rljob.kubectl_requests import (
+from rljob.kubectl.diagnose_view import diagnosis_document, render_diagnose
+from rljob.kubectl.requests import (
     annotate_command,
     new_nonce,
     render_restart,
@@ -30,7 +30,7 @@ from rljob.kubectl_requests import (
     restart_request,
     resume_refusal,
 )
-from rljob.kubectl_text import Body, job_name, namespace_flag, table, when
+from rljob.kubectl.text import Body, job_name, namespace_flag, table, when
 
 RECENT_RESTARTS = 5
 ROSTER_ROWS = 16  # engines listed one per row; the rest counted by state

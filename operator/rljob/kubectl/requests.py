@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from rljob.api.enums import RoleName
 from rljob.api.labels import RESTART_REQUEST_ANNOTATION, RESUME_REQUEST_ANNOTATION
-from rljob.kubectl_text import Body, job_name, namespace_flag, when
+from rljob.kubectl.text import Body, job_name, namespace_flag, when
 
 # ------------------------------------------------------------------------------ restart
 
