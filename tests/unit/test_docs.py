@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rljob.api import parse_rljob
+from rljob.api import ConditionType, parse_rljob
 from tests.unit.monitoring import exposed_names, operator_metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,3 +108,11 @@ def test_relative_links_resolve(doc: Path) -> None:
         assert linked.exists(), f"{doc.name} links to missing {path}"
         if anchor and linked.suffix == ".md":
             assert anchor[1:] in _anchors(linked), f"{doc.name} links to missing {path}{anchor}"
+
+
+def test_the_architecture_lists_every_condition_type_the_operator_sets() -> None:
+    """ConditionType is the catalog; docs/architecture.md section 10 is what users read."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    seen = text[text.index("## 10. What the user sees") : text.index("## 11.")]
+    listed = seen[seen.index("- Conditions:") : seen.index("- Events:")]
+    assert set(re.findall(r"`([A-Za-z]+)`", listed)) == {t.value for t in ConditionType}

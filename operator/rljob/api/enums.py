@@ -147,14 +147,22 @@ class ActionKind(StrEnum):
 
 
 class ConditionType(StrEnum):
-    """Condition types the operator sets (status.conditions is open to others)."""
+    """Every condition type the operator sets, in one place (status.conditions is open to
+    others); docs/architecture.md section 10 lists them (a test keeps the two in step)."""
 
+    ACCEPTED = "Accepted"
     READY = "Ready"
     PROGRESSING = "Progressing"
     DEGRADED = "Degraded"
     RESTARTING = "Restarting"
     SUSPENDED = "Suspended"
+    PODS_SCHEDULED = "PodsScheduled"
+    # A trainer pod runs on a node in status.suspectNodes (rljob.reconcile.suspects).
+    SUSPECT_NODE_IN_USE = "SuspectNodeInUse"
+    HEALTH_SIGNALS_AVAILABLE = "HealthSignalsAvailable"
     CHECKPOINT_READY = "CheckpointReady"
+    CHECKPOINT_STORE_UNAVAILABLE = "CheckpointStoreUnavailable"
+    CHECKPOINT_RETENTION_FAILED = "CheckpointRetentionFailed"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 

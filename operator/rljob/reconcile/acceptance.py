@@ -8,10 +8,10 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rljob.api import FieldViolation, RLJob, RLJobStatus
+from rljob.api import ConditionType, FieldViolation, RLJob, RLJobStatus
 from rljob.reconcile.conditions import ConditionState, with_condition
 
-ACCEPTED = "Accepted"
+ACCEPTED = ConditionType.ACCEPTED
 _VALID = ConditionState.of(ACCEPTED, True, "SpecValid", "the spec is valid")
 
 

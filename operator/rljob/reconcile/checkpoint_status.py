@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rljob.api import CheckpointRef, CheckpointStatus, Condition, StoreCapabilities
+from rljob.api import CheckpointRef, CheckpointStatus, Condition, ConditionType, StoreCapabilities
 from rljob.api.status import MAX_CHECKPOINT_HISTORY
 from rljob.reconcile.conditions import ConditionState
 
-STORE_UNAVAILABLE = "CheckpointStoreUnavailable"
-CHECKPOINT_READY = "CheckpointReady"
-RETENTION_FAILED = "CheckpointRetentionFailed"
+STORE_UNAVAILABLE = ConditionType.CHECKPOINT_STORE_UNAVAILABLE
+CHECKPOINT_READY = ConditionType.CHECKPOINT_READY
+RETENTION_FAILED = ConditionType.CHECKPOINT_RETENTION_FAILED
 
 
 @dataclass(frozen=True)

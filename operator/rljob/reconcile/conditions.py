@@ -12,9 +12,6 @@ from rljob.api import Condition, ConditionStatus, ConditionType, RLJobStatus
 from rljob.api.status import MESSAGE_MAX_LENGTH, REASON_MAX_LENGTH, REASON_PATTERN
 from rljob.health.termination import sanitize_line
 
-PODS_SCHEDULED = "PodsScheduled"
-# A trainer pod runs on a node in status.suspectNodes (rljob.reconcile.suspects).
-SUSPECT_NODE_IN_USE = "SuspectNodeInUse"
 # Types this layer owns, in the order they are listed; other types (CheckpointReady, ...) are
 # kept as they are, after these.
 MANAGED_TYPES = (
@@ -23,8 +20,8 @@ MANAGED_TYPES = (
     ConditionType.DEGRADED.value,
     ConditionType.SUSPENDED.value,
     ConditionType.RESTARTING.value,
-    PODS_SCHEDULED,
-    SUSPECT_NODE_IN_USE,
+    ConditionType.PODS_SCHEDULED.value,
+    ConditionType.SUSPECT_NODE_IN_USE.value,
     ConditionType.SUCCEEDED.value,
     ConditionType.FAILED.value,
 )

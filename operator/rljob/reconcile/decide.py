@@ -51,7 +51,7 @@ from rljob.reconcile.suspended import suspended
 from rljob.reconcile.suspension import handle_resume
 from rljob.reconcile.unfinished import timed_out
 
-SIGNALS = "HealthSignalsAvailable"
+SIGNALS = ConditionType.HEALTH_SIGNALS_AVAILABLE
 NO_SOURCE_MESSAGE = (
     "health detection is off: no metrics source (set spec.health.source, or give the operator "
     "a default: chart value health.prometheus.url or health.directScrape)"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rljob.api import ConditionStatus, ConditionType, JobPhase, RLJobStatus, RolesStatus
-from rljob.reconcile.conditions import PODS_SCHEDULED, find, is_true, one_line
+from rljob.reconcile.conditions import find, is_true, one_line
 from rljob.reconcile.lifecycle import TrainerDecision, TrainerState
 from rljob.reconcile.names import ROLE_ORDER
 from rljob.reconcile.render import DesiredChild
@@ -128,8 +128,8 @@ def _scheduling(old: RLJobStatus, new: RLJobStatus, decision: TrainerDecision) -
     events = []
     if decision.state == TrainerState.TIMED_OUT:
         events.append(warning("SchedulingTimeout", decision.message))
-    before = find(old.conditions, PODS_SCHEDULED)
-    after = find(new.conditions, PODS_SCHEDULED)
+    before = find(old.conditions, ConditionType.PODS_SCHEDULED)
+    after = find(new.conditions, ConditionType.PODS_SCHEDULED)
     was_unschedulable = before is not None and before.status == ConditionStatus.FALSE
     if after is not None and after.status == ConditionStatus.FALSE and not was_unschedulable:
         events.append(warning("Unschedulable", after.message))

@@ -19,7 +19,6 @@ from rljob.api import (
     TrainerRole,
 )
 from rljob.reconcile.conditions import (
-    PODS_SCHEDULED,
     ConditionState,
     find,
     merge_conditions,
@@ -264,10 +263,12 @@ def _pods_scheduled_state(
 ) -> ConditionState:
     waiting = _unschedulable_pods(job, observed, decision)
     if not waiting:
-        return ConditionState.of(PODS_SCHEDULED, True, "AllPodsScheduled", "no pod unschedulable")
+        return ConditionState.of(
+            ConditionType.PODS_SCHEDULED, True, "AllPodsScheduled", "no pod unschedulable"
+        )
     pod = waiting[0]
     message = f"{pod.role} pod {pod.name}: {pod.unschedulable_message}"
-    return ConditionState.of(PODS_SCHEDULED, False, "Unschedulable", message)
+    return ConditionState.of(ConditionType.PODS_SCHEDULED, False, "Unschedulable", message)
 
 
 def _unschedulable_pods(

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from rljob.api import FailureReason, RLJob, RoleName, SuspectNode
+from rljob.api import ConditionType, FailureReason, RLJob, RoleName, SuspectNode
 from rljob.api.durations import parse_duration
 from rljob.api.status import MAX_SUSPECT_NODES
-from rljob.reconcile.conditions import SUSPECT_NODE_IN_USE, ConditionState
+from rljob.reconcile.conditions import ConditionState
 from rljob.reconcile.observed import Observed, ObservedPod
 
 # By value: the classifier's hardware reasons (api/enums.py) are matched as strings.
@@ -79,11 +79,19 @@ def suspect_in_use_state(
     if not placed:
         listed = ", ".join(sorted(names))
         message = f"trainer attempt {attempt} avoids suspect nodes {listed}"
-        return [ConditionState.of(SUSPECT_NODE_IN_USE, False, "SuspectNodesAvoided", message)]
+        return [
+            ConditionState.of(
+                ConditionType.SUSPECT_NODE_IN_USE, False, "SuspectNodesAvoided", message
+            )
+        ]
     nodes = sorted({node for node, _ in placed})
     pods = ", ".join(name for _, name in placed)
     message = (
         f"trainer attempt {attempt} runs on suspect node{'s' if len(nodes) > 1 else ''} "
         f"{', '.join(nodes)} ({pods}): no other node fit; see status.suspectNodes"
     )
-    return [ConditionState.of(SUSPECT_NODE_IN_USE, True, "ScheduledOnSuspectNode", message)]
+    return [
+        ConditionState.of(
+            ConditionType.SUSPECT_NODE_IN_USE, True, "ScheduledOnSuspectNode", message
+        )
+    ]

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from rljob.api import FailureReason, SuspectNode
+from rljob.api import ConditionType, FailureReason, SuspectNode
 from rljob.reconcile import Observed
-from rljob.reconcile.conditions import SUSPECT_NODE_IN_USE, find
+from rljob.reconcile.conditions import find
 from rljob.reconcile.suspects import marked_suspects, suspect_in_use_state
 from tests.unit.reconcile.test_plan import running_world
 from tests.unit.reconcile.world import T0, World, example_body, pod
@@ -130,13 +130,13 @@ def test_suspect_node_in_use_is_said_and_clears() -> None:
     status = world.body["status"]
     status["suspectNodes"] = [entry("gpu-1", T0, T0 + HOUR)]
     plan = world.step()
-    in_use = find(plan.status.conditions, SUSPECT_NODE_IN_USE)
+    in_use = find(plan.status.conditions, ConditionType.SUSPECT_NODE_IN_USE)
     assert in_use is not None and in_use.status == "True"
     assert in_use.reason == "ScheduledOnSuspectNode"
     assert "gpu-1" in in_use.message and f"{JOB}-trainer-a1-1" in in_use.message
     world.advance(2 * 3600)
     plan = world.step()
-    assert find(plan.status.conditions, SUSPECT_NODE_IN_USE) is None
+    assert find(plan.status.conditions, ConditionType.SUSPECT_NODE_IN_USE) is None
     assert plan.status.suspect_nodes == []
 
 
