@@ -17,7 +17,7 @@ from rljob.adapters.events import post_event
 from rljob.adapters.kube import Kube, KubeError
 from rljob.adapters.observe import controller_uid
 from rljob.adapters.paths import api_version_of, object_path
-from rljob.api import API_VERSION, KIND, RLJob
+from rljob.api import API_VERSION, KIND, InFlightAction, RLJob
 from rljob.api.labels import (
     POLICY_CURRENT_GATE,
     RENDER_MARKER_ANNOTATION,
@@ -25,6 +25,7 @@ from rljob.api.labels import (
 )
 from rljob.crashpoints import crash_point
 from rljob.reconcile.gate import DRAINING, RESTARTED
+from rljob.reconcile.journal import JOURNALED_EVENT_REASONS
 from rljob.reconcile.steps import (
     ApplyChild,
     ApplyRetention,
@@ -189,39 +190,46 @@ async def execute(steps: Sequence[Step], ctx: Context) -> None:
     for step in steps:
         ensure_leading(ctx.acting)
         if (said := step_fields(step)) is not None:
-            action = ctx.job.status.in_flight
-            log.info(
-                "action",
-                namespace=ctx.namespace,
-                name=ctx.job.metadata.name,
-                action=f"{action.kind} {action.id}" if action is not None else None,
-                **said,
-            )
+            said = with_action(said, ctx.job.status.in_flight)
+            log.info("action", job=f"{ctx.namespace}/{ctx.job.metadata.name}", **said)
         await APPLIERS[type(step)](step, ctx)
 
 
+def with_action(said: dict[str, Any], action: InFlightAction | None) -> dict[str, Any]:
+    """A step of a journaled action carries that action's Event reason, its cause and its id."""
+    if action is None:
+        return said
+    reason = JOURNALED_EVENT_REASONS.get(action.kind, str(action.kind))
+    cause = str(action.reason) if action.reason is not None else None
+    return {**said, "reason": reason, "cause": cause, "action_id": action.id}
+
+
 def step_fields(step: Step) -> dict[str, Any] | None:
-    """What the operator's log says of a step that changes the world (steps come only when
-    something changes: a steady job logs nothing); None for a test's crash point and for
-    Events, which are their own record."""
+    """The log line of a step that changes the world (`action`, `objects`, and the `reason` its
+    Event says; steps come only when something changes: a steady job logs nothing); None for a
+    test's crash point and for Events, which are their own record."""
     match step:
         case ApplyChild(body=body, new=new):
-            meta = body["metadata"]
-            verb = "create" if new else "update"
-            return {"step": f"{verb} {body['kind']}", "object": meta["name"]}
+            verb, reason = ("create", "Created") if new else ("update", "Updated")
+            return _said(f"{verb} {body['kind']}", reason, body["metadata"]["name"])
         case DeleteObject(kind=kind, name=name):
-            return {"step": f"delete {kind}", "object": name}
-        case RollDeployment(name=name, nonce=nonce):
-            return {"step": "roll Deployment", "object": name, "nonce": nonce}
-        case SetPolicyCurrent(pod=pod, current=current, reason=reason):
-            return {"step": "set policy-current", "object": pod, "current": current, "why": reason}
+            return _said(f"delete {kind}", "Deleted", name)
+        case RollDeployment(name=name):
+            return _said("roll Deployment", "RoleRestarted", name)
+        case SetPolicyCurrent(pod=pod, current=current, reason=why):
+            return _said(f"set policy-current {current}", why or "PolicyCurrent", pod)
         case WriteMarker(marker=marker):
-            return {"step": "write attempt marker", "attempt": marker.attempt}
+            return _said("write attempt marker", "AttemptStarted", f"attempt {marker.attempt}")
         case ApplyRetention(deletions=plan):
-            return {"step": "apply retention", "versions": len(plan.deletions)}
+            versions = [str(deletion.version) for deletion in plan.deletions]
+            return _said("delete checkpoint versions", "Retention", *versions)
         case DeleteRLJob():
-            return {"step": "delete RLJob (ttlSecondsAfterFinished)"}
+            return _said("delete RLJob", "TTLExpired")
     return None
+
+
+def _said(action: str, reason: str, *objects: str) -> dict[str, Any]:
+    return {"action": action, "reason": reason, "objects": list(objects)}
 
 
 def _with_render_marker(body: dict[str, Any]) -> dict[str, Any]:
