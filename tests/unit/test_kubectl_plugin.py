@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -228,3 +229,32 @@ def test_restart_runs_kubectl_annotate(monkeypatch: pytest.MonkeyPatch, capsys: 
 def test_restart_rejects_unknown_roles() -> None:
     with pytest.raises(SystemExit):
         plugin.main(["restart", "grpo-demo", "--role", "driver"])
+
+
+# The plugin's view of a job, printed into a pipe its reader closes after one line.
+CLOSED_PIPE = """
+import sys
+from rljob.kubectl import plugin
+plugin._get = lambda name, namespace: {}
+plugin.render_status = lambda job, now: "line\\n" * int(sys.argv[1])
+sys.exit(plugin.main(["status", "x"]))
+"""
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        pytest.param(3, id="short:-flushed-at-the-end"),
+        pytest.param(200_000, id="long:-the-pipe-closes-mid-write"),
+    ],
+)
+def test_a_closed_pipe_ends_the_plugin_quietly(lines: int) -> None:
+    piped = subprocess.run(
+        ["bash", "-c", f'"{sys.executable}" -c "$0" {lines} | head -n 1', CLOSED_PIPE],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert piped.stdout == "line\n"
+    assert piped.stderr == ""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -347,13 +348,24 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     run = {"restart": _restart, "resume": _resume}.get(args.command, _view)
     try:
-        return run(args, datetime.now(UTC))
+        code = run(args, datetime.now(UTC))
+        sys.stdout.flush()  # here, where a closed pipe can be caught, not at exit
+        return code
     except subprocess.CalledProcessError as exc:
         sys.stderr.write(exc.stderr or "")
         return exc.returncode
     except FileNotFoundError:
         sys.stderr.write("kubectl rljob: kubectl is not on PATH\n")
         return 127
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _closed_pipe() -> int:
+    """The reader went away (`kubectl rljob status x | head`): stop quietly, as cat does. Python
+    would flush stdout again at exit and print a traceback, so stdout goes to /dev/null."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by a closed pipe
 
 
 if __name__ == "__main__":
