@@ -57,6 +57,18 @@ build_helm() { # helm with its version and the Kubernetes minor of its client-go
   (cd "$here/helm" && go build -trimpath -ldflags "$ld" -o "$1/helm" helm.sh/helm/v3/cmd/helm)
 }
 
+progress() { # progress TOOL PID START: a line a minute while a build runs; its exit status
+  local tool=$1 pid=$2 start=$3 ticks=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 5
+    ticks=$(( ticks + 1 ))
+    if [ $(( ticks % 12 )) -eq 0 ] && kill -0 "$pid" 2>/dev/null; then
+      echo "tools: $tool still building, $(( ($(date +%s) - start) / 60 )) min so far" >&2
+    fi
+  done
+  wait "$pid"
+}
+
 build_one() { # build_one TOOL: builds one tool into its cache folder, unless it is there
   local tool=$1 key out partial start
   key=$(tool_key "$tool")
@@ -65,10 +77,11 @@ build_one() { # build_one TOOL: builds one tool into its cache folder, unless it
     echo "tools: $tool cache hit $key" >&2
     return 0
   fi
-  echo "tools: $tool cache miss $key, building" >&2
+  echo "tools: $tool cache miss $key, building (kube, the longest, takes about 25 min on 2 cores)" >&2
   partial=$(mktemp -d "$cache_root/tools/.$tool-XXXXXX")
   start=$(date +%s)
-  "build_$tool" "$partial"
+  "build_$tool" "$partial" &
+  progress "$tool" "$!" "$start" || { echo "tools: $tool build failed" >&2; rm -rf "$partial"; return 1; }
   echo "tools: $tool built in $(( $(date +%s) - start ))s" >&2
   rm -rf "$out"
   mv "$partial" "$out"
