@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from rljob.dev.binaries import bin_dir
 from rljob.dev.rundir import RunState
 
 # own_plane: starts a control plane of its own.
@@ -32,10 +33,9 @@ def test_detached_plane_starts_prints_env_and_down_leaves_no_process(tmp_path: P
     state = RunState.load(run_dir)
     pids = [state.launcher_pid, *state.pids.values()]
     assert state.ready and all(psutil.pid_exists(pid) for pid in pids)
-    assert (
-        _rljob("env", "--run-dir", str(run_dir)).strip()
-        == f"export KUBECONFIG={run_dir / 'admin.kubeconfig'}"
-    )
+    exports = _rljob("env", "--run-dir", str(run_dir)).splitlines()
+    assert exports[0] == f"export KUBECONFIG={run_dir / 'admin.kubeconfig'}"
+    assert exports[1].startswith(f"export PATH={bin_dir()}:")  # the bed's kubectl first
 
     _rljob("down", "--run-dir", str(run_dir))
     alive = [
