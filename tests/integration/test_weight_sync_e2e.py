@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from rljob.api.labels import POLICY_CURRENT_GATE
 from rljob.crashpoints import DRAIN_CRASH_POINTS
 from rljob.dev.crash_entry import CRASH_POINT_ENV
 from rljob.dev.prometheus import PrometheusServer
@@ -30,7 +31,9 @@ from tests.integration.rljobs import (
     DRIFT_WARMUP,
     DRIFT_WINDOW,
     FAST_BACKOFF,
+    PODS,
     apply_rljob,
+    children,
     example,
     get_rljob,
     pod_uids,
@@ -87,6 +90,21 @@ def _restarts(cluster: Cluster, namespace: str) -> dict[str, int]:
     return dict(restarts.get("byReason") or {})
 
 
+def _gates(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    """Each rollout pod's phase, Ready and policy-current condition, as the API shows them."""
+    found = {}
+    for pod in children(cluster, namespace, PODS, NAME, "rollout"):
+        conditions = {c["type"]: c for c in pod.get("status", {}).get("conditions", [])}
+        gate = conditions.get(POLICY_CURRENT_GATE, {})
+        found[pod["metadata"]["name"]] = (
+            pod.get("status", {}).get("phase"),
+            conditions.get("Ready", {}).get("status"),
+            gate.get("status"),
+            gate.get("reason"),
+        )
+    return found
+
+
 def _steady(
     cluster: Cluster, namespace: str, operator: Operator, driver: Driver
 ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -94,8 +112,12 @@ def _steady(
     try:
         wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
     except AssertionError as error:
-        # Gated engines stuck joining (seen under load): what the driver saw and pushed.
-        raise AssertionError(f"{error}; the driver's report: {driver.report()}") from error
+        # Gated engines stuck joining (seen under load): what the driver saw and pushed, and
+        # which gates the operator set (ci23: two of three stayed joining, cause unknown).
+        gates = _gates(cluster, namespace)
+        raise AssertionError(
+            f"{error}; the driver's report: {driver.report()}; the pods' gates: {gates}"
+        ) from error
     engines = pod_uids(cluster, namespace, NAME, "rollout")
     matchers = ('detector="kv_drift"', f'namespace="{namespace}"')
     wait_for(
