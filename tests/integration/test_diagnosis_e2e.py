@@ -100,8 +100,16 @@ def test_a_verifier_slowdown_moves_the_bottleneck_from_rollout_to_verifier(
     assert "verifier" in bound["advice"].lower(), bound["advice"]
     screen = render_diagnose(get_rljob(cluster, namespace, NAME))
     assert "Verifier" in screen and bound["advice"][:40] in screen.replace("\n", " "), screen
-    changes = [e["message"] for e in events(cluster, namespace, "BottleneckChanged")]
-    assert any("Verifier (was Rollout)" in m for m in changes), changes
+    # The pass writes the status first and posts its Event after: wait for the Event.
+    wait_for(lambda: _changed_to(cluster, namespace, "Verifier (was Rollout)"), 30, "the Event")
+
+
+def _changed_to(cluster: Cluster, namespace: str, change: str) -> list[str]:
+    return [
+        e["message"]
+        for e in events(cluster, namespace, "BottleneckChanged")
+        if change in e["message"]
+    ]
 
 
 # A synchronous rollout far below its engines' knee: each batch's in-flight count decays from
