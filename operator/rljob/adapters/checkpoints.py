@@ -23,7 +23,7 @@ from rljob.checkpoints.attempt_plan import (
     with_journaled_markers,
 )
 from rljob.checkpoints.errors import StoreError
-from rljob.checkpoints.layout import CheckpointLocation, VersionId
+from rljob.checkpoints.layout import CheckpointLocation, DefaultStore, VersionId
 from rljob.checkpoints.lineage import Lineage
 from rljob.checkpoints.models import AttemptMarker
 from rljob.checkpoints.retention import RetentionPlan
@@ -70,6 +70,11 @@ class Checkpoints:
         """The operator's configured S3 endpoint for jobs that name none (None: AWS)."""
         return self._default.url
 
+    @property
+    def defaults(self) -> DefaultStore:
+        """What a job that names no endpoint gets: the same for its trainers as for the operator."""
+        return DefaultStore(self._default.url, self._default.region)
+
     def location(self, job: RLJob) -> CheckpointLocation | None:
         spec = job.spec.checkpoint
         meta = job.metadata
@@ -82,9 +87,8 @@ class Checkpoints:
         if location is None or spec is None:
             return None
         endpoint = StoreEndpoint.from_spec(spec, credentials=self._default.credentials)
-        if endpoint.url is None and self._default.url is not None:
-            endpoint = StoreEndpoint(self._default.url, endpoint.region or self._default.region,
-                                     endpoint.addressing_style, endpoint.credentials)  # fmt: skip
+        url, region = self.defaults.resolve(endpoint.url, endpoint.region)
+        endpoint = replace(endpoint, url=url, region=region)
         sync = CheckpointStore(location, endpoint, clients=self._clients)
         return AsyncCheckpointStore(sync, timeout=self._timeout)
 

@@ -49,6 +49,21 @@ ENV_POLICY_URI = "RLJOB_POLICY_URI"
 ENV_POLICY_GENERATION = "RLJOB_POLICY_GENERATION"
 
 
+@dataclass(frozen=True)
+class DefaultStore:
+    """The operator's own S3 endpoint and region: where a job whose spec names no endpoint keeps
+    its checkpoints, for the operator's reads and its trainers' writes alike."""
+
+    endpoint: str | None = None
+    region: str | None = None
+
+    def resolve(self, endpoint: str | None, region: str | None) -> tuple[str | None, str | None]:
+        """(endpoint, region) a job's store is reached at, from its spec's values."""
+        if endpoint or self.endpoint is None:
+            return endpoint, region
+        return self.endpoint, region or self.region
+
+
 @total_ordering
 @dataclass(frozen=True)
 class VersionId:

@@ -104,6 +104,7 @@ def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
         policy_env=engine_policy_env(job),
         engine_readings=inputs.engine_readings,
         lost_nodes=lost_nodes(job, inputs.node_states, now),
+        default_store=inputs.default_store,
     )
     events: list[EventSpec] = []
     if (changed := bottleneck_event(diagnosed, job.status.bottleneck)) is not None:

@@ -9,6 +9,7 @@ from datetime import datetime
 from rljob.api import CheckpointRef
 from rljob.api.diagnosis import Bottleneck
 from rljob.api.status import EngineHealth
+from rljob.checkpoints.layout import DefaultStore
 from rljob.health.evaluation import Evaluation
 from rljob.reconcile.attempt_start import AttemptGathered
 from rljob.reconcile.engine_readings import EngineReading
@@ -40,3 +41,5 @@ class PassInputs:
     taken: tuple[tuple[str, str], ...] = ()
     # What of the job's name label the job does not own (decide() sorts it from its observed).
     leftovers: Observed = field(default_factory=Observed)
+    # The operator's own S3 endpoint: trainer pods of a job that names none write there.
+    default_store: DefaultStore = field(default_factory=DefaultStore)

@@ -20,6 +20,7 @@ from typing import Any
 
 from rljob.api import ActionKind, RLJob, RLJobStatus, RoleName
 from rljob.api.durations import parse_duration
+from rljob.checkpoints.layout import DefaultStore
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec, transition_events
 from rljob.reconcile.lifecycle import (
@@ -94,6 +95,8 @@ class ReconcileExtras:
     trainer_generation: int | None = None
     # Nodes gone or unreachable past nodeLostTimeout: the next attempt does not wait for them.
     lost_nodes: frozenset[str] = frozenset()
+    # Where a job naming no endpoint is kept: the operator's own S3 store.
+    default_store: DefaultStore = field(default_factory=DefaultStore)
 
 
 def reconcile(
@@ -146,6 +149,7 @@ def render_context(
         trainer_master_port=extras.trainer_master_port,
         finished=decision.finished,
         renamed=frozenset(job.status.renamed),
+        default_store=extras.default_store,
     )
 
 

@@ -24,6 +24,7 @@ from rljob.checkpoints.layout import (
     ENV_S3_ADDRESSING_STYLE,
     ENV_S3_ENDPOINT,
     ENV_S3_REGION,
+    DefaultStore,
 )
 from rljob.reconcile import names, pods
 from rljob.reconcile.launchers import Launch, LaunchInputs, launch
@@ -97,6 +98,8 @@ class RenderContext:
     # Succeeded or Failed: serving roles at zero replicas and no trainer Job, like suspend.
     finished: bool = False
     renamed: frozenset[str] = frozenset()  # status.renamed: scopes named by the fallback name
+    # The operator's own S3 store, for a job naming no endpoint.
+    default_store: DefaultStore = field(default_factory=DefaultStore)
 
     @property
     def names(self) -> names.ChildNames:
@@ -323,12 +326,13 @@ def _checkpoint_env(job: RLJob, ctx: RenderContext) -> list[dict[str, Any]]:
     checkpoint = job.spec.checkpoint
     if checkpoint is None:
         return []
+    endpoint, region = ctx.default_store.resolve(checkpoint.endpoint, checkpoint.region)
     variables = {
         ENV_CHECKPOINT_URI: checkpoint.uri,
         ENV_JOB_UID: ctx.uid,
         ENV_S3_ADDRESSING_STYLE: checkpoint.addressing_style.value,
-        ENV_S3_ENDPOINT: checkpoint.endpoint or "",
-        ENV_S3_REGION: checkpoint.region or "",
+        ENV_S3_ENDPOINT: endpoint or "",
+        ENV_S3_REGION: region or "",
     }
     return _plain_env({key: value for key, value in variables.items() if value})
 

@@ -84,6 +84,7 @@ class Gatherer:
             retention_problem=memory.retention_problem,
             engine_readings=memory.engine_readings,
             taken=tuple(sorted(memory.taken)),
+            default_store=self.checkpoints.defaults,
         )
 
     @staticmethod

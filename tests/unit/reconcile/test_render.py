@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from rljob.api import RLJob, parse_rljob
+from rljob.checkpoints.layout import DefaultStore
 from rljob.reconcile import DesiredChild, RenderContext, render_children, trainer_job_name
 from tests.unit.reconcile.world import NAMESPACE, example_body, example_job, with_role
 
@@ -165,6 +166,35 @@ def test_trainer_job_shape() -> None:
     assert pod_spec(trainer)["subdomain"] == f"{JOB}-trainer"
     assert "hostname" not in pod_spec(trainer)
     assert main_container(trainer)["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+OPERATOR_STORE = DefaultStore("http://s3.platform.svc:9000", "eu-west-1")
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "default_store", "endpoint", "region"),
+    [
+        pytest.param({}, OPERATOR_STORE, "http://s3.platform.svc:9000", "eu-west-1",
+                     id="no-endpoint-gets-the-operators-store"),
+        pytest.param({"region": "us-east-2"}, OPERATOR_STORE, "http://s3.platform.svc:9000",
+                     "us-east-2", id="own-region-kept-with-the-operators-endpoint"),
+        pytest.param({"endpoint": "http://minio.team.svc:9000"}, OPERATOR_STORE,
+                     "http://minio.team.svc:9000", None, id="own-endpoint-wins"),
+        pytest.param({}, DefaultStore(), None, None, id="no-default-means-aws"),
+    ],
+)  # fmt: skip
+def test_trainers_write_to_the_store_the_operator_reads(
+    checkpoint: dict[str, str],
+    default_store: DefaultStore,
+    endpoint: str | None,
+    region: str | None,
+) -> None:
+    body = example_body()
+    body["spec"]["checkpoint"].update(checkpoint)
+    trainer = render(job_of(body), default_store=default_store)[("Job", trainer_job_name(JOB, 1))]
+    env = env_of(trainer)
+    assert (env.get("RLJOB_S3_ENDPOINT"), env.get("RLJOB_S3_REGION")) == (endpoint, region)
+    assert env["RLJOB_CHECKPOINT_URI"] == "s3://rljob-demo/checkpoints"
 
 
 def test_trainer_headless_service() -> None:
