@@ -11,8 +11,7 @@ from typing import Any
 from rljob.api import ConditionType, FieldViolation, RLJob, RLJobStatus
 from rljob.reconcile.conditions import ConditionState, with_condition
 
-ACCEPTED = ConditionType.ACCEPTED
-_VALID = ConditionState.of(ACCEPTED, True, "SpecValid", "the spec is valid")
+_VALID = ConditionState.of(ConditionType.ACCEPTED, True, "SpecValid", "the spec is valid")
 
 
 def with_accepted(status: RLJobStatus, job: RLJob, now: dt.datetime) -> RLJobStatus:
@@ -30,6 +29,8 @@ def invalid_spec_status(
     generation = body.get("metadata", {}).get("generation")
     first = violations[0] if violations else FieldViolation(field="spec", message="invalid")
     more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
-    state = ConditionState.of(ACCEPTED, False, reason, f"{first.field}: {first.message}{more}")
+    state = ConditionState.of(
+        ConditionType.ACCEPTED, False, reason, f"{first.field}: {first.message}{more}"
+    )
     status = with_condition(previous, state, now, generation)
     return status.model_copy(update={"observed_generation": generation})

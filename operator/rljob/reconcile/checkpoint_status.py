@@ -10,10 +10,6 @@ from rljob.api import CheckpointRef, CheckpointStatus, Condition, ConditionType,
 from rljob.api.status import MAX_CHECKPOINT_HISTORY
 from rljob.reconcile.conditions import ConditionState
 
-STORE_UNAVAILABLE = ConditionType.CHECKPOINT_STORE_UNAVAILABLE
-CHECKPOINT_READY = ConditionType.CHECKPOINT_READY
-RETENTION_FAILED = ConditionType.CHECKPOINT_RETENTION_FAILED
-
 
 @dataclass(frozen=True)
 class AttemptCheckpoint:
@@ -60,32 +56,48 @@ def with_latest(previous: CheckpointStatus | None, ref: CheckpointRef) -> Checkp
 def checkpoint_conditions(
     previous: Sequence[Condition], outcome: AttemptCheckpoint
 ) -> list[ConditionState]:
-    reachable = ConditionState.of(STORE_UNAVAILABLE, False, "StoreReachable", "the store answered")
+    reachable = ConditionState.of(
+        ConditionType.CHECKPOINT_STORE_UNAVAILABLE, False, "StoreReachable", "the store answered"
+    )
     return [reachable, _ready(outcome), *_retention(previous, outcome)]
 
 
 def store_down(attempt: int, error: str) -> ConditionState:
     return ConditionState.of(
-        STORE_UNAVAILABLE, True, "StoreError", f"attempt {attempt} waits: {error}"
+        ConditionType.CHECKPOINT_STORE_UNAVAILABLE,
+        True,
+        "StoreError",
+        f"attempt {attempt} waits: {error}",
     )
 
 
 def _ready(outcome: AttemptCheckpoint) -> ConditionState:
     ref = outcome.resumed_from
     if outcome.problem:
-        return ConditionState.of(CHECKPOINT_READY, ref is not None, "FellBack", outcome.problem)
+        return ConditionState.of(
+            ConditionType.CHECKPOINT_READY, ref is not None, "FellBack", outcome.problem
+        )
     if ref is not None:
         message = f"attempt {outcome.attempt} resumed from {ref.version}"
-        return ConditionState.of(CHECKPOINT_READY, True, "Resumed", message)
+        return ConditionState.of(ConditionType.CHECKPOINT_READY, True, "Resumed", message)
     message = f"attempt {outcome.attempt} starts from scratch"
-    return ConditionState.of(CHECKPOINT_READY, False, "NoCheckpoint", message)
+    return ConditionState.of(ConditionType.CHECKPOINT_READY, False, "NoCheckpoint", message)
 
 
 def _retention(previous: Sequence[Condition], outcome: AttemptCheckpoint) -> list[ConditionState]:
     if outcome.retention_problem:
         return [
-            ConditionState.of(RETENTION_FAILED, True, "DeleteFailed", outcome.retention_problem)
+            ConditionState.of(
+                ConditionType.CHECKPOINT_RETENTION_FAILED,
+                True,
+                "DeleteFailed",
+                outcome.retention_problem,
+            )
         ]
-    if any(c.type == RETENTION_FAILED for c in previous):
-        return [ConditionState.of(RETENTION_FAILED, False, "Retained", "retention succeeded")]
+    if any(c.type == ConditionType.CHECKPOINT_RETENTION_FAILED for c in previous):
+        return [
+            ConditionState.of(
+                ConditionType.CHECKPOINT_RETENTION_FAILED, False, "Retained", "retention succeeded"
+            )
+        ]
     return []

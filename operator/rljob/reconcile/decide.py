@@ -23,7 +23,7 @@ from rljob.api import (
 )
 from rljob.reconcile.attempt_start import with_attempt_start
 from rljob.reconcile.bottleneck import bottleneck_event, with_bottleneck
-from rljob.reconcile.checkpoint_status import RETENTION_FAILED, with_latest
+from rljob.reconcile.checkpoint_status import with_latest
 from rljob.reconcile.conditions import ConditionState, with_condition
 from rljob.reconcile.drain import gated, recheck_after
 from rljob.reconcile.engine_health import with_engine_health
@@ -51,7 +51,6 @@ from rljob.reconcile.suspended import suspended
 from rljob.reconcile.suspension import handle_resume
 from rljob.reconcile.unfinished import timed_out
 
-SIGNALS = ConditionType.HEALTH_SIGNALS_AVAILABLE
 NO_SOURCE_MESSAGE = (
     "health detection is off: no metrics source (set spec.health.source, or give the operator "
     "a default: chart value health.prometheus.url or health.directScrape)"
@@ -190,7 +189,12 @@ def _overriding_states(job: RLJob, inputs: PassInputs) -> list[ConditionState]:
     states = []
     if inputs.retention_problem:
         states.append(
-            ConditionState.of(RETENTION_FAILED, True, "DeleteFailed", inputs.retention_problem)
+            ConditionState.of(
+                ConditionType.CHECKPOINT_RETENTION_FAILED,
+                True,
+                "DeleteFailed",
+                inputs.retention_problem,
+            )
         )
     if gated(job) and inputs.watched and inputs.signals_source is None:
         states.append(
@@ -261,12 +265,18 @@ def _signals(job: RLJob, inputs: PassInputs) -> RLJobStatus:
         return job.status
     source = inputs.signals_source
     if source is None:
-        state = ConditionState.of(SIGNALS, False, "NoMetricsSource", NO_SOURCE_MESSAGE)
+        state = ConditionState.of(
+            ConditionType.HEALTH_SIGNALS_AVAILABLE, False, "NoMetricsSource", NO_SOURCE_MESSAGE
+        )
     elif inputs.signals_error is None:
-        state = ConditionState.of(SIGNALS, True, "SourceAnswers", f"signals from {source}")
+        state = ConditionState.of(
+            ConditionType.HEALTH_SIGNALS_AVAILABLE, True, "SourceAnswers", f"signals from {source}"
+        )
     else:
         message = f"{source}: {inputs.signals_error}"[:MAX_SIGNALS_MESSAGE]
-        state = ConditionState.of(SIGNALS, False, "SourceUnavailable", message)
+        state = ConditionState.of(
+            ConditionType.HEALTH_SIGNALS_AVAILABLE, False, "SourceUnavailable", message
+        )
     return with_condition(job.status, state, inputs.now, job.metadata.generation)
 
 

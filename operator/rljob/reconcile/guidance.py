@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rljob.api import RLJob, RLJobSpec
+from rljob.api import ConditionType, RLJob, RLJobSpec
 from rljob.api.durations import duration_nanoseconds
-from rljob.reconcile.acceptance import ACCEPTED
 from rljob.reconcile.conditions import find
 from rljob.reconcile.events import EventSpec
 
@@ -57,7 +56,7 @@ def below_guidance(spec: RLJobSpec) -> list[str]:
 def guidance_event(job: RLJob) -> EventSpec | None:
     """The Warning for a generation this pass accepts for the first time, when any of its
     values is below guidance; None on every later pass of that generation."""
-    accepted = find(job.status.conditions, ACCEPTED)
+    accepted = find(job.status.conditions, ConditionType.ACCEPTED)
     if accepted is not None and accepted.observed_generation == job.metadata.generation:
         return None
     below = below_guidance(job.spec)
