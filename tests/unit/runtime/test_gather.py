@@ -7,6 +7,7 @@ import datetime as dt
 from typing import Any
 
 from rljob.checkpoints.errors import StoreUnavailable
+from rljob.checkpoints.layout import DefaultStore
 from rljob.runtime.gather import Gatherer
 from rljob.runtime.memory import JobMemory
 from tests.unit.reconcile.world import T0, World, example_body
@@ -14,6 +15,8 @@ from tests.unit.reconcile.world import T0, World, example_body
 
 class Checkpoints:
     """The store answers the marker listing only after the first call fails."""
+
+    defaults = DefaultStore()
 
     def __init__(self) -> None:
         self.gathered: list[int] = []
