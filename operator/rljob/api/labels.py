@@ -4,7 +4,7 @@ orphans live objects (their watches, selectors and spec hashes stop matching).""
 
 from __future__ import annotations
 
-# The prefix of kopf's own annotations (handler progress, last-handled configuration).
+# The prefix of kopf's own annotations (handler progress).
 ANNOTATION_PREFIX = "rljob.io"
 FINALIZER = "rljob.io/finalizer"
 
