@@ -22,6 +22,7 @@ from rljob.api.diagnosis import (
     VerifierLoad,
 )
 from rljob.kubectl import diagnose_view as view
+from rljob.kubectl.diagnose_verdict import ROLE_MEANINGS
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -106,9 +107,7 @@ def test_full_diagnosis_fits_one_screen() -> None:
     assert lines[0] == "RLJob team-a/grpo-demo: Running"
     assert len(lines) <= 50 and max(len(line) for line in lines) <= view.TEXT_WIDTH
     assert "BOTTLENECK RolloutConcurrency since 2026-05-01T10:00:00Z (2h ago)" in lines
-    assert (
-        "  too few rollout requests in flight: engines have room while the trainer waits" in lines
-    )
+    assert "the engines are not saturated and the verifiers keep up: room for more requests" in text
     assert "computed 2026-05-01T11:58:00Z (2m ago) over the last 15m" in text
     assert "evidence: the trainer waits 62% of each step" in text
     assert "advice: raise the rollout driver's requests in flight" in text
@@ -186,7 +185,7 @@ def test_not_computed_yet_names_the_window() -> None:
             {"role": BottleneckRole.UNKNOWN, "phases": [], "curve": None, "engines": []},
             [
                 "BOTTLENECK Unknown since",
-                "  too little of the window observed to tell",
+                "  too little to tell: the trainer's phase counters spanned too little",
                 "no trainer phase seconds in the window",
                 "no throughput-versus-concurrency curve yet",
             ],
@@ -301,7 +300,7 @@ def test_pending_resume_request(
 
 
 def test_every_role_has_a_meaning() -> None:
-    assert set(view.ROLE_MEANINGS) == set(BottleneckRole)
+    assert set(ROLE_MEANINGS) == set(BottleneckRole)
 
 
 DOCUMENT_KEYS = {
@@ -314,6 +313,7 @@ DOCUMENT_KEYS = {
     "suspension",
     "pendingResumeRequest",
     "lastResumeRequest",
+    "trainerBelowGang",
 }
 
 

@@ -1,8 +1,10 @@
 """`kubectl rljob diagnose`: what bounds a job's trainer step, on one screen. The operator writes
-its diagnosis into status.bottleneck (rljob.api.diagnosis); this renders it: the role and its
-evidence and advice, the step time by phase, the rollout engines' throughput against requests in
-flight with the knee (K) and the recommendation (R), each engine's load, the verifiers, and a
-failure-policy suspension with how to resume it.
+its diagnosis into status.bottleneck (rljob.api.diagnosis); this renders it: a trainer gang short
+of ready pods, the role with what it means and, in a `but:` line, what the screen's own figures
+say against it (rljob.kubectl.diagnose_verdict), its evidence and advice, the step time by phase,
+the rollout engines' throughput against requests in flight with the knee (K) and the
+recommendation (R), each engine's load, the verifiers, and a failure-policy suspension with how
+to resume it.
 
 `-o json` prints `diagnosis_document(job)`, a stable document for scripts. Its keys:
 
@@ -15,19 +17,26 @@ failure-policy suspension with how to resume it.
     suspension             status.suspension (reason, message, rule, suspendedAt), or null
     pendingResumeRequest   the rljob.io/resume-request nonce not handled yet, or null
     lastResumeRequest      status.lastResumeRequest (id, handledAt, resumed), or null
+    trainerBelowGang       {ready, nodes}: fewer trainer pods ready (status.roles.trainer.ready)
+                           than the gang has (spec.roles.trainer.nodes) while the operator runs
+                           it; null when the gang is whole, stopped or not recorded
 
 Every render_* function is pure: the body of `kubectl get rljob NAME -o json` in, text out."""
 
 from __future__ import annotations
 
 import textwrap
+from dataclasses import asdict, dataclass
 from datetime import datetime
+from fractions import Fraction
 from typing import Any
 
 from rljob.api.diagnosis import BottleneckRole
 from rljob.api.enums import JobPhase
 from rljob.api.labels import RESUME_REQUEST_ANNOTATION
+from rljob.api.roles import TrainerRole
 from rljob.health.knee import Confidence, Knee, format_count, plot
+from rljob.kubectl.diagnose_verdict import ROLE_MEANINGS, ScreenFigures, caveat
 from rljob.kubectl.text import Body, format_age, job_name, namespace_flag, table, when
 
 DOCUMENT_KIND = "RLJobDiagnosis"
@@ -37,17 +46,9 @@ PLOT_WIDTH = 56
 PLOT_HEIGHT = 8
 TEXT_WIDTH = 100
 MAX_ENGINE_ROWS = 8
-
-ROLE_MEANINGS: dict[str, str] = {
-    BottleneckRole.ROLLOUT: "rollout engines saturated while the trainer waits",
-    BottleneckRole.ROLLOUT_CONCURRENCY: (
-        "too few rollout requests in flight: engines have room while the trainer waits"
-    ),
-    BottleneckRole.VERIFIER: "the verifiers hold rollouts back",
-    BottleneckRole.TRAINER: "the trainer's own compute: the rollout side is not the problem",
-    BottleneckRole.WEIGHT_SYNC: "weight synchronisation to the engines",
-    BottleneckRole.UNKNOWN: "too little of the window observed to tell",
-}
+DEFAULT_TRAINER_NODES: int = TrainerRole.model_fields["nodes"].default
+# A part of the gang said in words; any other as a percentage.
+GANG_PARTS = {Fraction(1, 2): "half", Fraction(1, 3): "a third of", Fraction(1, 4): "a quarter of"}
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -79,9 +80,11 @@ def _percent(value: object) -> str:
 def _paragraph(label: str, text: object) -> list[str]:
     if not text:
         return []
-    return textwrap.wrap(
-        f"{label}: {text}", TEXT_WIDTH, initial_indent="  ", subsequent_indent="    "
-    )
+    return _wrapped(f"{label}: {text}")
+
+
+def _wrapped(text: str) -> list[str]:
+    return textwrap.wrap(text, TEXT_WIDTH, initial_indent="  ", subsequent_indent="    ")
 
 
 def _condition(status: Body, kind: str) -> Body | None:
@@ -111,6 +114,49 @@ def unavailable_reason(job: Body) -> str | None:
     return f"not computed yet: the operator writes it with progress, at most every 5 minutes{over}"
 
 
+# ------------------------------------------------------------------------------ trainer gang
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerGang:
+    """A trainer gang short of ready pods."""
+
+    ready: int
+    nodes: int
+
+
+def trainer_below_gang(job: Body) -> TrainerGang | None:
+    """The trainer's ready pods when fewer than its gang while the operator runs it; else None."""
+    configured = ((job.get("spec") or {}).get("roles") or {}).get("trainer")
+    counts = ((job.get("status") or {}).get("roles") or {}).get("trainer")
+    if not isinstance(configured, dict) or not isinstance(counts, dict):
+        return None
+    nodes = _real(configured.get("nodes", DEFAULT_TRAINER_NODES))
+    ready = _real(counts.get("ready")) or 0.0
+    # Desired 0: the operator stopped the gang (suspended, finished), so none is missing.
+    if not _real(counts.get("desired")) or nodes is None or ready >= nodes:
+        return None
+    return TrainerGang(ready=int(ready), nodes=int(nodes))
+
+
+def _gang_lines(job: Body, diagnosed: bool) -> list[str]:
+    gang = trainer_below_gang(job)
+    if gang is None:
+        return []
+    pods = "pod" if gang.nodes == 1 else "pods"
+    line = f"  trainer: {gang.ready} of {gang.nodes} {pods} ready"
+    if diagnosed and gang.ready == 0:
+        line += "; no trainer pod runs now: the step times below are from before"
+    elif diagnosed:
+        line += f"; step times reflect {_gang_part(gang)} the gang"
+    return [line]
+
+
+def _gang_part(gang: TrainerGang) -> str:
+    part = Fraction(gang.ready, gang.nodes)
+    return GANG_PARTS.get(part, f"{float(part):.0%} of")
+
+
 # ------------------------------------------------------------------------------ sections
 
 
@@ -121,12 +167,34 @@ def _headline(bottleneck: Body, now: datetime | None) -> list[str]:
     span = f"over the last {format_age(window)}" if window is not None else ""
     return [
         f"BOTTLENECK {role} since {when(bottleneck.get('since'), now)}",
-        *([f"  {meaning}"] if meaning else []),
+        *(_wrapped(meaning) if meaning else []),
+        *_paragraph("but", caveat(role, screen_figures(bottleneck))),
         f"  computed {when(bottleneck.get('updatedAt'), now)} {span}".rstrip(),
         *_paragraph("evidence", bottleneck.get("evidence")),
         *_paragraph("advice", bottleneck.get("advice")),
         *_recommendation(bottleneck),
     ]
+
+
+def screen_figures(bottleneck: Body) -> ScreenFigures:
+    """The numbers the screen prints, for weighing them against the verdict."""
+    phases = bottleneck.get("phases") or []
+    engines = bottleneck.get("engines") or []
+    curve = bottleneck.get("curve") or {}
+    verifier = bottleneck.get("verifier") or {}
+    shares = {str(p.get("phase")): _real(p.get("share")) for p in phases}
+    saturation = [_real(engine.get("saturated")) for engine in engines]
+    kv_usage = [_real(engine.get("kvUsage")) for engine in engines]
+    return ScreenFigures(
+        phase_shares={phase: share for phase, share in shares.items() if share is not None},
+        engine_saturation=[share for share in saturation if share is not None],
+        kv_usage=[kv for kv in kv_usage if kv is not None],
+        in_flight=_real(curve.get("current")),
+        knee=_real(curve.get("knee")),
+        run_at=_real(curve.get("recommended")),
+        verifier_queue=_real(verifier.get("queueDepth")),
+        verifier_p99=_real(verifier.get("p99Seconds")),
+    )
 
 
 def _recommendation(bottleneck: Body) -> list[str]:
@@ -307,8 +375,8 @@ def render_diagnose(job: Body, now: datetime | None = None) -> str:
     """The text `kubectl rljob diagnose` prints; `now` adds ages to timestamps."""
     status = job.get("status") or {}
     phase = status.get("phase") or JobPhase.PENDING.value
-    lines = [f"RLJob {job_name(job)}: {phase}", ""]
     bottleneck = status.get("bottleneck")
+    lines = [f"RLJob {job_name(job)}: {phase}", *_gang_lines(job, bool(bottleneck)), ""]
     if bottleneck:
         lines += [
             *_headline(bottleneck, now),
@@ -335,4 +403,5 @@ def diagnosis_document(job: Body) -> dict[str, Any]:
         "suspension": status.get("suspension") or None,
         "pendingResumeRequest": pending_resume(job),
         "lastResumeRequest": status.get("lastResumeRequest") or None,
+        "trainerBelowGang": asdict(gang) if (gang := trainer_below_gang(job)) else None,
     }

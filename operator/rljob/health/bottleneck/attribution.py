@@ -93,8 +93,9 @@ def attribute(seen: Observations, rule: AttributionRule = DEFAULT_ATTRIBUTION) -
         return Verdict(
             BottleneckRole.TRAINER,
             f"trainer trained {sides[bound]:.0%} of {_window(phases)}; {head}",
-            "the rollout side is not the problem: speed up training (more trainer GPUs, "
-            "a larger micro-batch, activation checkpointing off) or give rollout fewer GPUs",
+            "training takes the largest share of the step: speed it up (more trainer GPUs, "
+            "a larger micro-batch, activation checkpointing off); move GPUs from rollout only "
+            "while its engines have room",
         )
     if bound is BottleneckRole.WEIGHT_SYNC:
         per_step = phases.seconds_per_step.get(SYNCING_WEIGHTS)

@@ -188,6 +188,13 @@ ADVICE = [
         seen(in_flight=10.0), "from about 10 requests in flight to 20", 20, id="no-curve-doubles"
     ),
     pytest.param(seen(verifier=QUEUE), "add verifier replicas", None, id="verifier"),
+    pytest.param(
+        # The engines may be saturated under a trainer verdict: the advice must not call them idle.
+        seen(breakdown=phases(waiting_for_rollouts=0.37, training=0.45), load=FULL),
+        "move GPUs from rollout only while its engines have room",
+        None,
+        id="trainer-beside-saturated-engines",
+    ),
 ]
 
 
