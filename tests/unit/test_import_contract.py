@@ -4,8 +4,10 @@ library's `operator`."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,37 @@ def test_the_import_contract_holds() -> None:
     )
     if result.returncode != 0:
         pytest.fail(result.stdout + result.stderr, pytrace=False)
+
+
+def _layered() -> list[str]:
+    """Every package or module the layers contract names (siblings split on | and :)."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    layers = next(c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers")
+    return [name.strip() for layer in layers["layers"] for name in re.split("[|:]", layer)]
+
+
+def _modules() -> list[str]:
+    root = REPO / "operator"
+    return sorted(
+        ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        for path in (root / "rljob").rglob("*.py")
+    )
+
+
+# The SDK and the bed stand apart from the layers: the last contract keeps the product off them.
+APART = ("rljob.sdk", "rljob.dev")
+
+
+def test_every_module_is_inside_a_layer() -> None:
+    covered = [*_layered(), *APART]
+    # A package whose modules the layers name one by one (rljob.kubectl) is covered through them.
+    outside = [
+        module
+        for module in _modules()
+        if not any(module == name or module.startswith(f"{name}.") for name in covered)
+        and not any(name.startswith(f"{module}.") for name in covered)
+    ]
+    assert outside == [], "modules no layer of pyproject.toml names"
 
 
 def test_operator_folder_is_not_a_package_and_stdlib_operator_still_imports() -> None:
