@@ -12,6 +12,7 @@ from pydantic import BeforeValidator, Field
 
 from rljob.api.base import StatusModel
 from rljob.api.enums import FailureReason, RoleName
+from rljob.api.rounding import Amount, Seconds, Share, TokensPerSecond
 
 MAX_PHASES = 8
 MAX_CURVE_POINTS = 64
@@ -26,8 +27,6 @@ def _cut(value: object) -> object:
 
 
 Text = Annotated[str, Field(max_length=DIAGNOSIS_MESSAGE_MAX_LENGTH), BeforeValidator(_cut)]
-NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 
 # Handled request nonces remembered beyond the last (a set-back annotation is not new).
@@ -56,7 +55,7 @@ class PhaseShare(StatusModel):
         description="Phase, as the SDK's rljob_trainer_phase_seconds_total{phase} names it."
     )
     share: Share = Field(description="Share of the trainer's time in the window.")
-    seconds_per_step: NonNegative | None = Field(
+    seconds_per_step: Seconds | None = Field(
         default=None, description="Mean seconds of each step in this phase; empty: no step ended."
     )
 
@@ -64,9 +63,11 @@ class PhaseShare(StatusModel):
 class CurvePoint(StatusModel):
     """One bin of the throughput-versus-concurrency curve (decayed means)."""
 
-    concurrency: NonNegative = Field(description="Requests in flight (running plus waiting).")
-    throughput: NonNegative = Field(description="Generated tokens per second.")
-    seconds: NonNegative = Field(description="Decayed seconds observed in the bin.")
+    concurrency: Amount = Field(description="Requests in flight (running plus waiting).")
+    throughput: TokensPerSecond = Field(
+        allow_inf_nan=False, description="Generated tokens per second."
+    )
+    seconds: Seconds = Field(description="Decayed seconds observed in the bin.")
 
 
 class ConcurrencyCurveStatus(StatusModel):
@@ -76,19 +77,19 @@ class ConcurrencyCurveStatus(StatusModel):
     points: Annotated[list[CurvePoint], Field(max_length=MAX_CURVE_POINTS)] = Field(
         default_factory=list, description="Bins with enough time, lowest concurrency first."
     )
-    current: NonNegative | None = Field(
+    current: Amount | None = Field(
         default=None, description="Requests in flight now, over the role's engines."
     )
-    knee: NonNegative | None = Field(
+    knee: Amount | None = Field(
         default=None, description="Where gains flatten: the first point of the plateau."
     )
-    peak: NonNegative | None = Field(
+    peak: Amount | None = Field(
         default=None, description="The lowest concurrency reaching the highest throughput."
     )
-    degrading_from: NonNegative | None = Field(
+    degrading_from: Amount | None = Field(
         default=None, description="Past the peak, where throughput fell below it."
     )
-    recommended: NonNegative | None = Field(
+    recommended: Amount | None = Field(
         default=None, description="80% of the peak's concurrency: the headroom to run at."
     )
     beyond: bool = Field(
@@ -96,8 +97,8 @@ class ConcurrencyCurveStatus(StatusModel):
         description="Throughput still climbed at the highest concurrency observed: the knee "
         "lies beyond it.",
     )
-    observed_from: NonNegative | None = Field(default=None, description="Lowest concurrency seen.")
-    observed_to: NonNegative | None = Field(default=None, description="Highest concurrency seen.")
+    observed_from: Amount | None = Field(default=None, description="Lowest concurrency seen.")
+    observed_to: Amount | None = Field(default=None, description="Highest concurrency seen.")
     coverage: Share = Field(default=0.0, description="Share of the observed span with points.")
     message: Text = Field(default="", description="The verdict in words.")
 
@@ -106,22 +107,24 @@ class EngineLoad(StatusModel):
     """One engine's saturation over the window."""
 
     pod: Annotated[str, Field(max_length=253)] = Field(description="Engine pod.")
-    running: NonNegative = Field(description="Mean requests running.")
-    waiting: NonNegative = Field(description="Mean requests queued.")
+    running: Amount = Field(description="Mean requests running.")
+    waiting: Amount = Field(description="Mean requests queued.")
     kv_usage: Share | None = Field(default=None, description="Mean KV-cache usage, 0 to 1.")
-    tokens_per_second: NonNegative = Field(description="Generated tokens per second.")
+    tokens_per_second: TokensPerSecond = Field(
+        allow_inf_nan=False, description="Generated tokens per second."
+    )
     saturated: Share = Field(description="Share of the window with requests queued.")
 
 
 class VerifierLoad(StatusModel):
     """The verifiers over the window."""
 
-    p50_seconds: NonNegative | None = Field(default=None, description="Median request latency.")
-    p99_seconds: NonNegative | None = Field(default=None, description="99th-percentile latency.")
-    queue_depth: NonNegative | None = Field(
+    p50_seconds: Seconds | None = Field(default=None, description="Median request latency.")
+    p99_seconds: Seconds | None = Field(default=None, description="99th-percentile latency.")
+    queue_depth: Amount | None = Field(
         default=None, description="Mean requests queued (rljob_verifier_queue_depth)."
     )
-    errors_per_second: NonNegative | None = Field(default=None, description="Failed requests/s.")
+    errors_per_second: Amount | None = Field(default=None, description="Failed requests/s.")
 
 
 class Bottleneck(StatusModel):
@@ -130,8 +133,8 @@ class Bottleneck(StatusModel):
     role: BottleneckRole = Field(description="What bounds the step.")
     since: datetime = Field(description="When this role became the bottleneck.")
     updated_at: datetime = Field(description="When it was last computed.")
-    window_seconds: NonNegative = Field(description="The window the shares cover.")
-    step_seconds: NonNegative | None = Field(
+    window_seconds: Seconds = Field(description="The window the shares cover.")
+    step_seconds: Seconds | None = Field(
         default=None, description="Mean seconds per trainer step in the window."
     )
     phases: Annotated[list[PhaseShare], Field(max_length=MAX_PHASES)] = Field(

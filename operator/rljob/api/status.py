@@ -3,6 +3,7 @@ grow without limit on a job that runs for weeks."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
@@ -25,6 +26,7 @@ from rljob.api.enums import (
     RoleName,
 )
 from rljob.api.roles import MAX_REPLICAS
+from rljob.api.rounding import DetectorValue, TokensPerSecond
 from rljob.api.rules import CelCheck, KubeList
 from rljob.api.spec import CHECKPOINT_VERSION_PATTERN, URI_MAX_LENGTH
 
@@ -98,9 +100,14 @@ class RoleStatus(StatusModel):
 
     desired: Count = Field(default=0, description="Pods the role should have.")
     ready: Count = Field(default=0, description="Pods ready now.")
-    restarts: Count = Field(default=0, description="Restarts of the role's pods by the operator.")
-    engines: Annotated[list[EngineMember], Field(max_length=MAX_REPLICAS)] | None = Field(
-        default=None,
+    restarts: Count = Field(
+        default=0,
+        description="Restarts of the role the restart ledger counts (status.restarts.byRole): "
+        "the roles' restarts add up to status.restarts.total.",
+    )
+    # An empty roster and no roster mean the same: status omits empty lists.
+    engines: Annotated[list[EngineMember], Field(max_length=MAX_REPLICAS)] = Field(
+        default_factory=list,
         description="Rollout only: the engine roster, by pod name; written when membership or "
         "a state changes.",
     )
@@ -120,11 +127,11 @@ class Progress(StatusModel):
 
     step: Count | None = Field(default=None, description="Last completed trainer step.")
     last_step_time: datetime | None = Field(default=None, description="When it completed.")
-    tokens_per_second: float | None = Field(
-        default=None, ge=0, description="Rollout throughput, all engines."
+    tokens_per_second: TokensPerSecond | None = Field(
+        default=None, description="Rollout throughput, all engines."
     )
-    baseline_tokens_per_second: float | None = Field(
-        default=None, ge=0, description="Post-warm-up baseline of that throughput."
+    baseline_tokens_per_second: TokensPerSecond | None = Field(
+        default=None, description="Post-warm-up baseline of that throughput."
     )
     updated_at: datetime | None = Field(default=None, description="When progress was refreshed.")
 
@@ -194,9 +201,21 @@ class RestartsStatus(StatusModel):
     by_reason: Annotated[dict[str, Count], Field(max_length=len(FailureReason))] = Field(
         default_factory=dict, description="Restarts since creation by failure reason."
     )
+    by_role: Annotated[dict[str, Count], Field(max_length=len(RoleName))] = Field(
+        default_factory=dict,
+        description="Restarts since creation by role restarted; they add up to total. Empty "
+        "while total is not (a ledger older than this field): counted from recent.",
+    )
     recent: Annotated[list[RestartRecord], Field(max_length=MAX_RECENT_RESTARTS)] = Field(
         default_factory=list, description="Latest restarts, newest last."
     )
+
+    def role_counts(self) -> dict[str, int]:
+        """Restarts since creation by role: byRole, or for a ledger written before it existed
+        the recent records (exact unless the job restarted more than MAX_RECENT_RESTARTS times)."""
+        if self.by_role or self.total == 0:
+            return dict(self.by_role)
+        return dict(Counter(record.role.value for record in self.recent))
 
 
 class ActionTarget(StatusModel):
@@ -244,8 +263,9 @@ class InFlightAction(StatusModel):
         description="Format of this entry (absent: 1, the first). An operator resumes the "
         "formats it knows and leaves an entry of a newer one alone, saying so.",
     )
-    pods: Annotated[list[ActionPod], Field(max_length=MAX_REPLICAS)] | None = Field(
-        default=None,
+    # No pods and an empty list mean the same: status omits empty lists.
+    pods: Annotated[list[ActionPod], Field(max_length=MAX_REPLICAS)] = Field(
+        default_factory=list,
         description="RestartRoleInTurn only: the role's pods when it was journaled, oldest "
         "first, the order they are restarted in.",
     )
@@ -316,7 +336,7 @@ def _short_keys(values: dict[str, float]) -> bool:
 
 
 EngineHealthValues = Annotated[
-    dict[str, Annotated[float, Field(allow_inf_nan=False)]],
+    dict[str, DetectorValue],
     Field(max_length=MAX_ENGINE_HEALTH_VALUES),
     CelCheck(
         f"self.all(k, size(k) > 0 && size(k) <= {ENGINE_HEALTH_KEY_MAX_LENGTH})",
@@ -334,8 +354,8 @@ class EngineHealth(StatusModel):
     detector: Annotated[str, Field(pattern=DETECTOR_NAME_PATTERN, min_length=1, max_length=63)] = (
         Field(description="Detector the summary belongs to, as named in spec.health (kvDrift).")
     )
-    baseline_tokens_per_second: float | None = Field(
-        default=None, ge=0, allow_inf_nan=False, description="Post-warm-up throughput baseline."
+    baseline_tokens_per_second: DetectorValue | None = Field(
+        default=None, ge=0, description="Post-warm-up throughput baseline."
     )
     warmed_up_at: datetime | None = Field(default=None, description="When the baseline was taken.")
     cooldown_until: datetime | None = Field(

@@ -48,6 +48,7 @@ __all__ = [
     "EventSpec",
     "Plan",
     "ReconcileExtras",
+    "dump_status",
     "reconcile",
     "render_context",
     "status_patch",
@@ -230,17 +231,40 @@ def _teardown_remaining(job: RLJob, status: RLJobStatus, now: datetime) -> float
 
 
 def status_patch(old: RLJobStatus | None, new: RLJobStatus) -> dict[str, Any] | None:
-    """None when nothing changed; else the full new status as a JSON merge patch, with null for
-    every field (at any depth) that the new status no longer has."""
-    new_dump = _dump(new)
-    old_dump = _dump(old) if old is not None else {}
+    """None when nothing changed; else the full new status (dump_status) as a JSON merge patch,
+    with null for every field (at any depth) that the new status no longer has: a list emptied
+    since the old status is written as null."""
+    new_dump = dump_status(new)
+    old_dump = dump_status(old) if old is not None else {}
     if new_dump == old_dump:
         return None
-    return _with_removals(old_dump, new_dump)
+    # Against the old status with its empty collections, so that the empty lists and objects an
+    # older operator stored are nulled by the next write (merge patch ignores a null for a key
+    # that is not there).
+    return _with_removals(_json(old) if old is not None else {}, new_dump)
 
 
-def _dump(status: RLJobStatus) -> dict[str, Any]:
+def dump_status(status: RLJobStatus) -> dict[str, Any]:
+    """The status as the operator writes it: camelCase JSON, floats rounded by the models, and no
+    nulls, empty lists or empty objects at any depth (`kubectl describe` would show each as a
+    bare key). A key left out reads back as its field's default: none, or the empty value."""
+    dumped: dict[str, Any] = _without_empty(_json(status))
+    return dumped
+
+
+def _json(status: RLJobStatus) -> dict[str, Any]:
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _without_empty(value: Any) -> Any:
+    """`value` without empty lists and objects in any object, an object emptied by that too;
+    list items are kept (their positions mean something)."""
+    if isinstance(value, list):
+        return [_without_empty(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    kept = {key: _without_empty(item) for key, item in value.items()}
+    return {key: item for key, item in kept.items() if item not in ([], {})}
 
 
 def _with_removals(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -83,7 +83,7 @@ def journal_pod_restart(
         reason=decision.reason,
         step=DRAINING_STEP if drained else "Journaled",
         started_at=now,
-        pods=[drain_entry(pod.name, pod.uid, now)] if drained else None,
+        pods=[drain_entry(pod.name, pod.uid, now)] if drained else [],
     )
     ledger = record_restart(status.restarts, decision, now, job.spec.failure_policy)
     return status.model_copy(update={"restarts": ledger, "in_flight": action})

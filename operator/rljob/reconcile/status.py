@@ -102,29 +102,37 @@ def role_statuses(
     engine_readings: tuple[EngineReading, ...] = (),
     trainer_generation: int | None = None,
 ) -> RolesStatus:
-    """Desired and ready pods per role; restarts are the failure policy's and carried over;
-    the rollout role's engine roster (reconcile/roster.py; `trainer_generation`: the trainer's
-    live policy generation, a joining Gated engine's target)."""
+    """Desired and ready pods per role; restarts are the restart ledger's for the role (so the
+    roles' restarts add up to its total); the rollout role's engine roster (reconcile/roster.py;
+    `trainer_generation`: the trainer's live policy generation, a joining Gated engine's
+    target)."""
     previous = job.status.roles or RolesStatus()
+    restarts = role_restarts(job.status.restarts)
     counts: dict[str, RoleStatus] = {}
     for role_name in ROLE_ORDER:
         role = getattr(job.spec.roles, role_name.value)
         if role is None:
             continue
         size = role.nodes if isinstance(role, TrainerRole) else role.replicas
-        old = getattr(previous, role_name.value) or RoleStatus()
         counts[role_name.value] = RoleStatus(
             desired=0 if decision.stopped else size,
             ready=_ready(job, observed, decision, role_name),
-            restarts=old.restarts,
+            restarts=restarts.get(role_name.value, 0),
         )
     if (rollout := counts.get(RoleName.ROLLOUT.value)) is not None:
         previous_engines = previous.rollout.engines if previous.rollout else None
         engines = engine_roster(
             job, observed, engine_readings, previous_engines, trainer_generation
         )
-        counts[RoleName.ROLLOUT.value] = rollout.model_copy(update={"engines": engines})
+        counts[RoleName.ROLLOUT.value] = rollout.model_copy(update={"engines": engines or []})
     return RolesStatus(**counts)
+
+
+def role_restarts(ledger: RestartsStatus | None) -> dict[str, int]:
+    """Restarts per role as the ledger counts them: gang restarts of the trainer, pod, role and
+    in-turn restarts of serving roles. User-requested restarts are not in the ledger (they are
+    status.lastRestartRequest), so they are not counted here either."""
+    return ledger.role_counts() if ledger is not None else {}
 
 
 def _ready(job: RLJob, observed: Observed, decision: TrainerDecision, role: RoleName) -> int:

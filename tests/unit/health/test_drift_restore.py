@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rljob.api.enums import RoleName
+from rljob.api.rounding import DETECTOR_VALUE_DIGITS, round_significant
 from rljob.api.status import (
     ENGINE_HEALTH_MAX_AGE,
     MAX_ENGINE_HEALTH,
@@ -23,6 +24,7 @@ from rljob.api.status import (
 from rljob.dev.traces import Cycle, EngineProfile, fleet_trace
 from rljob.health import DriftConfig, EngineSample, KVDriftDetector
 from rljob.health.drift import KV_DRIFT_SUMMARY
+from rljob.health.drift.measures import Baseline
 from tests.unit.health.harness import HOUR, fleet
 
 CONFIG = DriftConfig(threshold=0.2, window=1800, warmup=900, cooldown=3600, interval=30)
@@ -38,6 +40,21 @@ def dropped(drop: float, **changes: object) -> EngineProfile:
 
 def cycling(index: int, **changes: object) -> EngineProfile:
     return replace(EngineProfile(cycle=Cycle(offset=index * 41.0)), **changes)  # type: ignore[arg-type]
+
+
+def as_saved(baseline: Baseline | None) -> Baseline | None:
+    """The baseline as status keeps it: each number to DetectorValue's significant digits."""
+
+    def kept(value: float | None) -> float | None:
+        return None if value is None else round_significant(value, DETECTOR_VALUE_DIGITS)
+
+    if baseline is None:
+        return None
+    return Baseline(
+        throughput=round_significant(baseline.throughput, DETECTOR_VALUE_DIGITS),
+        prefix_hit_rate=kept(baseline.prefix_hit_rate),
+        preemptions_per_second=kept(baseline.preemptions_per_second),
+    )
 
 
 def through_status(summaries: list[EngineHealth]) -> list[EngineHealth]:
@@ -139,7 +156,7 @@ def test_restored_healthy_engines_are_never_findings(profiles: dict[str, EngineP
 def test_a_restored_engine_is_judged_from_its_first_sample_without_a_new_warm_up() -> None:
     run = failover(fleet(4, rollout_3=dropped(0.3)), 60)
 
-    assert run.restored.baseline(DRIFTING) == run.old.baseline(DRIFTING)
+    assert run.restored.baseline(DRIFTING) == as_saved(run.old.baseline(DRIFTING))
     assert run.fresh.baseline(DRIFTING) is None
     (restored,) = [e for e in run.restored.evaluate(RESTART_AT + 60) if e.target == DRIFTING]
     assert "warming up" not in restored.message
@@ -201,7 +218,7 @@ def test_only_fresh_complete_summaries_of_this_detector_are_restored(
 ) -> None:
     run = failover(fleet(4, rollout_3=dropped(0.3)), 4 * HOUR, edit=edit)
 
-    assert (run.restored.baseline(DRIFTING) == run.old.baseline(DRIFTING)) is used
+    assert (run.restored.baseline(DRIFTING) == as_saved(run.old.baseline(DRIFTING))) is used
     assert (DRIFTING in run.first["restored"]) is used
 
 
@@ -295,7 +312,7 @@ def test_summaries_round_trip_through_status_json_unchanged() -> None:
     assert {"baselineTokensPerSecond", "warmedUpAt", "updatedAt", "values"} <= engine.keys()
     assert through_status(run.saved) == run.saved
     assert [run.restored.baseline(f"rollout-{i}") for i in range(4)] == [
-        run.old.baseline(f"rollout-{i}") for i in range(4)
+        as_saved(run.old.baseline(f"rollout-{i}")) for i in range(4)
     ]
 
 

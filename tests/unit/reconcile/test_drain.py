@@ -162,7 +162,7 @@ def test_an_ungated_pod_restart_deletes_at_once() -> None:
     decision = decide_now(w, findings=(drift(),))
 
     assert decision.plan.status.in_flight is not None
-    assert decision.plan.status.in_flight.pods is None
+    assert decision.plan.status.in_flight.pods == []
     assert deleted(decision) == [VICTIM]
     assert EngineState.DRAINING not in roster(decision).values()
     assert not said(decision, DRAIN_STARTED) and "drain:started" not in crash_points(decision)
@@ -184,7 +184,7 @@ def test_in_turn_each_engine_drains_before_its_delete_within_max_unavailable() -
     assert waiting.plan.requeue_after is not None and waiting.plan.requeue_after <= 2
 
     drained = decide_now(w, engine_readings=(idle(VICTIM, w.now),))
-    stamped = drained.plan.status.in_flight.pods[0]  # type: ignore[union-attr, index]
+    stamped = drained.plan.status.in_flight.pods[0]  # type: ignore[union-attr]
     assert stamped.deleted_at == w.now and deleted(drained) == [VICTIM]
     assert said(drained, DRAINED) == [f"{VICTIM} drained: 0 running after 1s"]
     assert VICTIM not in roster(drained), "stamped for its delete: it left the roster"

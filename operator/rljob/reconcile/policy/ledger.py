@@ -82,15 +82,18 @@ def record_restart(
     counted_at = sorted(t for t in map(utc, ledger.counted_at) if t > since)
     if decision.counts:
         counted_at.append(now)
-    by_reason = dict(ledger.by_reason)
-    by_reason[decision.reason.value] = by_reason.get(decision.reason.value, 0) + 1
     return RestartsStatus(
         total=ledger.total + 1,
         counted=ledger.counted + (1 if decision.counts else 0),
         counted_at=counted_at[-MAX_COUNTED_AT:],
-        by_reason=by_reason,
+        by_reason=_plus_one(ledger.by_reason, decision.reason.value),
+        by_role=_plus_one(ledger.role_counts(), decision.role.value),
         recent=_append_bounded(ledger.recent, _record(decision, now), MAX_RECENT_RESTARTS),
     )
+
+
+def _plus_one(counts: Mapping[str, int], key: str) -> dict[str, int]:
+    return {**counts, key: counts.get(key, 0) + 1}
 
 
 def _record(decision: Decision, now: datetime) -> RestartRecord:
