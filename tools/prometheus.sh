@@ -2,12 +2,12 @@
 # Makes a real Prometheus server and promtool available for the test bed without installing or
 # starting any service: Debian's `prometheus` package is downloaded with `apt-get download` and
 # unpacked with `dpkg-deb -x` into a cache folder outside the repo,
-#   ${RLJOB_CACHE_DIR:-$HOME/.cache/rljob-operator}/prometheus-<debian version>/
+#   ${RLJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rljob-operator}/prometheus-<debian version>/
 # Idempotent: a complete folder for the candidate version (or, when apt knows no candidate, any
 # complete folder) is reused and nothing is downloaded. Prints the folder holding `prometheus`
 # and `promtool` on its last line.
 set -euo pipefail
-cache_root=${RLJOB_CACHE_DIR:-$HOME/.cache/rljob-operator}
+cache_root=${RLJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rljob-operator}  # as tools/build.sh
 
 candidate() {
   apt-cache policy prometheus 2>/dev/null | sed -n 's/^[[:space:]]*Candidate:[[:space:]]*//p' \

@@ -143,6 +143,7 @@ class OperatorProcess:
     log: Path
     metrics_url: str
     user: str = OPERATOR_USER
+    liveness_url: str = ""
 
     def stop(self) -> None:
         terminate(self.process.pid, grace=15)
@@ -193,12 +194,18 @@ def launch_operator(
         *extra,
     ]  # fmt: skip
     managed = spawn("operator", cmd, workdir, env=env)
-    op = OperatorProcess(managed.process, managed.log, f"http://127.0.0.1:{metrics}/metrics", user)
+    op = OperatorProcess(
+        managed.process,
+        managed.log,
+        f"http://127.0.0.1:{metrics}/metrics",
+        user,
+        f"http://127.0.0.1:{liveness}/healthz",
+    )
 
     def alive() -> bool:
         if op.process.poll() is not None:
             raise ControlPlaneError(f"operator exited {op.process.returncode}:\n{tail(op.log, 40)}")
-        with urllib.request.urlopen(f"http://127.0.0.1:{liveness}/healthz", timeout=2) as resp:
+        with urllib.request.urlopen(op.liveness_url, timeout=2) as resp:
             return bool(resp.status == 200)
 
     wait_until(alive, 60, "the operator's liveness endpoint")

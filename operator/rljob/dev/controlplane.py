@@ -35,15 +35,37 @@ class ControlPlaneError(RuntimeError):
     """The control plane could not start; the message carries the failing component's log tail."""
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
-    """Polls check until it returns True; raises ControlPlaneError naming `what` on timeout."""
+class ComponentStartError(ControlPlaneError):
+    """One component of the bed did not come up: its name and log say where to look."""
+
+    def __init__(self, component: str, log: Path, reason: str) -> None:
+        # The log's path right under the first line: the reason may go on with a log tail.
+        first, _, rest = reason.strip().partition("\n")
+        details = f"\n{rest}" if rest.strip() else ""
+        super().__init__(f"{component} did not come up: {first}\nits log: {log}{details}")
+        self.component = component
+        self.log = log
+        self.reason = reason
+
+
+def wait_until(
+    check: Callable[[], bool],
+    timeout: float,
+    what: str,
+    interval: float = 0.2,
+    gives_up: tuple[type[Exception], ...] = (),
+) -> None:
+    """Polls check until it returns True; raises ControlPlaneError naming `what` on timeout.
+    A ControlPlaneError, or one of `gives_up` (a probe's "the process exited"), from check ends
+    the wait at once; any other error is the normal not-ready-yet case."""
     deadline = time.monotonic() + timeout
     last_error = ""
+    ends_the_wait: tuple[type[Exception], ...] = (ControlPlaneError, *gives_up)
     while time.monotonic() < deadline:
         try:
             if check():
                 return
-        except ControlPlaneError:
+        except ends_the_wait:
             raise
         except Exception as exc:  # a probe failing is the normal not-ready-yet case
             last_error = f" (last error: {exc})"
@@ -155,9 +177,9 @@ class ControlPlane:
         try:
             wait_until(alive_and_ready, timeout, f"{proc.name} to become ready")
         except ControlPlaneError as exc:
-            if "exited with" in str(exc):
-                raise
-            raise ControlPlaneError(f"{exc}\n--- {proc.log} ---\n{tail(proc.log)}") from None
+            # An exit's message carries the log tail already; a timeout's does not.
+            reason = str(exc) if "exited with" in str(exc) else f"{exc}\n{tail(proc.log)}"
+            raise ComponentStartError(proc.name, proc.log, reason) from None
 
     def _start_components(self, timeout: float) -> None:
         for name in ("etcd", "kube-apiserver"):

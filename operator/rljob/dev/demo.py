@@ -1,5 +1,6 @@
-"""`rljob dev demo`: the local control plane (demo profile), the operator under its
-ServiceAccount, and examples/rljob-demo.yaml, shown with kubectl. Ctrl-C stops all of it."""
+"""`rljob dev demo`: the whole bed in the foreground (the control plane, demo profile, and the
+services `rljob dev up --all` starts: rljob.dev.services), examples/rljob-demo.yaml applied and a
+drift repaired, shown with kubectl. Ctrl-C stops all of it."""
 
 from __future__ import annotations
 
@@ -13,20 +14,17 @@ from typing import Any
 
 import yaml
 
-from rljob.dev.bed import OperatorProcess, ensure_namespace, install_crd, start_operator
+from rljob.dev.bed import ensure_namespace
+from rljob.dev.bedstate import Component, ServiceRecord
 from rljob.dev.binaries import bin_dir, repo_root
 from rljob.dev.controlplane import ControlPlane, ControlPlaneError, wait_until
 from rljob.dev.kubeapi import KubeApi
 from rljob.dev.launcher import env_lines, fresh_run_dir
-from rljob.dev.processes import free_ports
-from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.s3server import S3Server
 from rljob.dev.scrape import metric_values
-from rljob.dev.sim import Simulator
-from rljob.dev.sim.launcher import start_with_prometheus
+from rljob.dev.services import BedServices
 
 DEMO_NAMESPACE = "rl-demo"
-DEMO_BUCKET = "rljob-demo"
 KV_DRIFT = 'detector="kv_drift"'
 
 
@@ -62,17 +60,24 @@ def _kubectl(kubeconfig: Path, *args: str) -> None:
     subprocess.run([str(bin_dir() / "kubectl"), f"--kubeconfig={kubeconfig}", *args], check=False)
 
 
+class _Announce:
+    """Says each service once it is ready (the demo's own narration)."""
+
+    def starting(self, component: Component) -> None:
+        pass
+
+    def ready(self, component: Component, record: ServiceRecord) -> None:
+        print(f"{component.name} ready at {record.url} (log: {record.log})", flush=True)
+
+
 class DemoBed:
-    """Everything the demo runs: control plane, S3, simulated workloads scraped by Prometheus,
-    and the operator under its ServiceAccount."""
+    """Everything the demo runs: the control plane (demo profile) and the bed's services
+    (rljob.dev.services), as `rljob dev up --all` starts them, in this process."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.plane = ControlPlane(run_dir, bin_dir(), "demo")
-        self.store = S3Server(run_dir, bin_dir(), free_ports(1)[0])
-        self.sim: Simulator | None = None
-        self.prometheus: PrometheusServer | None = None
-        self.operator: OperatorProcess | None = None
+        self.services = BedServices(run_dir, listener=_Announce())
 
     def start(self, started: float) -> KubeApi:
         self.plane.start()
@@ -81,33 +86,12 @@ class DemoBed:
             flush=True,
         )
         api = self.plane.api()
-        install_crd(api)
-        self.store.start()
-        self.store.create_bucket(DEMO_BUCKET)
-        print(f"S3 server (versitygw) at {self.store.endpoint}, bucket {DEMO_BUCKET}", flush=True)
-        self.sim, self.prometheus = start_with_prometheus(
-            self.run_dir / "metrics", self.plane.dir.kubeconfig
-        )
-        print(f"simulated workloads scraped by Prometheus at {self.prometheus.url}", flush=True)
-        # The default source, as the chart's health.prometheus.url gives it: the example
-        # names none.
-        self.operator = start_operator(
-            api,
-            self.plane.dir,
-            self.run_dir / "operator",
-            f"--prometheus-url={self.prometheus.url}",
-            # What the bed's jobs may name (docs/install.md): its own loopback servers.
-            f"--allow-prometheus-url={self.prometheus.url}",
-            f"--allow-s3-endpoint={self.store.endpoint}",
-            env=self.store.env(),
-        )
-        print(f"operator running as its ServiceAccount; log: {self.operator.log}", flush=True)
+        self.services.start(api, self.plane.dir)
         return api
 
     def stop(self) -> None:
-        for part in (self.operator, self.prometheus, self.sim, self.store, self.plane):
-            if part is not None:
-                part.stop()
+        self.services.stop()
+        self.plane.stop()
 
 
 def _drift_value(metrics_url: str) -> float | None:
@@ -125,12 +109,13 @@ def _rollout_pods(api: KubeApi) -> list[str]:
 def _show_drift_repair(bed: DemoBed, api: KubeApi, name: str) -> None:
     """Injects a KV-cache-fragmentation drift into one engine and waits for the operator to
     restart exactly that engine."""
-    assert bed.operator is not None and bed.sim is not None
-    metrics_url = bed.operator.metrics_url
+    operator, sim = bed.services.operator, bed.services.sim
+    assert operator is not None and sim is not None
+    metrics_url = operator.metrics_url
     print("\nwaiting for the engines' throughput baselines (warm-up) ...", flush=True)
     wait_until(lambda: _drift_value(metrics_url) is not None, 120, "drift baselines", interval=1.0)
     victim = _rollout_pods(api)[0]
-    bed.sim.client().inject("drift", namespace=DEMO_NAMESPACE, pod=victim, drop=0.3)
+    sim.client().inject("drift", namespace=DEMO_NAMESPACE, pod=victim, drop=0.3)
     print(f"injected a 30% throughput drift into {victim}; the operator detects it ...", flush=True)
     wait_until(
         lambda: victim not in _rollout_pods(api), 180, f"{victim} to be restarted", interval=1.0
@@ -148,8 +133,9 @@ def run_demo(run_dir: Path, *, once: bool = False, timeout: float = 180.0) -> in
     started = time.monotonic()
     try:
         api = bed.start(started)
-        assert bed.prometheus is not None and bed.operator is not None
-        name = _apply_demo_job(api, bed.store)
+        operator = bed.services.operator
+        assert operator is not None
+        name = _apply_demo_job(api, bed.services.store)
         print(
             f"applied examples/rljob-demo.yaml as {DEMO_NAMESPACE}/{name}; waiting for Ready",
             flush=True,
@@ -169,7 +155,7 @@ def run_demo(run_dir: Path, *, once: bool = False, timeout: float = 180.0) -> in
             print("\nTry it yourself:\n" + textwrap.indent(steps, "  "))
             print("Ctrl-C stops everything.", flush=True)
             while not stop.wait(1.0):
-                if bed.operator.process.poll() is not None:
+                if operator.process.poll() is not None:
                     print("the operator exited; stopping", flush=True)
                     return 1
         return 0

@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -136,3 +137,60 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A running process and its command line."""
+
+    pid: int
+    argv: tuple[str, ...]
+
+    def describe(self, width: int = 120) -> str:
+        line = " ".join(self.argv)
+        return f"pid {self.pid}: {line if len(line) <= width else line[: width - 3] + '...'}"
+
+
+def process_info(pid: int) -> ProcessInfo | None:
+    """pid's command line, or None when it is gone or a zombie (whose command line is empty)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    argv = tuple(arg.decode(errors="replace") for arg in raw.split(b"\0") if arg)
+    return ProcessInfo(pid, argv) if argv else None
+
+
+def mentions(argv: Iterable[str], paths: Iterable[Path]) -> bool:
+    """True when an argument names one of paths or something below it (not a sibling such as
+    <path>2, nor the same name below another folder)."""
+    patterns = [re.compile(rf"(?<![\w./-]){re.escape(str(p))}(?![\w.-])") for p in paths]
+    return any(pattern.search(arg) for arg in argv for pattern in patterns)
+
+
+def own_lineage() -> set[int]:
+    """This process and its ancestors: the shell or test that ran this command names the same
+    folder without using it."""
+    lineage, pid = set(), os.getpid()
+    while pid > 0 and pid not in lineage:
+        lineage.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state: the parent
+    return lineage
+
+
+def processes_mentioning(folder: Path, exclude: Iterable[int] = ()) -> list[ProcessInfo]:
+    """Every running process whose command line names folder or a path below it."""
+    forms = {folder.absolute(), folder.resolve()}  # as given, and with links resolved
+    skipped = set(exclude)
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in skipped:
+            continue
+        info = process_info(int(entry.name))
+        if info is not None and mentions(info.argv, forms):
+            found.append(info)
+    return sorted(found, key=lambda each: each.pid)

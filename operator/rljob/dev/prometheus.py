@@ -210,7 +210,7 @@ class PrometheusServer(ServerProcess):
             raise PrometheusError(f"{exc}\n--- {self.log} ---\n{tail(self.log)}") from exc
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        wait_until(self._ready, timeout, f"{BINARY} on {self.url}")
+        wait_until(self._ready, timeout, f"{BINARY} on {self.url}", gives_up=(PrometheusError,))
 
     def _ready(self) -> bool:
         if self.process is not None and self.process.process.poll() is not None:

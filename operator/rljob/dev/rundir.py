@@ -29,13 +29,18 @@ class RunState:
         return run_dir / "state.json"
 
     def save(self, run_dir: Path) -> None:
-        tmp = self.path(run_dir).with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        tmp.replace(self.path(run_dir))
+        write_json(self.path(run_dir), asdict(self))
 
     @classmethod
     def load(cls, run_dir: Path) -> RunState:
         return cls(**json.loads(cls.path(run_dir).read_text()))
+
+
+def write_json(path: Path, data: object) -> None:
+    """Writes a state file whole or not at all: a reader never sees half of it."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)
 
 
 class RunDir:

@@ -132,7 +132,9 @@ class S3Server(ServerProcess):
         env = {"ROOT_ACCESS_KEY_ID": self.access_key, "ROOT_SECRET_ACCESS_KEY": self.secret_key}
         self.process = spawn(self.name, self.argv(), self.log_dir, env=env)
         try:
-            wait_until(self._ready, timeout, f"{BINARY} on {self.endpoint}")
+            wait_until(
+                self._ready, timeout, f"{BINARY} on {self.endpoint}", gives_up=(S3ServerError,)
+            )
         except Exception as exc:
             self.stop()
             raise S3ServerError(f"{exc}\n--- {BINARY} log ---\n{tail(self.log)}") from exc

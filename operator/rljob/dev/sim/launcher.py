@@ -91,7 +91,9 @@ class Simulator(ServerProcess):
             folder.mkdir(parents=True, exist_ok=True)
         self.process = spawn(NAME, self.argv(), self.log_dir, env=self.env)
         try:
-            wait_until(self._ready, timeout, f"the simulator on {self.url}")
+            wait_until(
+                self._ready, timeout, f"the simulator on {self.url}", gives_up=(SimulatorError,)
+            )
         except Exception as exc:
             self.stop()
             raise SimulatorError(f"{exc}\n--- {self.log} ---\n{tail(self.log)}") from exc
@@ -105,6 +107,31 @@ class Simulator(ServerProcess):
             return bool(response.status == 200) and self.targets_file.exists()
 
 
+def prometheus_for(
+    sim: Simulator,
+    run_dir: Path,
+    *,
+    prometheus_bin: Path | None = None,
+    rule_files: Sequence[Path] = (),
+    scrape_interval: str = "1s",
+    evaluation_interval: str = "1s",
+) -> PrometheusServer:
+    """A Prometheus under run_dir, not started, that scrapes the simulator's workloads (file_sd)
+    and its own /metrics (scrape job `rljob-sim`)."""
+    from rljob.dev.prometheus import PrometheusServer, prometheus_bin_dir
+
+    return PrometheusServer(
+        run_dir,
+        prometheus_bin or prometheus_bin_dir(),
+        free_ports(1)[0],
+        scrape_interval,
+        evaluation_interval,
+        rule_files,
+        targets_file=sim.targets_file,
+        static_targets={"rljob-sim": [f"127.0.0.1:{sim.port}"]},
+    )
+
+
 def start_with_prometheus(
     run_dir: Path,
     kubeconfig: Path,
@@ -115,22 +142,18 @@ def start_with_prometheus(
     evaluation_interval: str = "1s",
     **simulator_options: Any,
 ) -> tuple[Simulator, PrometheusServer]:
-    """The simulator and a Prometheus scraping its workloads (file_sd) and its own /metrics
-    (scrape job `rljob-sim`), both under run_dir; stop them with `stop()`, Prometheus first."""
-    from rljob.dev.prometheus import PrometheusServer, prometheus_bin_dir
-
+    """The simulator and a Prometheus scraping it (`prometheus_for`), both under run_dir; stop
+    them with `stop()`, Prometheus first."""
     sim = Simulator(run_dir, kubeconfig, **simulator_options)
     sim.start()
     try:
-        prometheus = PrometheusServer(
+        prometheus = prometheus_for(
+            sim,
             run_dir,
-            prometheus_bin or prometheus_bin_dir(),
-            free_ports(1)[0],
-            scrape_interval,
-            evaluation_interval,
-            rule_files,
-            targets_file=sim.targets_file,
-            static_targets={"rljob-sim": [f"127.0.0.1:{sim.port}"]},
+            prometheus_bin=prometheus_bin,
+            rule_files=rule_files,
+            scrape_interval=scrape_interval,
+            evaluation_interval=evaluation_interval,
         )
         prometheus.start()
     except BaseException:
