@@ -205,15 +205,6 @@ class Recorder:
         return [(t, k, e) for t, k, evals in self.calls for e in evals if e.is_finding]
 
 
-class HeapReleases:
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self.clock: Callable[[], float] = lambda: 0.0
-
-    def __call__(self) -> None:
-        self.times.append(self.clock())
-
-
 @dataclass(frozen=True)
 class Pod:
     name: str
@@ -322,18 +313,6 @@ async def test_each_job_is_due_at_its_own_interval() -> None:
     }
     assert times["ns1", "fast"] == [0, 10, 20, 30, 40, 50, 60]
     assert times["ns1", "slow"] == [0, 30, 60]
-
-
-async def test_the_heap_is_released_after_rounds_at_most_every_15_seconds() -> None:
-    released = HeapReleases()
-    bed = Bed(release_heap=released)
-    released.clock = bed.world.clock
-    job = make_job("fast", interval="10s")
-    bed.scheduler.register(job, {"rollout": bed.add_engines(job, count=1)})
-    await bed.scheduler.tick()
-    await bed.run_until(60)
-    await bed.scheduler.tick()  # the t=60 round's done callback runs on the next loop step
-    assert released.times == [0, 20, 40, 60]
 
 
 async def test_one_query_per_signal_for_all_due_jobs_of_a_source() -> None:

@@ -55,14 +55,11 @@ from rljob.health.monitor_answers import (
     job_error,
 )
 from rljob.health.monitor_engines import EngineGauges
-from rljob.runtime.allocator import release_free_heap
 from rljob.runtime.health_series import HealthSeries
 
 log = structlog.get_logger("rljob.health")
 
 TICK_SECONDS = 1.0
-# A round frees its decoded answers; giving the pages back costs a heap walk, so not every tick.
-HEAP_RELEASE_SECONDS = 15.0
 MAX_JOBS = 10_000
 NO_SOURCE = "no metrics source: set spec.health.source or the operator's default source"
 
@@ -93,7 +90,6 @@ class HealthScheduler:
         addresses: PodAddresses | None = None,
         tick: float = TICK_SECONDS,
         max_jobs: int = MAX_JOBS,
-        release_heap: Callable[[], object] = release_free_heap,
     ) -> None:
         self._factory = source_factory
         self._on_evaluations = on_evaluations
@@ -109,8 +105,6 @@ class HealthScheduler:
         self._source_down: dict[SourceKey, str] = {}
         self._full_warned = False
         self._series = HealthSeries()
-        self._release_heap = release_heap
-        self._heap_released_at = -HEAP_RELEASE_SECONDS
 
     # ---------------------------------------------------------------- the caller's API
 
@@ -271,7 +265,6 @@ class HealthScheduler:
             del self._inflight[key]
         if not task.cancelled() and task.exception() is not None:
             log.error("health round failed", source=str(key), exc_info=task.exception())
-        self._release_freed_answers()
 
     async def _wait_inflight(self) -> None:
         while self._inflight:
@@ -333,13 +326,6 @@ class HealthScheduler:
                     "on_evaluations failed", namespace=monitor.key[0], name=monitor.key[1]
                 )
             await asyncio.sleep(0)  # let other work run between jobs of a big round
-
-    def _release_freed_answers(self) -> None:
-        """A finished round's answers are garbage: their pages go back to the kernel (throttled)."""
-        now = self._clock()
-        if now - self._heap_released_at >= HEAP_RELEASE_SECONDS:
-            self._heap_released_at = now
-            self._release_heap()
 
     async def _backfill(self, source: MetricsSource, jobs: list[Monitor], now: float) -> None:
         """One range query per signal for the new jobs of one source, each role's signals

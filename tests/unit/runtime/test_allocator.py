@@ -1,6 +1,5 @@
 """The operator's malloc arena limit: threads allocating at once share two glibc arenas, and a
-limit the platform set in the environment is left alone; and the heap's free pages go back to the
-kernel when the operator asks."""
+limit the platform set in the environment is left alone."""
 
 from __future__ import annotations
 
@@ -57,37 +56,3 @@ def test_contending_threads_share_the_operators_arenas(mode: str, bounded: bool)
 
 def test_a_limit_the_platform_set_is_left_alone() -> None:
     assert limit_malloc_arenas({"MALLOC_ARENA_MAX": "4"}) is False
-
-
-# 64 MiB of 1 KiB chunks freed behind one that stays: glibc cannot shrink the heap's top, so the
-# freed pages stay resident until malloc_trim; prints the resident MiB before and after.
-STRANDED_PAGES = """
-import ctypes, ctypes.util, os, sys
-from rljob.runtime.allocator import release_free_heap
-libc = ctypes.CDLL(ctypes.util.find_library("c"))
-libc.malloc.restype = ctypes.c_void_p
-chunks = [libc.malloc(1024) for _ in range(65536)]
-for chunk in chunks:
-    ctypes.memset(chunk, 1, 1024)
-pinned = libc.malloc(1024)
-for chunk in chunks:
-    libc.free(ctypes.c_void_p(chunk))
-def resident():
-    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-before = resident()
-released = release_free_heap()
-print(before, resident(), released)
-"""
-
-
-def test_freed_pages_go_back_to_the_kernel() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", STRANDED_PAGES],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    before, after, released = done.stdout.split()
-    assert released == "True"
-    assert float(before) - float(after) > 48, done.stdout
