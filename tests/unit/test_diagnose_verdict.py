@@ -5,9 +5,7 @@ figures cut against the verdict and the gang's counts, table-driven."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,10 +13,9 @@ import pytest
 from rljob.api.diagnosis import BottleneckRole, EngineLoad, PhaseShare, VerifierLoad
 from rljob.kubectl import diagnose_view as view
 from rljob.kubectl.diagnose_verdict import ROLE_MEANINGS
+from tests.unit.golden_files import assert_matches_golden
 from tests.unit.test_diagnose_view import NOW, bottleneck, curve, engine_loads, job
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "diagnose"
-UPDATE_GOLDEN = "RLJOB_UPDATE_GOLDEN"
 STEP_SECONDS = 40.0
 BUT = "  but: "
 
@@ -178,15 +175,6 @@ SCREENS = [
 SCREEN_PARAMS = [pytest.param(screen, id=screen.name) for screen in SCREENS]
 
 
-def matches_golden(name: str, text: str) -> bool:
-    golden = GOLDEN / f"{name}.txt"
-    if os.environ.get(UPDATE_GOLDEN) == "1":
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text + "\n")
-    assert golden.exists(), f"{golden} is missing: run with {UPDATE_GOLDEN}=1"
-    return golden.read_text() == text + "\n"
-
-
 def one_line(text: str) -> str:
     """The screen with its wrapped paragraphs joined, to find a phrase across a wrap."""
     return " ".join(text.split())
@@ -194,10 +182,8 @@ def one_line(text: str) -> str:
 
 @pytest.mark.parametrize("screen", SCREEN_PARAMS)
 def test_screen_matches_its_golden_file(screen: Screen) -> None:
-    text = view.render_diagnose(screen.body, NOW)
-    assert matches_golden(screen.name, text), (
-        f"the diagnose screen differs from tests/unit/golden/diagnose/{screen.name}.txt; if "
-        f"intended, rerun with {UPDATE_GOLDEN}=1 and review the diff"
+    assert_matches_golden(
+        f"diagnose/{screen.name}.txt", view.render_diagnose(screen.body, NOW) + "\n"
     )
 
 
