@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from prometheus_client import REGISTRY
 
 from rljob.runtime.workers import JobWorkers
@@ -152,3 +153,40 @@ async def test_every_pass_is_counted_by_what_asked_for_it() -> None:
     counted = {cause: _wakes(cause) - before[cause] for cause in causes}
     assert counted["rljob"] == counted["finding"] == counted["requeue"] == 1
     assert counted["resync"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("settled", "event_version", "passes"),
+    [
+        pytest.param(True, "2", 1, id="the-echo-of-a-settled-write-runs-no-pass"),
+        pytest.param(False, "2", 2, id="the-echo-of-a-write-with-steps-after-it-runs-one"),
+        pytest.param(True, "3", 2, id="a-write-by-anyone-else-runs-one"),
+    ],
+)
+async def test_the_echo_of_our_own_settled_write_wakes_no_pass(
+    settled: bool, event_version: str, passes: int
+) -> None:
+    """A pass that wrote status and had nothing left to do would only decide the same again
+    when its write comes back through the watch."""
+    seen: list[dict[str, Any]] = []
+    workers: JobWorkers
+
+    async def write_once(body: dict[str, Any]) -> None:
+        seen.append(body)
+        if len(seen) == 1:
+            written = _body("e")
+            written["metadata"]["resourceVersion"] = "2"
+            workers.refresh(written, settled=settled)
+
+    workers = JobWorkers(write_once)
+    workers.submit(_body("e"))
+    await _until(lambda: len(seen) == 1)
+    echoes = _wakes("own_write")
+    event = _body("e")
+    event["metadata"]["resourceVersion"] = event_version
+    workers.submit(event)
+    await _until(lambda: len(seen) == passes)
+    await asyncio.sleep(0.05)  # a pass the echo wrongly woke would have run by now
+    assert len(seen) == passes
+    assert _wakes("own_write") - echoes == (1 if passes == 1 else 0)
+    await workers.stop()

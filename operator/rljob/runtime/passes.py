@@ -12,7 +12,7 @@ import datetime as dt
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -50,6 +50,12 @@ STALE_RETRY_SECONDS = 0.2
 REJECTED_RETRY_SECONDS = 60.0
 
 
+class Refresh(Protocol):
+    """Hands the body our write got back to the job's worker (JobWorkers.refresh)."""
+
+    def __call__(self, body: dict[str, Any], *, settled: bool = False) -> None: ...
+
+
 class Passes:
     """Runs passes for the per-job workers; owns nothing but references."""
 
@@ -62,7 +68,7 @@ class Passes:
         memories: Memories,
         health: HealthScheduler,
         observed: Callable[[JobKey], Observed],
-        refresh: Callable[[dict[str, Any]], None],
+        refresh: Refresh,
         allowlist: Allowlist,
     ) -> None:
         self.kube = kube
@@ -134,7 +140,9 @@ class Passes:
         decision = decide(job, everything, inputs)
         self._watch(decision, memory)
         status = with_accepted(decision.plan.status, decision.job, now)
-        wrote = await self.write_status(body, status, memory, observed=job.status)
+        wrote = await self.write_status(
+            body, status, memory, observed=job.status, settled=not decision.steps
+        )
         self._journaled(body, decision, memory, wrote, now)
         ctx = Context(
             self.kube, self.checkpoints, body, decision.job, memory, now, self.leadership.acting
@@ -194,10 +202,11 @@ class Passes:
         memory: JobMemory,
         *,
         observed: RLJobStatus | None = None,
+        settled: bool = False,
     ) -> bool:
         """Patches status only when it differs from both the observed (`observed`: the body's,
         when the pass parsed it already) and our last write, and only while this replica still
-        holds the lease."""
+        holds the lease. `settled`: the pass has no step to take after the write."""
         ensure_leading(self.leadership.acting)
         meta = body["metadata"]
         if observed is None:
@@ -209,7 +218,7 @@ class Passes:
             meta["namespace"], meta["name"], patch, resource_version=meta.get("resourceVersion")
         )
         memory.written = patch
-        self.refresh(updated)
+        self.refresh(updated, settled=settled)
         return True
 
     def _memory(self, body: dict[str, Any]) -> JobMemory:

@@ -193,8 +193,8 @@ class Runtime:
             self.workers.forget_uid(uid)
         return gone
 
-    def _refresh(self, body: dict[str, Any]) -> None:
-        self.workers.refresh(body)
+    def _refresh(self, body: dict[str, Any], *, settled: bool = False) -> None:
+        self.workers.refresh(body, settled=settled)
 
     async def _elected(self) -> None:
         self.workers.wake_all()  # a standby that takes over acts on every job at once

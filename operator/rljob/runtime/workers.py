@@ -30,6 +30,8 @@ class _Job:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     deleted: bool = False
+    # The resourceVersion of our own settled write: its watch event wakes no pass.
+    settled_version: str | None = None
 
     @property
     def body(self) -> Body:
@@ -68,13 +70,19 @@ class JobWorkers:
             job.task = asyncio.create_task(self._work(uid), name=f"rljob:{key[0]}/{key[1]}")
         else:
             job.packed = packed(body)
+            if _version(body) == job.settled_version:
+                RECONCILE_WAKES.labels("own_write").inc()  # counted, but no pass
+                return
         _wake(job, "rljob")
 
-    def refresh(self, body: Body) -> None:
-        """A newer body we got back from our own write: use it without waiting for the watch."""
+    def refresh(self, body: Body, *, settled: bool = False) -> None:
+        """A newer body we got back from our own write: use it without waiting for the watch.
+        `settled`: the pass that wrote it has nothing left to do, so the write's own watch
+        event would only run the same pass again on the same body."""
         job = self._jobs.get(body.get("metadata", {}).get("uid", ""))
         if job is not None:
             job.packed = packed(body)
+            job.settled_version = _version(body) if settled else None
 
     def wake(self, key: JobKey, cause: str = "child") -> None:
         """Something of (namespace, name) changed (`cause`: a child, a finding, ...): run a
@@ -148,6 +156,11 @@ class JobWorkers:
 def _wake(job: _Job, cause: str) -> None:
     RECONCILE_WAKES.labels(cause).inc()
     job.wake.set()
+
+
+def _version(body: Body) -> str | None:
+    version = body.get("metadata", {}).get("resourceVersion")
+    return version if isinstance(version, str) and version else None
 
 
 def packed(body: Body) -> str:

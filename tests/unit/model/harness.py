@@ -55,7 +55,7 @@ class _Bodies(JobWorkers):
     def submit(self, body: JSON) -> None:
         self.bodies[body["metadata"]["uid"]] = body
 
-    def refresh(self, body: JSON) -> None:
+    def refresh(self, body: JSON, *, settled: bool = False) -> None:
         uid = body.get("metadata", {}).get("uid", "")
         if uid in self.bodies:
             self.bodies[uid] = body
