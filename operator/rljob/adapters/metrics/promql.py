@@ -130,10 +130,12 @@ def parse_matrix(
 def _labels(metric: dict[str, object], dropped: set[str]) -> Labels:
     """The series' labels but `dropped`, sorted; labels whose value is not a string are left
     out. Every round reads thousands of series: the common all-strings case stays in C."""
-    kept = {name: value for name, value in metric.items() if name not in dropped}
-    if not set(map(type, kept.values())) <= {str}:
-        kept = {name: value for name, value in kept.items() if isinstance(value, str)}
-    return cast(Labels, tuple(sorted(kept.items())))
+    kept = [item for item in metric.items() if item[0] not in dropped]
+    kept.sort()
+    for _, value in kept:
+        if type(value) is not str:
+            return cast(Labels, tuple(item for item in kept if isinstance(item[1], str)))
+    return cast(Labels, tuple(kept))
 
 
 def _number(value: object) -> float | None:
