@@ -544,6 +544,28 @@ async def test_jobs_without_a_source_or_pods() -> None:
     assert list(bed2.sources) == [default]
 
 
+async def test_a_source_no_job_uses_any_more_is_closed_and_one_in_use_is_kept() -> None:
+    """The unused-source check runs when a job leaves a source (moved or forgotten), not
+    every tick over every job."""
+    bed = Bed()
+    other = "http://other-prom:9090"
+    moving, staying = make_job("moving"), make_job("staying", url=other)
+    for job in (moving, staying):
+        bed.scheduler.register(job, {"rollout": bed.add_engines(job, count=1)})
+    await bed.run_until(5)
+    first = bed.source()
+    moved = make_job("moving", url=other)
+    bed.scheduler.register(moved, {"rollout": rollout_pods(moved, 1)})
+    await bed.run_until(10)
+    assert first.closed and not bed.source(other).closed  # "staying" and "moving" read it
+    bed.scheduler.forget(("ns1", "moving"))
+    await bed.run_until(15)
+    assert not bed.source(other).closed
+    bed.scheduler.forget(("ns1", "staying"))
+    await bed.run_until(20)
+    assert bed.source(other).closed
+
+
 async def test_a_failing_callback_or_factory_does_not_stop_the_scheduler() -> None:
     bed = Bed()
     calls = 0

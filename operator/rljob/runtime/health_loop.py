@@ -103,6 +103,9 @@ class HealthScheduler:
         self._sources: dict[SourceKey, MetricsSource] = {}
         self._inflight: dict[SourceKey | None, asyncio.Task[None]] = {}
         self._source_down: dict[SourceKey, str] = {}
+        # A source can fall out of use only when a job goes or changes source: the check
+        # for unused sources runs then, not every tick over every job.
+        self._sources_may_be_unused = False
         self._full_warned = False
         self._series = HealthSeries()
 
@@ -137,6 +140,8 @@ class HealthScheduler:
             self._uids[key] = uid
         by_role = {role_name(role): list(members) for role, members in pods.items()}
         source = source_key(job.spec.health, namespace, self._default_source)
+        if monitor.source != source:
+            self._sources_may_be_unused = True
         monitor.update(job, by_role, now, source)
         if self._addresses is not None:
             self._addresses.update(job, by_role)
@@ -240,6 +245,7 @@ class HealthScheduler:
         monitor = self._jobs.pop(uid, None)
         if monitor is None:
             return
+        self._sources_may_be_unused = True
         if self._uids.get(monitor.key) == uid:
             del self._uids[monitor.key]
             if self._addresses is not None:
@@ -277,8 +283,13 @@ class HealthScheduler:
         return source
 
     async def _close_unused(self) -> None:
-        used = {monitor.source for monitor in self._jobs.values()} | set(self._inflight)
-        for key in [key for key in self._sources if key not in used]:
+        if not self._sources_may_be_unused:
+            return
+        used = {monitor.source for monitor in self._jobs.values()}
+        unused = [key for key in self._sources if key not in used]
+        # A source whose round is still running is closed on a later tick.
+        self._sources_may_be_unused = any(key in self._inflight for key in unused)
+        for key in [key for key in unused if key not in self._inflight]:
             source = self._sources.pop(key)
             self._source_down.pop(key, None)
             with contextlib.suppress(Exception):
