@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import urllib.parse
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -405,3 +406,24 @@ def test_page_lines_are_capped(count: int, cap: int) -> None:
 
     assert len(samples) == min(count, cap)
     assert rejects.kinds["too_many_lines"] == max(0, count - cap)
+
+
+@SETTINGS
+@given(form=st.dictionaries(st.text(max_size=80), st.text(max_size=300), max_size=4))
+def test_the_query_form_is_encoded_exactly_as_urlencode_does(form: dict[str, str]) -> None:
+    """promql.form_body translates ASCII text in one pass; every text (any character, UTF-8
+    beyond ASCII) comes out as urllib.parse.urlencode writes it."""
+    assert promql.form_body(form) == urllib.parse.urlencode(form)
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        pytest.param({"query": '{pod=~"a\\.b|c d"}[45000ms]'}, id="a-selector"),
+        pytest.param({"query": "rate(x[1m]) > 0", "time": "12.500"}, id="two-fields"),
+        pytest.param({"q": "pöd=€&+%"}, id="non-ascii"),
+        pytest.param({}, id="empty"),
+    ],
+)
+def test_known_query_forms_are_encoded_as_urlencode_does(form: dict[str, str]) -> None:
+    assert promql.form_body(form) == urllib.parse.urlencode(form)

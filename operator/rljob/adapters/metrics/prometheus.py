@@ -34,11 +34,17 @@ from rljob.adapters.metrics.base import (
     status_error,
     wanted_pods,
 )
-from rljob.adapters.metrics.promql import parse_matrix, range_selector, series_selector
+from rljob.adapters.metrics.promql import (
+    form_body,
+    parse_matrix,
+    range_selector,
+    series_selector,
+)
 from rljob.health.profiles import Signal
 from rljob.observability import HEALTH_QUERIES, HEALTH_QUERY_SECONDS
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_QUERY_CONCURRENCY = 4
 TOKEN_TTL = 60.0
@@ -203,12 +209,12 @@ class PrometheusSource(HttpSource):
         return self._session
 
     async def _post(self, path: str, form: dict[str, str]) -> object:
-        headers = await self._headers()
+        headers = {**await self._headers(), "Content-Type": FORM_CONTENT_TYPE}
         timeout = aiohttp.ClientTimeout(total=self.timeout)
         try:
             async with self._client().post(
                 self.url + path,
-                data=form,
+                data=form_body(form),
                 headers=headers,
                 timeout=timeout,
                 allow_redirects=False,
