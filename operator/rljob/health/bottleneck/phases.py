@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -119,13 +120,20 @@ def _plausible(value: object, bound: float) -> bool:
     )
 
 
-class PodPhaseRing:
-    """One pod's samples in time order, the latest `capacity` of them, each with what its
-    phases accrued since the one before (computed once, as it arrives: every round reads the
-    whole window again). Kept in float arrays, a row of PHASES per sample with NaN for a phase
-    not reported (or no accrual): a window of dictionaries took about 860 bytes a sample."""
+# A PodPhaseRing's running totals per sample: each phase's accrued seconds, then the seconds
+# covered, the steps climbed and the intervals with a step gauge at both ends.
+COVERED, STEPS, STEPPED = WIDTH, WIDTH + 1, WIDTH + 2
+TOTALS_WIDTH = WIDTH + 3
 
-    __slots__ = ("_accrued", "_capacity", "_min_spacing", "_seconds", "_step", "_t")
+
+class PodPhaseRing:
+    """One pod's samples in time order, the latest `capacity` of them, and running totals of
+    what its phases accrued interval by interval (computed once, as each sample arrives). A
+    window is the difference of two totals plus the two intervals straddling its bounds: every
+    round reads every pod's 30-minute window, and summing it row by row was most of the
+    diagnosis. Kept in float arrays: a window of dictionaries took about 860 bytes a sample."""
+
+    __slots__ = ("_capacity", "_min_spacing", "_seconds", "_step", "_t", "_totals")
 
     def __init__(self, capacity: int, min_spacing: float) -> None:
         self._capacity = max(2, capacity)
@@ -133,7 +141,7 @@ class PodPhaseRing:
         self._t = array("d")
         self._step = array("d")  # NaN: no step gauge
         self._seconds = array("d")
-        self._accrued = array("d")  # all NaN: the first sample, or an interval of garbage
+        self._totals = array("d")  # TOTALS_WIDTH per sample, up to and including its interval
 
     def add(self, sample: PhaseSample) -> bool:
         """Accepts a sample `min_spacing` after the last one: out-of-order samples and
@@ -141,12 +149,17 @@ class PodPhaseRing:
         last = self._sample(len(self._t) - 1) if self._t else None
         if last is not None and sample.t < last.t + self._min_spacing:
             return False
+        step = NAN if sample.step is None else sample.step
+        interval = _interval_totals(last, sample, step) if last is not None else None
+        totals = self._totals[-TOTALS_WIDTH:] if self._t else array("d", [0.0] * TOTALS_WIDTH)
+        if interval is not None:
+            totals = array("d", [a + b for a, b in zip(totals, interval, strict=True)])
+        self._totals.extend(totals)
         self._t.append(sample.t)
-        self._step.append(NAN if sample.step is None else sample.step)
+        self._step.append(step)
         self._seconds.extend(_row(sample.seconds))
-        self._accrued.extend(_row(_accrued(last, sample) if last is not None else None))
         if len(self._t) > self._capacity:
-            del self._t[0], self._step[0], self._seconds[:WIDTH], self._accrued[:WIDTH]
+            del self._t[0], self._step[0], self._seconds[:WIDTH], self._totals[:TOTALS_WIDTH]
         return True
 
     def __len__(self) -> int:
@@ -155,28 +168,40 @@ class PodPhaseRing:
     def over(self, pod: str, start: float, end: float) -> PodPhases:
         """Seconds per phase accrued between start and end; an interval straddling a bound
         counts by its share inside."""
-        seconds = [0.0] * WIDTH
-        covered, steps, stepped = 0.0, 0.0, False
-        times, step_of, accrued = self._t, self._step, self._accrued
-        for index in range(1, len(times)):
-            previous, current = times[index - 1], times[index]
-            inside = min(current, end) - max(previous, start)
-            duration = current - previous
-            row = accrued[index * WIDTH : (index + 1) * WIDTH]
-            if inside <= 0 or duration <= 0 or all(math.isnan(amount) for amount in row):
-                continue
-            share = inside / duration
-            covered += inside
-            for column, amount in enumerate(row):
-                if not math.isnan(amount):
-                    seconds[column] += amount * share
-            before, after = step_of[index - 1], step_of[index]
-            if not (math.isnan(before) or math.isnan(after)):
-                stepped = True
-                steps += max(0.0, after - before) * share
+        times, count = self._t, len(self._t)
+        first = bisect_left(times, start)  # intervals ending after it may start before `start`
+        last = bisect_right(times, end) - 1  # intervals ending at or before it end inside
+        sums = [0.0] * TOTALS_WIDTH
+        if first + 1 <= last:  # the intervals wholly inside: first -> first+1, ..., last-1 -> last
+            sums = self._between(first, last)
+        for index in sorted({first, last + 1}):  # the straddling ones, if any
+            if 1 <= index < count:
+                self._add_share(sums, index, start, end)
         return PodPhases(
-            pod, dict(zip(PHASES, seconds, strict=True)), covered, steps if stepped else None
+            pod,
+            dict(zip(PHASES, sums[:WIDTH], strict=True)),
+            sums[COVERED],
+            sums[STEPS] if sums[STEPPED] > 0 else None,
         )
+
+    def _between(self, older: int, newer: int) -> list[float]:
+        totals = self._totals
+        low, high = older * TOTALS_WIDTH, newer * TOTALS_WIDTH
+        return [totals[high + k] - totals[low + k] for k in range(TOTALS_WIDTH)]
+
+    def _add_share(self, sums: list[float], index: int, start: float, end: float) -> None:
+        """Adds the interval ending at `index` by the share of it inside [start, end]."""
+        previous, current = self._t[index - 1], self._t[index]
+        inside = min(current, end) - max(previous, start)
+        interval = self._between(index - 1, index)
+        if inside <= 0 or interval[COVERED] <= 0:
+            return
+        share = inside / (current - previous)
+        for column in range(WIDTH):
+            sums[column] += interval[column] * share
+        sums[COVERED] += inside
+        sums[STEPS] += interval[STEPS] * share
+        sums[STEPPED] += interval[STEPPED]
 
     def _sample(self, index: int) -> PhaseSample:
         row = self._seconds[index * WIDTH : (index + 1) * WIDTH]
@@ -190,6 +215,23 @@ class PodPhaseRing:
             },
             None if math.isnan(step) else step,
         )
+
+
+def _interval_totals(last: PhaseSample, sample: PhaseSample, step: float) -> list[float] | None:
+    """What the interval from `last` to `sample` adds to the running totals; None when it adds
+    nothing (no time passed, or its accruals are garbage)."""
+    duration = sample.t - last.t
+    amounts = _accrued(last, sample)
+    if duration <= 0 or not amounts:
+        return None
+    stepped = last.step is not None and not math.isnan(step)
+    climbed = max(0.0, step - last.step) if stepped and last.step is not None else 0.0
+    return [
+        *(amounts.get(phase, 0.0) for phase in PHASES),
+        duration,
+        climbed,
+        1.0 if stepped else 0.0,
+    ]
 
 
 def _row(values: Mapping[str, float] | None) -> list[float]:

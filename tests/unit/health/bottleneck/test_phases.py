@@ -3,13 +3,22 @@ resumes, garbage, out-of-order samples, thinning and several pods combined."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import tracemalloc
 from collections.abc import Mapping, Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rljob.health.bottleneck.phases import PhaseLedger, clean_sample
+from rljob.health.bottleneck.phases import (
+    PHASES,
+    PhaseLedger,
+    PhaseSample,
+    _accrued,
+    clean_sample,
+)
 
 Sample = tuple[float, Mapping[str, float], float | None]
 
@@ -181,3 +190,62 @@ def test_a_full_ring_keeps_each_sample_in_a_few_floats() -> None:
         tracemalloc.stop()
     assert full.pods() == ["trainer-0"]
     assert held / capacity < 200, held
+
+
+def _row_by_row(
+    samples: Sequence[Sample], start: float, end: float
+) -> tuple[dict[str, float], float, float | None]:
+    """The window read the plain way, interval by interval, from the accepted samples."""
+    accepted: list[PhaseSample] = []
+    for t, seconds, step in samples:
+        sample = clean_sample(t, seconds, step)
+        if sample is not None and (not accepted or sample.t >= accepted[-1].t + 1.0):
+            accepted.append(sample)
+    seconds_in = dict.fromkeys(PHASES, 0.0)
+    covered, steps, stepped = 0.0, 0.0, False
+    for previous, current in itertools.pairwise(accepted):
+        inside = min(current.t, end) - max(previous.t, start)
+        amounts = _accrued(previous, current)
+        if inside <= 0 or not amounts:
+            continue
+        share = inside / (current.t - previous.t)
+        covered += inside
+        for phase, amount in amounts.items():
+            seconds_in[phase] += amount * share
+        if previous.step is not None and current.step is not None:
+            stepped = True
+            steps += max(0.0, current.step - previous.step) * share
+    return seconds_in, covered, steps if stepped else None
+
+
+phase_samples = st.lists(
+    st.tuples(
+        st.floats(0.5, 90.0),  # seconds since the previous sample
+        st.dictionaries(st.sampled_from(PHASES), st.floats(0.0, 500.0), min_size=1),
+        st.none() | st.floats(0.0, 50.0),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(gaps=phase_samples, start=st.floats(-100.0, 3000.0), length=st.floats(0.0, 3000.0))
+def test_a_window_from_running_totals_equals_the_window_read_row_by_row(
+    gaps: list[tuple[float, dict[str, float], float | None]], start: float, length: float
+) -> None:
+    """Running totals and the two straddling intervals give what summing every interval
+    inside the window gives, whatever the counters do (restarts, garbage, missing steps)."""
+    samples: list[Sample] = []
+    t = 0.0
+    for gap, seconds, step in gaps:
+        t += gap
+        samples.append((t, seconds, step))
+    end = start + length
+    (got,) = ledger(samples).per_pod(end, length)
+    want_seconds, want_covered, want_steps = _row_by_row(samples, start, end)
+    assert got.seconds == pytest.approx(want_seconds, rel=1e-9, abs=1e-6)
+    assert got.covered == pytest.approx(want_covered, rel=1e-9, abs=1e-6)
+    assert (got.steps is None) == (want_steps is None)
+    if want_steps is not None:
+        assert got.steps == pytest.approx(want_steps, rel=1e-9, abs=1e-6)
