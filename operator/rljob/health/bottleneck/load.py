@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from rljob.health.line import least_squares
@@ -62,32 +63,88 @@ class LoadInterval:
         return self.tokens / self.duration
 
 
-# A LoadRing row: what engine_window reads of a LoadInterval, None as NaN, booleans as 0 or 1.
-START, END, TOKENS, RUNNING, WAITING, KV_USAGE, SATURATED, JUDGED = range(8)
-LOAD_WIDTH = 8
+# A LoadRing row: an interval's bounds, then running totals over the judged intervals up to
+# and including it (judged seconds; requests running and queued, saturated seconds, KV usage
+# and the KV-full batch weighted by seconds; tokens).
+START, END, SECONDS, RUNNING, WAITING, TOKENS, SATURATED = range(7)
+KV_SECONDS, KV_SUM, CAPACITY_SECONDS, CAPACITY_SUM = range(7, 11)
+LOAD_WIDTH = 11
 
 
 class LoadRing:
-    """One engine's latest `capacity` intervals in a float array, a row each: a ring of
-    LoadInterval objects took about 280 bytes an interval, a row takes 64."""
+    """One engine's latest `capacity` intervals in a float array, a row each after a first row
+    that holds only the totals before them. A window is the difference of two rows' totals
+    plus the intervals straddling its bounds: every round once summed every interval of every
+    engine's 30-minute window. (A ring of LoadInterval objects took about 280 bytes an
+    interval, a row takes 88.)"""
 
     __slots__ = ("_capacity", "rows")
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self.rows = array("d")
+        self.rows = array("d", [-math.inf, -math.inf] + [0.0] * (LOAD_WIDTH - 2))
 
     def append(self, load: LoadInterval) -> None:
-        kv_usage = NAN if load.kv_usage is None else load.kv_usage
-        self.rows.extend(
-            (load.start, load.end, load.tokens, load.running, load.waiting, kv_usage,
-             float(load.saturated), float(load.judged))
-        )  # fmt: skip
-        if len(self.rows) > self._capacity * LOAD_WIDTH:
-            del self.rows[:LOAD_WIDTH]
+        totals = self.rows[-LOAD_WIDTH:]
+        if load.judged:
+            totals = array("d", [a + b for a, b in zip(totals, _judged_totals(load), strict=True)])
+        totals[START], totals[END] = load.start, load.end
+        self.rows.extend(totals)
+        if len(self) > self._capacity:
+            del self.rows[:LOAD_WIDTH]  # the oldest interval's totals become the base
 
     def __len__(self) -> int:
-        return len(self.rows) // LOAD_WIDTH
+        """The intervals held (the base row is none)."""
+        return len(self.rows) // LOAD_WIDTH - 1
+
+    def window(self, start: float, end: float) -> list[float]:
+        """The totals of the judged time inside [start, end] (START and END left 0)."""
+        rows, count = self.rows, len(self)
+        first = bisect_left(range(1, count + 1), start, key=lambda i: rows[i * LOAD_WIDTH]) + 1
+        last = bisect_right(range(1, count + 1), end, key=lambda i: rows[i * LOAD_WIDTH + END])
+        sums = self._between(first - 1, last) if first <= last else [0.0] * LOAD_WIDTH
+        for index in {first - 1, last + 1}:  # the intervals straddling a bound, if any
+            if 1 <= index <= count:
+                self._add_share(sums, index, start, end)
+        return sums
+
+    def _between(self, older: int, newer: int) -> list[float]:
+        rows, low, high = self.rows, older * LOAD_WIDTH, newer * LOAD_WIDTH
+        return [0.0, 0.0, *(rows[high + k] - rows[low + k] for k in range(SECONDS, LOAD_WIDTH))]
+
+    def _add_share(self, sums: list[float], index: int, start: float, end: float) -> None:
+        """Adds the interval at `index` by the share of it inside [start, end]; every total
+        of one interval is its seconds times a mean, or its tokens, so all scale alike."""
+        first, last = self.rows[index * LOAD_WIDTH], self.rows[index * LOAD_WIDTH + END]
+        own = self._between(index - 1, index)
+        inside = min(last, end) - max(first, start)
+        if inside <= 0 or own[SECONDS] <= 0:
+            return
+        share = inside / (last - first)
+        for column in range(SECONDS, LOAD_WIDTH):
+            sums[column] += own[column] * share
+
+
+def _judged_totals(load: LoadInterval) -> list[float]:
+    """What a judged interval adds to the running totals."""
+    seconds = load.duration
+    kv = load.kv_usage
+    kv_seconds = seconds if kv is not None else 0.0
+    fills = kv is not None and kv >= MIN_KV_FOR_CAPACITY and load.running >= 1
+    capacity_seconds = seconds if fills else 0.0
+    return [
+        0.0,
+        0.0,
+        seconds,
+        load.running * seconds,
+        load.waiting * seconds,
+        load.tokens,
+        seconds if load.saturated else 0.0,
+        kv_seconds,
+        (kv or 0.0) * kv_seconds,
+        capacity_seconds,
+        load.running / kv * capacity_seconds if fills and kv else 0.0,
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,48 +231,23 @@ def _mean_kv(a: float | None, b: float | None) -> float | None:
 
 
 def engine_window(pod: str, ring: LoadRing, start: float, end: float) -> EngineWindow | None:
-    """The engine's judged time inside [start, end]; read from the ring's rows in place, as
-    every round reads every engine's whole window."""
-    seconds = running = waiting = tokens = saturated = 0.0
-    kv_seconds = kv_sum = 0.0
-    capacities: list[tuple[float, float]] = []
-    rows = ring.rows
-    for base in range(0, len(rows), LOAD_WIDTH):
-        first, last = rows[base + START], rows[base + END]
-        inside = min(last, end) - max(first, start)
-        if inside <= 0 or rows[base + JUDGED] != 1.0:
-            continue
-        share = inside / (last - first)
-        item_running = rows[base + RUNNING]
-        seconds += inside
-        running += item_running * inside
-        waiting += rows[base + WAITING] * inside
-        tokens += rows[base + TOKENS] * share
-        saturated += inside if rows[base + SATURATED] == 1.0 else 0.0
-        kv_usage = rows[base + KV_USAGE]
-        if not math.isnan(kv_usage):
-            kv_seconds += inside
-            kv_sum += kv_usage * inside
-            if kv_usage >= MIN_KV_FOR_CAPACITY and item_running >= 1:
-                capacities.append((item_running / kv_usage, inside))
-    judged = seconds
+    """The engine's judged time inside [start, end], from the ring's running totals."""
+    sums = ring.window(start, end)
+    judged = sums[SECONDS]
     if judged <= 0:
         return None
     return EngineWindow(
         pod=pod,
         judged_seconds=judged,
-        running=running / judged,
-        waiting=waiting / judged,
-        kv_usage=kv_sum / kv_seconds if kv_seconds > 0 else None,
-        tokens_per_second=tokens / judged,
-        saturated=saturated / judged,
-        capacity=_weighted_mean(capacities),
+        running=sums[RUNNING] / judged,
+        waiting=sums[WAITING] / judged,
+        kv_usage=sums[KV_SUM] / sums[KV_SECONDS] if sums[KV_SECONDS] > 0 else None,
+        tokens_per_second=sums[TOKENS] / judged,
+        saturated=sums[SATURATED] / judged,
+        capacity=(
+            sums[CAPACITY_SUM] / sums[CAPACITY_SECONDS] if sums[CAPACITY_SECONDS] > 0 else None
+        ),
     )
-
-
-def _weighted_mean(pairs: Sequence[tuple[float, float]]) -> float | None:
-    weight = sum(w for _, w in pairs)
-    return sum(v * w for v, w in pairs) / weight if weight > 0 else None
 
 
 @dataclass(frozen=True, slots=True)

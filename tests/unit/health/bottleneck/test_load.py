@@ -8,8 +8,26 @@ import tracemalloc
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rljob.health.bottleneck.load import EngineLedger, VerifierLedger, steady_in_flight
+from rljob.health.bottleneck.load import (
+    CAPACITY_SECONDS,
+    CAPACITY_SUM,
+    KV_SECONDS,
+    KV_SUM,
+    MIN_KV_FOR_CAPACITY,
+    RUNNING,
+    SATURATED,
+    SECONDS,
+    TOKENS,
+    WAITING,
+    EngineLedger,
+    LoadInterval,
+    LoadRing,
+    VerifierLedger,
+    steady_in_flight,
+)
 from rljob.health.samples import EngineSample
 
 
@@ -184,8 +202,9 @@ def test_a_steep_tail_is_unsteady_but_counts_for_load() -> None:
 
 
 def test_a_full_engine_ring_keeps_each_interval_in_a_row_of_floats() -> None:
-    """Memory per engine is bounded and compact (issue #28): an interval is eight floats, not
-    a LoadInterval and its float objects (about 280 bytes an interval before)."""
+    """Memory per engine is bounded and compact (issue #28): an interval is eleven floats (its
+    bounds and the running totals a window is read from), not a LoadInterval and its float
+    objects (about 280 bytes an interval before)."""
     capacity = 77  # a 30 min window at a 30 s interval
     samples = [sample(30.0 * i, 9000.0 * i, 8, 2, 0.5) for i in range(3 * capacity)]
     EngineLedger(interval=30.0, capacity=capacity).observe("warm-up", samples[0])
@@ -200,4 +219,70 @@ def test_a_full_engine_ring_keeps_each_interval_in_a_row_of_floats() -> None:
         tracemalloc.stop()
     (window,) = ledger.windows(now=samples[-1].t, window=900)
     assert window.tokens_per_second == pytest.approx(300.0)
-    assert held / capacity < 100, held
+    assert held / capacity < 11 * 8 * 1.25, held
+
+
+def _row_by_row(intervals: Sequence[LoadInterval], start: float, end: float) -> list[float]:
+    """The window's judged totals summed the plain way, interval by interval."""
+    seconds = running = waiting = tokens = saturated = kv_seconds = kv_sum = 0.0
+    capacity_seconds = capacity_sum = 0.0
+    for load in intervals:
+        inside = min(load.end, end) - max(load.start, start)
+        if inside <= 0 or not load.judged:
+            continue
+        seconds += inside
+        running += load.running * inside
+        waiting += load.waiting * inside
+        tokens += load.tokens * inside / load.duration
+        saturated += inside if load.saturated else 0.0
+        if load.kv_usage is not None:
+            kv_seconds += inside
+            kv_sum += load.kv_usage * inside
+            if load.kv_usage >= MIN_KV_FOR_CAPACITY and load.running >= 1:
+                capacity_seconds += inside
+                capacity_sum += load.running / load.kv_usage * inside
+    return [seconds, running, waiting, tokens, saturated, kv_seconds, kv_sum,
+            capacity_seconds, capacity_sum]  # fmt: skip
+
+
+load_intervals = st.lists(
+    st.tuples(
+        st.floats(0.5, 90.0),  # its length
+        st.floats(0.0, 1e5),  # tokens
+        st.floats(0.0, 256.0),  # running
+        st.floats(0.0, 64.0),  # waiting
+        st.none() | st.floats(0.0, 1.0),  # KV usage
+        st.booleans(),  # saturated
+        st.booleans(),  # judged
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    made=load_intervals,
+    capacity=st.integers(2, 50),
+    start=st.floats(-0.1, 1.1),
+    length=st.floats(0.0, 1.2),
+)
+def test_a_window_from_running_totals_equals_the_window_read_row_by_row(
+    made: list[tuple[float, float, float, float, float | None, bool, bool]],
+    capacity: int,
+    start: float,
+    length: float,
+) -> None:
+    """Running totals and the straddling intervals give what summing every interval the ring
+    still holds gives, whatever is judged, and after the ring has dropped its oldest."""
+    ring, intervals, t = LoadRing(capacity), [], 0.0
+    for duration, tokens, running, waiting, kv, saturated, judged in made:
+        load = LoadInterval(t, t + duration, tokens, running, waiting, kv, saturated, judged)
+        ring.append(load)
+        intervals.append(load)
+        t += duration
+    start, end = start * t, (start + length) * t  # as shares of the time the intervals span
+    got = ring.window(start, end)
+    want = _row_by_row(intervals[-capacity:], start, end)
+    columns = (SECONDS, RUNNING, WAITING, TOKENS, SATURATED, KV_SECONDS, KV_SUM,
+               CAPACITY_SECONDS, CAPACITY_SUM)  # fmt: skip
+    assert [got[c] for c in columns] == pytest.approx(want, rel=1e-9, abs=1e-6)

@@ -230,7 +230,7 @@ phase_samples = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(gaps=phase_samples, start=st.floats(-100.0, 3000.0), length=st.floats(0.0, 3000.0))
+@given(gaps=phase_samples, start=st.floats(-0.1, 1.1), length=st.floats(0.0, 1.2))
 def test_a_window_from_running_totals_equals_the_window_read_row_by_row(
     gaps: list[tuple[float, dict[str, float], float | None]], start: float, length: float
 ) -> None:
@@ -241,6 +241,7 @@ def test_a_window_from_running_totals_equals_the_window_read_row_by_row(
     for gap, seconds, step in gaps:
         t += gap
         samples.append((t, seconds, step))
+    start, length = start * t, length * t  # as shares of the time the samples span
     end = start + length
     (got,) = ledger(samples).per_pod(end, length)
     want_seconds, want_covered, want_steps = _row_by_row(samples, start, end)
