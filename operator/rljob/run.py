@@ -7,7 +7,7 @@ import os
 import kopf
 
 from rljob.observability import configure_logging, serve_metrics
-from rljob.runtime.allocator import limit_malloc_arenas
+from rljob.runtime.allocator import hold_mmap_threshold, limit_malloc_arenas
 from rljob.runtime.runtime import RuntimeOptions
 
 
@@ -20,6 +20,7 @@ def run_operator(
     log_level: str,
 ) -> int:
     limit_malloc_arenas()  # before any thread starts: each would open an arena
+    hold_mmap_threshold()
     configure_logging(log_level)
     if options.kubeconfig:
         os.environ["KUBECONFIG"] = options.kubeconfig  # read by kopf's kubeconfig login
