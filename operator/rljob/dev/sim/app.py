@@ -7,16 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from functools import cached_property
 
 from rljob.dev.sim.control import ControlApi
 from rljob.dev.sim.httpserver import Listener, listen
-from rljob.dev.sim.simulation import NodeLister, PodLister, RankFailer, SimConfig, Simulation
-
-if TYPE_CHECKING:
-    from rljob.dev.sim.checkpoints import CheckpointSink
+from rljob.dev.sim.simulation import Simulation
 
 log = logging.getLogger("rljob.dev.sim")
 
@@ -27,23 +22,20 @@ class SimulatorApp(Simulation):
     """The simulation with its control API and loops: tests may drive it in-process with a fake
     pod lister and clock."""
 
-    def __init__(
-        self,
-        config: SimConfig,
-        list_pods: PodLister,
-        *,
-        clock: Callable[[], float] = time.time,
-        sink: CheckpointSink | None = None,
-        lost_nodes: NodeLister | None = None,
-        fail_rank: RankFailer | None = None,
-    ) -> None:
-        super().__init__(
-            config, list_pods, clock=clock, sink=sink, lost_nodes=lost_nodes, fail_rank=fail_rank
-        )
-        self.api = ControlApi(self)
-        self.control: Listener | None = None
-        self._stop = asyncio.Event()
-        self._poll_now = asyncio.Event()
+    control: Listener | None = None  # the control API's, once started
+
+    # Made on first use, so the app takes the simulation's arguments as they are.
+    @cached_property
+    def api(self) -> ControlApi:
+        return ControlApi(self)
+
+    @cached_property
+    def _stop(self) -> asyncio.Event:
+        return asyncio.Event()
+
+    @cached_property
+    def _poll_now(self) -> asyncio.Event:
+        return asyncio.Event()
 
     # ---------------------------------------------------------------- lifecycle
 
