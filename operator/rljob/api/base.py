@@ -59,6 +59,16 @@ class StatusModel(BaseModel):
     model_config = camel_case(extra="ignore")
 
 
+def optional_text(description: str) -> Any:
+    """A status text that may be empty: written only when it is not (absent, it reads back as
+    empty; written empty, `kubectl describe` would show a bare key)."""
+    return Field(default="", exclude_if=_empty, description=description)
+
+
+def _empty(text: str) -> bool:
+    return text == ""
+
+
 def nested(model: type[SpecModel], description: str) -> Any:
     """A nested spec object defaulting to {} in the CRD: the API server then fills and stores
     every nested default, so a later operator version never silently changes a running job's

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from rljob.api.base import StatusModel
+from rljob.api.base import StatusModel, optional_text
 from rljob.api.enums import FailureReason, RoleName
 from rljob.api.rounding import Amount, Seconds, Share, TokensPerSecond
 
@@ -100,7 +100,7 @@ class ConcurrencyCurveStatus(StatusModel):
     observed_from: Amount | None = Field(default=None, description="Lowest concurrency seen.")
     observed_to: Amount | None = Field(default=None, description="Highest concurrency seen.")
     coverage: Share = Field(default=0.0, description="Share of the observed span with points.")
-    message: Text = Field(default="", description="The verdict in words.")
+    message: Text = optional_text("The verdict in words.")
 
 
 class EngineLoad(StatusModel):
@@ -140,8 +140,8 @@ class Bottleneck(StatusModel):
     phases: Annotated[list[PhaseShare], Field(max_length=MAX_PHASES)] = Field(
         default_factory=list, description="Each trainer phase's share of the window."
     )
-    evidence: Text = Field(default="", description="Why this role, with the figures.")
-    advice: Text = Field(default="", description="What to change, following the evidence.")
+    evidence: Text = optional_text("Why this role, with the figures.")
+    advice: Text = optional_text("What to change, following the evidence.")
     recommended_concurrency: Annotated[int, Field(ge=1)] | None = Field(
         default=None,
         description="Requests in flight to run the rollout driver at, when concurrency is the "

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from rljob.api.base import StatusModel
+from rljob.api.base import StatusModel, optional_text
 from rljob.api.enums import EngineState
 
 
@@ -15,8 +15,8 @@ class EngineMember(StatusModel):
     """One rollout engine in the roster a driver follows (rljob.sdk.EngineRoster)."""
 
     pod: Annotated[str, Field(max_length=253)] = Field(description="Pod name.")
-    address: Annotated[str, Field(max_length=64)] = Field(
-        default="", description="Pod IP; empty until the pod has one."
+    address: Annotated[str, Field(max_length=64)] = optional_text(
+        "Pod IP; absent until the pod has one."
     )
     state: EngineState = Field(
         description="joining (not Ready yet), serving (Ready: send to it) or draining (being "

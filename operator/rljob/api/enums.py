@@ -97,6 +97,9 @@ class FailureReason(StrEnum):
     # token falling after a weight sync against the hour before it.
     REWARD_HACKING_SUSPECTED = "RewardHackingSuspected"
     THROUGHPUT_REGRESSION = "ThroughputRegression"
+    # No failure: a restart the user requested (rljob.io/restart-request), as the restart ledger
+    # records it beside the policy's; no failure is classified so, so no rule matches it.
+    RESTART_REQUESTED = "RestartRequested"
 
 
 class FailureAction(StrEnum):

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
-from rljob.api.base import StatusModel
+from rljob.api.base import StatusModel, optional_text
 from rljob.api.diagnosis import (
     MAX_EARLIER_REQUESTS,
     Bottleneck,
@@ -186,7 +186,7 @@ class RestartRecord(StatusModel):
     reason: FailureReason = Field(description="Failure that caused it.")
     action: FailureAction = Field(description="Action taken.")
     counted: bool = Field(default=True, description="Whether it counted towards maxRestarts.")
-    message: Message = Field(default="", description="Evidence, one line.")
+    message: Message = optional_text("Evidence, one line.")
 
 
 class RestartsStatus(StatusModel):
@@ -254,8 +254,8 @@ class InFlightAction(StatusModel):
     kind: ActionKind = Field(description="What the action does.")
     target: ActionTarget | None = Field(default=None, description="What it acts on.")
     reason: FailureReason | None = Field(default=None, description="Failure that caused it.")
-    step: Annotated[str, Field(max_length=64)] = Field(
-        default="", description="Last step completed; empty before the first."
+    step: Annotated[str, Field(max_length=64)] = optional_text(
+        "Last step completed; absent before the first."
     )
     started_at: datetime = Field(description="When the action was journaled.")
     format: Annotated[int, Field(ge=1, le=1000)] = Field(

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from rljob.dev.sim.models.verifier import lognormal_cdf
+from rljob.dev.sim.lognormal import lognormal_cdf
 from rljob.health.samples import EngineSample
 from rljob.health.stall import PHASE_CHECKPOINTING, PHASE_WAITING_FOR_ROLLOUTS
 from rljob.health.verifier import VerifierSample

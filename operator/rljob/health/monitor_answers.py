@@ -1,7 +1,7 @@
 """From one round's answers to a job's evaluations (docs/architecture.md section 5). Pure: the
 health loop turns a metrics source's answers into `Answers`; this module feeds them into a
 JobMonitor's detectors (engine samples, trainer readings, verifier histogram snapshots per pod) and
-evaluates them.
+its rollout engines' readings (rljob.health.monitor_engines), and evaluates them.
 
 A signal that failed makes every evaluation of the roles that need it "insufficient data" for
 that round, and none of that role's answers are fed (an engine whose sleep state is unknown
@@ -45,7 +45,7 @@ from rljob.health.monitor import (
     S,
     Targets,
 )
-from rljob.health.monitor_engines import note_engine_gauges
+from rljob.health.monitor_engines import ENGINE_GAUGE_SIGNALS, engine_gauges
 from rljob.health.profiles import (
     OPTIONAL_ENGINE_SIGNALS,
     TRAINER,
@@ -115,7 +115,7 @@ def feed(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> dict[str
     """Feeds a job's detectors from the answers; returns role -> error for the roles whose
     signals failed (those roles get nothing fed)."""
     failed: dict[str, str] = {}
-    note_engine_gauges(monitor, targets, answers)
+    _note_engine_gauges(monitor, targets, answers)
     feeds: list[tuple[str, Mapping[str, Signal], Callable[[], None]]] = []
     for group in monitor.engine_groups:
         pods = targets.engines(group.key)
@@ -148,6 +148,27 @@ def feed(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> dict[str
         else:
             feed_role()
     return failed
+
+
+def _note_engine_gauges(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> None:
+    """Keeps each rollout pod's newest reading from the answers (an older one never replaces
+    a newer one: a backfill's history, a Prometheus that lags)."""
+    profile = monitor.rollout.metrics
+    if profile is None:
+        return
+    signals = {
+        name: signal for name, signal in profile.signals().items() if name in ENGINE_GAUGE_SIGNALS
+    }
+    namespace = monitor.key[0]
+    for pod in targets.rollout:
+        series = {
+            name: answers.data.get(signal, {}).get((namespace, pod), [])
+            for name, signal in signals.items()
+        }
+        reading = engine_gauges(profile, series, monitor.staleness)
+        known = monitor.engine_gauges.get(pod)
+        if reading is not None and (known is None or reading.t >= known.t):
+            monitor.engine_gauges[pod] = reading
 
 
 def _engine_feed(

@@ -1,7 +1,8 @@
 """What the health loop keeps of each rollout engine for drains and the policy-current gate
 (issue #17): its latest running requests and reported weight generation, with the sample's
-time, and when a new reading could move a drain or a gate. Pure: the loop feeds it from a
-round's (or a backfill's) answers and hands the readings to the passes.
+time, and when a new reading could move a drain or a gate. Pure: rljob.health.monitor_answers
+keeps each pod's reading from a round's (or a backfill's) answers and the loop hands the readings
+to the passes. Imports neither the monitor nor its answers (both import it).
 
 A reading's time is its newest running-gauge sample (the generation at that time), so a drain
 never counts a running count older than the time it is stamped with. Garbage is no reading: a
@@ -14,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from rljob.health.profiles import (
     ENGINE_POLICY_GENERATION,
@@ -25,13 +26,10 @@ from rljob.health.profiles import (
     SeriesLookup,
 )
 
-if TYPE_CHECKING:
-    from rljob.health.monitor import JobMonitor, S, Targets
-    from rljob.health.monitor_answers import Answers
-
 # A float gauge holds every integer up to 2**53 exactly; a larger "generation" is garbage.
 MAX_GENERATION = 2**53
-_READ = (REQUESTS_RUNNING, REQUESTS_WAITING, ENGINE_POLICY_GENERATION)
+# The signals an engine reading is made of.
+ENGINE_GAUGE_SIGNALS = (REQUESTS_RUNNING, REQUESTS_WAITING, ENGINE_POLICY_GENERATION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,25 +102,6 @@ def _generation(values: Sequence[float]) -> int | None:
 
 def _whole(value: float) -> bool:
     return math.isfinite(value) and 0 <= value <= MAX_GENERATION and value == int(value)
-
-
-def note_engine_gauges(monitor: JobMonitor[S], targets: Targets, answers: Answers) -> None:
-    """Keeps each rollout pod's newest reading from the answers (an older one never replaces
-    a newer one: a backfill's history, a Prometheus that lags)."""
-    profile = monitor.rollout.metrics
-    if profile is None:
-        return
-    signals = {name: signal for name, signal in profile.signals().items() if name in _READ}
-    namespace = monitor.key[0]
-    for pod in targets.rollout:
-        series = {
-            name: answers.data.get(signal, {}).get((namespace, pod), [])
-            for name, signal in signals.items()
-        }
-        reading = engine_gauges(profile, series, monitor.staleness)
-        known = monitor.engine_gauges.get(pod)
-        if reading is not None and (known is None or reading.t >= known.t):
-            monitor.engine_gauges[pod] = reading
 
 
 def readings_moved(before: Iterable[ReadingLike], after: Iterable[ReadingLike]) -> bool:

@@ -54,7 +54,7 @@ def histogram_quantile(
         return math.inf
     counts = _monotonic(cumulative)
     observations = counts[-1]
-    if not observations > 0:
+    if not 0 < observations < math.inf:  # an infinite count is garbage: no rank within it
         return None
     rank = q * observations
     index = next(i for i, count in enumerate(counts) if count >= rank)

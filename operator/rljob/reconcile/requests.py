@@ -16,8 +16,10 @@ from datetime import datetime
 from rljob.api import (
     ActionKind,
     ActionTarget,
+    FailureAction,
     InFlightAction,
     RestartRequest,
+    RestartsStatus,
     RLJob,
     RLJobStatus,
     RoleName,
@@ -30,6 +32,7 @@ from rljob.reconcile.journal import MANUAL_PREFIX
 from rljob.reconcile.lifecycle import RESTART_REQUESTED_END, close_attempt
 from rljob.reconcile.names import child_names
 from rljob.reconcile.observed import Observed
+from rljob.reconcile.policy import record_requested_restart
 from rljob.reconcile.remediation import current_trainer_job
 
 # The annotation's name stays importable from here, where the request is read.
@@ -82,7 +85,8 @@ def journal_manual_restart(
 ) -> RLJobStatus:
     """The request recorded as handled in the same write that journals it as an action in
     flight (a trainer gang restart: attempt + 1; a serving role: its roll), so a crash between
-    the write and the roll resumes the roll. Not counted towards the restart budget."""
+    the write and the roll resumes the roll. A restart carried out is in the restart ledger,
+    as the policy's are, but not counted towards the restart budget."""
     status = job.status.model_copy(
         update={
             "last_restart_request": RestartRequest(
@@ -109,7 +113,12 @@ def journal_manual_restart(
         attempt = status.attempt or 1
         ended = close_attempt(status.attempts, attempt, RESTART_REQUESTED_END, now)
         return status.model_copy(
-            update={"attempt": attempt + 1, "attempts": ended, "in_flight": action}
+            update={
+                "attempt": attempt + 1,
+                "attempts": ended,
+                "in_flight": action,
+                "restarts": _ledger(status, order, FailureAction.RESTART_TRAINER_GANG, now),
+            }
         )
     if getattr(job.spec.roles, order.role.value) is None:
         return status  # no such role: nothing to roll (kubectl rljob restart checks first)
@@ -117,13 +126,21 @@ def journal_manual_restart(
         entry = in_turn_entry(job, order.role, observed, action_id, now)
         if entry is None:
             return status
-        journaled = status.model_copy(update={"in_flight": entry})
+        ledger = _ledger(status, order, FailureAction.RESTART_ROLE_IN_TURN, now)
+        journaled = status.model_copy(update={"in_flight": entry, "restarts": ledger})
         return advance_in_turn(job.model_copy(update={"status": journaled}), observed, now).status
     target = ActionTarget(role=order.role, name=child_names(job).role(order.role))
     action = InFlightAction(
         id=action_id, kind=ActionKind.RESTART_ROLE, target=target, started_at=now
     )
-    return status.model_copy(update={"in_flight": action})
+    ledger = _ledger(status, order, FailureAction.RESTART_ROLE, now)
+    return status.model_copy(update={"in_flight": action, "restarts": ledger})
+
+
+def _ledger(
+    status: RLJobStatus, order: RestartOrder, action: FailureAction, now: datetime
+) -> RestartsStatus:
+    return record_requested_restart(status.restarts, order.role, action, order.nonce, now)
 
 
 def _recorded(status: RLJobStatus) -> bool:

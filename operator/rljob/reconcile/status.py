@@ -130,8 +130,7 @@ def role_statuses(
 
 def role_restarts(ledger: RestartsStatus | None) -> dict[str, int]:
     """Restarts per role as the ledger counts them: gang restarts of the trainer, pod, role and
-    in-turn restarts of serving roles. User-requested restarts are not in the ledger (they are
-    status.lastRestartRequest), so they are not counted here either."""
+    in-turn restarts of serving roles, the policy's and the user-requested ones."""
     return ledger.role_counts() if ledger is not None else {}
 
 

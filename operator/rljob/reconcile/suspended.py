@@ -2,7 +2,10 @@
 (status.suspension, action Suspend). Either stops every pod the same way (Deployments at 0, the
 trainer Job deleted, the attempt closed as Suspended, not counted as a restart); only the words
 differ. spec.suspend stays the user's: a GitOps tool would revert an operator's write to it, so
-the policy's suspension lives in status and `rljob.io/resume-request` ends it."""
+the policy's suspension lives in status and `rljob.io/resume-request` ends it.
+
+Apart from rljob.reconcile.suspension (the policy's suspension and resume written): that imports
+the events, whose lifecycle and render read this, so the two merged would be an import circle."""
 
 from __future__ import annotations
 

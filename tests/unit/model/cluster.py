@@ -60,6 +60,8 @@ INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 TRAINER_CONTAINER = "trainer"
 WATCHED_KINDS = ("RLJob", "Deployment", "Job", "Service", "Pod")
 CHILD_KINDS = ("Deployment", "Job", "Service")
+# The journaled actions (status.inFlight.kind) that restart something, the policy's or the user's.
+RESTART_KINDS = frozenset({"RestartPod", "RestartRole", "RestartRoleInTurn", "RestartTrainerGang"})
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes' generateName draws from
 _PLURALS = {
     "deployments": ("apps/v1", "Deployment"),

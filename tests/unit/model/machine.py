@@ -37,6 +37,7 @@ from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
 from rljob.reconcile.engine_readings import EngineReading
 from tests.unit.model import bounds, drain, harness, in_turn, nodes, suspension
 from tests.unit.model.cluster import (
+    RESTART_KINDS,
     TEMPLATE_HASH_LABEL,
     WATCHED_KINDS,
     Clock,
@@ -202,9 +203,10 @@ class ActionEngine(RuleBasedStateMachine):
       before;
     - an-action-deletes-a-uid-once: one operator process never deletes a uid twice (with the
       same grace) while one journaled action is in flight;
-    - restarts-total-is-the-restarts-carried-out: status.restarts.total is the number of policy
-      restarts journaled (manual ones are not counted), and every journaled action but the one
-      in flight took effect (the gang's attempt created, the pod deleted, the role rolled);
+    - restarts-total-is-the-restarts-carried-out: status.restarts.total is the number of
+      restarts journaled, the policy's and the user's (manual ones), byRole adds up to it, and
+      every journaled action but the one in flight took effect (the gang's attempt created, the
+      pod deleted, the role rolled);
     - a-failed-job-stops-its-trainer: a pass that starts from phase Failed leaves no trainer pod
       running outside a Job being deleted;
     - a-decided-failjob-fails-the-job: once an Event says the policy decided FailJob, the job is
@@ -709,10 +711,14 @@ class ActionEngine(RuleBasedStateMachine):
         if job is None:
             return
         status = job.get("status") or {}
-        total = (status.get("restarts") or {}).get("total", 0)
+        ledger = status.get("restarts") or {}
+        total, by_role = ledger.get("total", 0), ledger.get("byRole") or {}
+        assert sum(by_role.values()) == total, f"restarts.byRole {by_role}, total {total}"
         journaled = self._journaled()
-        decided = sorted(i for i, (action, _) in journaled.items() if action.get("reason"))
-        assert total == len(decided), f"restarts.total {total}, policy restarts {decided}"
+        restarts = sorted(
+            i for i, (action, _) in journaled.items() if action["kind"] in RESTART_KINDS
+        )
+        assert total == len(restarts), f"restarts.total {total}, restarts journaled {restarts}"
         current = (status.get("inFlight") or {}).get("id")
         undone = [
             i for i, (action, attempt) in journaled.items()
@@ -1009,7 +1015,7 @@ class ActionEngine(RuleBasedStateMachine):
     def _journaled(self) -> dict[str, tuple[JSON, int | None]]:
         """Every action the operator's status writes journaled, by id, with the attempt the
         journaling write recorded. A policy restart carries its failure reason; a manual one
-        has none (and is not counted)."""
+        has none."""
         actions: dict[str, tuple[JSON, int | None]] = {}
         for write in self.cluster.writes():
             action = write.detail.get("in_flight_after")

@@ -11,7 +11,8 @@ from what the operator believed:
   (handledAt, resumed) never changes once written, and the nonce that clears a suspension was
   written by the user after the write that journaled it;
 - a-suspension-is-no-restart: the writes that journal or clear a suspension leave
-  restarts.total as it was (unless that write journals a policy restart of its own).
+  restarts.total as it was (unless that write journals a restart of its own, the policy's or
+  one the user requested).
 
 After a resume the next attempt resumes from the newest committed eligible version: machine.py's
 each-attempt-resumes-from-the-newest-eligible-valid-version covers every attempt's start.
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.unit.model.cluster import Cluster, Write
+from tests.unit.model.cluster import RESTART_KINDS, Cluster, Write
 
 JSON = dict[str, Any]
 KIND = "RLJob"
@@ -143,7 +144,7 @@ class SuspensionChecks:
     def _check_ledger(self, job: _Job, write: Write, what: str) -> None:
         total = int(write.detail.get("restarts_after", 0))
         action: Mapping[str, Any] = write.detail.get("in_flight_after") or {}
-        restarted = action.get("reason") is not None and action.get("id") != job.in_flight
+        restarted = action.get("kind") in RESTART_KINDS and action.get("id") != job.in_flight
         if total != job.restarts and not restarted:
             self.recorded[NO_RESTART].append(
                 f"the write that {what} moved restarts.total from {job.restarts} to {total}"

@@ -362,14 +362,14 @@ GANG = ActionKind.RESTART_TRAINER_GANG
 
 
 @pytest.mark.parametrize(
-    ("begin", "after", "kind", "attempt", "counted", "left"),
+    ("begin", "after", "kind", "attempt", "restarts", "left"),
     [
         pytest.param(gated_started, 5, GANG, 2, 2, DRAINING_LEFT,
                      id="a-draining-engine-stops-draining"),
         pytest.param(first_replaced_awaiting_its_gate, 5, GANG, 2, 2, ", ".join(REST),
                      id="a-replacement-awaits-the-trainers-weights"),
-        pytest.param(partial(gated_started, manual=True), 5, GANG, 2, 1, DRAINING_LEFT,
-                     id="a-manual-rollout-restart-in-turn"),
+        pytest.param(partial(gated_started, manual=True), 5, GANG, 2, 2, DRAINING_LEFT,
+                     id="a-manual-rollout-restart-in-turn"),  # the user's restart is one too
         pytest.param(gated_started, 0, None, 1, 1, DRAINING_LEFT,
                      id="within-the-backoff-it-ends-and-the-trainer-waits"),
         pytest.param(started, 5, GANG, 2, 2, ", ".join(REST), id="ungated-it-ends-too"),
@@ -380,7 +380,7 @@ def test_a_failed_trainer_preempts_a_gated_in_turn_restart(
     after: float,
     kind: ActionKind | None,
     attempt: int,
-    counted: int,
+    restarts: int,
     left: str | None,
 ) -> None:
     """Its replacements turn Ready only once the trainer's driver pushed them weights: waiting
@@ -396,7 +396,7 @@ def test_a_failed_trainer_preempts_a_gated_in_turn_restart(
     status = decision.plan.status
     assert status.phase != JobPhase.FAILED
     assert (status.in_flight.kind if status.in_flight else None, status.attempt) == (kind, attempt)
-    assert status.restarts is not None and status.restarts.total == counted
+    assert status.restarts is not None and status.restarts.total == restarts
     if left is None:
         assert not preemption(decision)
         return

@@ -1,5 +1,6 @@
 """status.roles.<role>.restarts counts the restarts the ledger (status.restarts) counts for the
-role, so the roles' restarts add up to the total `kubectl describe` shows next to them."""
+role, the policy's and the user-requested ones, so the roles' restarts add up to the total
+`kubectl describe` shows next to them."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from rljob.api import (
     RLJobStatus,
     RoleName,
 )
-from rljob.reconcile.plan import dump_status
 from rljob.reconcile.policy import Decision
-from rljob.reconcile.policy.ledger import record_restart
+from rljob.reconcile.policy.ledger import History, record_requested_restart, record_restart
 from rljob.reconcile.requests import RestartOrder, journal_manual_restart
 from tests.unit.reconcile.world import T0, World, example_body, example_job
 
@@ -130,17 +130,36 @@ def test_the_next_restart_of_an_older_ledger_carries_its_counts_on() -> None:
     assert sum(ledger.by_role.values()) == ledger.total == 3
 
 
-def test_a_user_requested_restart_is_not_in_the_ledger_nor_in_the_roles_counts() -> None:
-    """kubectl rljob restart is remembered in status.lastRestartRequest, not the ledger, so the
-    roles' counts, like the total, leave it out and still add up."""
+@pytest.mark.parametrize("role", [R.VERIFIER, R.REFERENCE], ids=str)
+def test_a_user_requested_restart_is_in_the_ledger_but_not_the_budget(role: RoleName) -> None:
+    """kubectl rljob restart is a restart like the policy's in the total, the role's count and
+    the recent records, with its reason; it uses none of the restart budget."""
     ledger = ledger_after([(R.TRAINER, A.RESTART_TRAINER_GANG, True)])
     job = example_job()
     job = job.model_copy(update={"status": RLJobStatus(attempt=1, restarts=ledger)})
 
     status = journal_manual_restart(
-        job, RestartOrder(R.VERIFIER, "n1"), World(example_body()).observed, T0
+        job, RestartOrder(role, "n1"), World(example_body()).observed, T0
     )
 
-    assert status.last_restart_request is not None
-    assert dump_status(status)["restarts"] == dump_status(job.status)["restarts"]
-    assert role_restarts(status.restarts or RestartsStatus()) == {**NONE, "trainer": 1}
+    after = status.restarts or RestartsStatus()
+    assert (after.total, after.counted, after.counted_at) == (2, 1, ledger.counted_at)
+    assert after.by_reason == {"OOMKilled": 1, "RestartRequested": 1}
+    assert role_restarts(after) == {**NONE, "trainer": 1, role.value: 1}
+    assert (after.recent[-1].reason, after.recent[-1].action, after.recent[-1].counted) == (
+        FailureReason.RESTART_REQUESTED,
+        A.RESTART_ROLE,
+        False,
+    )
+    assert after.recent[-1].message == "requested (n1)"
+
+
+def test_the_policys_history_leaves_user_requested_restarts_out() -> None:
+    """A user's restarts neither escalate nor delay the policy's own (its role restarts, its
+    cooldown per role)."""
+    ledger = record_requested_restart(None, R.VERIFIER, A.RESTART_ROLE, "n1", T0)
+
+    history = History.of(ledger, T0 + dt.timedelta(minutes=1), 3600)
+
+    assert ledger.total == 1
+    assert (history.role_restarts(R.VERIFIER), history.last_restart("verifier", {})) == (0, None)

@@ -5,19 +5,24 @@ makes a status write flap."""
 from __future__ import annotations
 
 import datetime as dt
+import typing
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
+from rljob.api.diagnosis import Bottleneck, PolicySuspension
 from rljob.api.enums import RoleName
 from rljob.api.status import (
     ActionTarget,
     CheckpointStatus,
+    Condition,
     EngineHealth,
     HealthStatus,
     InFlightAction,
     Progress,
+    RestartRecord,
     RestartsStatus,
     RLJobStatus,
     RolesStatus,
@@ -99,6 +104,79 @@ def test_empty_collections_are_left_out(fields: dict[str, Any], path: str) -> No
 
     assert lookup(dump_status(status), path) is None
     assert lookup(status.model_dump(mode="json", by_alias=True), path) is not None
+
+
+BOTTLENECK = Bottleneck(role="Rollout", since=T0, updated_at=T0, window_seconds=600)
+RECORD = RestartRecord(time=T0, role=RoleName.TRAINER, reason="OOMKilled", action="RestartPod")
+ACTION = InFlightAction(id="a", kind="RestartRole", started_at=T0)
+CONDITION = Condition(
+    type="Ready", status="True", reason="Ready", message="", last_transition_time=T0
+)
+SUSPENSION = PolicySuspension(reason="OOMKilled", message="", suspended_at=T0)
+
+EMPTY_TEXT = [
+    pytest.param({"bottleneck": BOTTLENECK}, "bottleneck", {"evidence", "advice"}, id="verdict"),
+    pytest.param(
+        {"restarts": RestartsStatus(recent=[RECORD])}, "restarts.recent", {"message"}, id="record"
+    ),
+    pytest.param({"in_flight": ACTION}, "inFlight", {"step"}, id="action-step"),
+]
+
+
+@pytest.mark.parametrize(("fields", "path", "keys"), EMPTY_TEXT)
+def test_optional_text_left_empty_is_left_out(
+    fields: dict[str, Any], path: str, keys: set[str]
+) -> None:
+    status = RLJobStatus(attempt=1, **fields)
+
+    written = lookup(dump_status(status), path)
+
+    assert keys.isdisjoint(written[0] if isinstance(written, list) else written)
+    assert read_back(status) == status
+
+
+def models_in(model: type[BaseModel]) -> set[type[BaseModel]]:
+    """The model and every model its fields hold, at any depth."""
+    found, todo = {model}, [model]
+    while todo:
+        for field in todo.pop().model_fields.values():
+            for held in _types_in(field.annotation):
+                if issubclass(held, BaseModel) and held not in found:
+                    found.add(held)
+                    todo.append(held)
+    return found
+
+
+def _types_in(annotation: Any) -> list[type]:
+    if isinstance(annotation, type):
+        return [annotation]
+    return [held for arg in typing.get_args(annotation) for held in _types_in(arg)]
+
+
+def test_every_status_text_that_defaults_to_empty_is_left_out_when_empty() -> None:
+    """A new one declared with Field(default="") instead of optional_text() would be written
+    as an empty string."""
+    written_empty = [
+        f"{model.__name__}.{name}"
+        for model in models_in(RLJobStatus)
+        for name, field in model.model_fields.items()
+        if field.default == "" and field.exclude_if is None
+    ]
+
+    assert written_empty == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "path"),
+    [
+        pytest.param({"conditions": [CONDITION]}, "conditions", id="condition-message"),
+        pytest.param({"suspension": SUSPENSION}, "suspension", id="suspension-message"),
+    ],
+)
+def test_required_text_is_written_even_empty(fields: dict[str, Any], path: str) -> None:
+    written = lookup(dump_status(RLJobStatus(attempt=1, **fields)), path)
+
+    assert (written[0] if isinstance(written, list) else written)["message"] == ""
 
 
 def test_an_emptied_object_reads_back_as_none_which_its_readers_take_alike() -> None:

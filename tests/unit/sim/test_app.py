@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rljob.dev.sim.app import SimConfig, SimulatorApp
+from rljob.dev.sim.app import SimulatorApp
 from rljob.dev.sim.client import SimClient, SimError
+from rljob.dev.sim.simulation import SimConfig
 
 # The fixture's server runs on the session loop (the project's fixture loop scope): so do the tests.
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from rljob.dev.sim.app import SimConfig, SimulatorApp
+from rljob.dev.sim.app import SimulatorApp
 from rljob.dev.sim.collectives import Collectives
 from rljob.dev.sim.faults import Active
 from rljob.dev.sim.models import TrainerModel
 from rljob.dev.sim.pods import PodInfo
+from rljob.dev.sim.simulation import SimConfig
 from tests.unit.sim.test_app import Clock, make_pod
 
 T0 = 1_800_000_000.0

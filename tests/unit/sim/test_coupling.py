@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from rljob.dev.sim.app import SimConfig, SimulatorApp
+from rljob.dev.sim.app import SimulatorApp
 from rljob.dev.sim.client import SimClient
 from rljob.dev.sim.coupling import MAX_WAIT_SECONDS, rollout_wait
 from rljob.dev.sim.models import TrainerModel, knee_truth
 from rljob.dev.sim.profiles import EngineProfile, override
+from rljob.dev.sim.simulation import SimConfig
 
 # The app's listeners run on the session loop (the project's fixture loop scope): so do the tests.
 on_the_session_loop = pytest.mark.asyncio(loop_scope="session")

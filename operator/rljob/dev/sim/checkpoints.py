@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from rljob.dev.sim.models import TrainerModel
 
 if TYPE_CHECKING:
-    from rljob.dev.sim.app import Workload
     from rljob.dev.sim.sim_metrics import SimMetrics
+    from rljob.dev.sim.workload import Workload
 
 log = logging.getLogger(__name__)
 

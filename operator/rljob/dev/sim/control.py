@@ -8,7 +8,6 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import generate_latest
@@ -19,30 +18,21 @@ from rljob.dev.sim.exposition import CONTENT_TYPE
 from rljob.dev.sim.httpserver import Request, Response
 from rljob.dev.sim.models import EngineModel
 from rljob.dev.sim.profiles import ProfileError, as_json, override
+from rljob.dev.sim.simulation import ProfileRule, Simulation
 from rljob.dev.sim.targets import file_sd
 
 if TYPE_CHECKING:
-    from rljob.dev.sim.app import SimulatorApp, Workload
+    from rljob.dev.sim.workload import Workload
 
 log = logging.getLogger("rljob.dev.sim")
 
 MAX_PROFILE_RULES = 200
 
 
-@dataclass
-class ProfileRule:
-    seq: int
-    selector: faultlib.Selector
-    changes: dict[str, Any]
-
-    def as_json(self) -> dict[str, Any]:
-        return {"seq": self.seq, "selector": self.selector.as_json(), "profile": self.changes}
-
-
 class ControlApi:
     """Routes control requests to the app they inspect and change."""
 
-    def __init__(self, app: SimulatorApp) -> None:
+    def __init__(self, app: Simulation) -> None:
         self.app = app
         self._profile_seq = 0
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from rljob.dev.sim.models import EngineModel, Mode, TrainerModel, VerifierModel
 
 if TYPE_CHECKING:
-    from rljob.dev.sim.app import Workload
+    from rljob.dev.sim.workload import Workload
 
 # A job whose engines all stopped waits this long at most per step (then the value is capped).
 MAX_WAIT_SECONDS = 3600.0

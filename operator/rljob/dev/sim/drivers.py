@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,12 +18,29 @@ from rljob.dev.sim.driver import DriverSettings, RolloutDriver
 from rljob.dev.sim.models import EngineModel, TrainerModel
 
 if TYPE_CHECKING:
-    from rljob.dev.sim.app import SimulatorApp, Workload
+    from rljob.dev.sim.faults import Active
+    from rljob.dev.sim.weights import LostRequests
+    from rljob.dev.sim.workload import Workload
 
 log = logging.getLogger("rljob.dev.sim")
 
 TICK_SECONDS = 0.25
 ROSTER_EVENTS = ("join", "serving", "drain", "leave")
+
+
+class Simulated(Protocol):
+    """What the drivers read and change of the simulation (rljob.dev.sim.simulation, which
+    holds the drivers, so is not imported)."""
+
+    clock: Callable[[], float]
+    lost: LostRequests
+
+    @property
+    def workloads(self) -> Mapping[str, Workload]: ...
+
+    def faults_of(self, workload: Workload) -> Active: ...
+
+    def end_requests(self, key: str, at: float) -> None: ...
 
 
 class Roster(Protocol):
@@ -51,7 +68,7 @@ class Drivers:
     """Starts, ticks, reports and stops the drivers."""
 
     def __init__(
-        self, app: SimulatorApp, roster_factory: RosterFactory, fail_trainer: TrainerFailer
+        self, app: Simulated, roster_factory: RosterFactory, fail_trainer: TrainerFailer
     ) -> None:
         self.app = app
         self.roster_factory = roster_factory

@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from rljob.dev.sim.app import MAX_WORKLOADS, PodLister, SimConfig, SimulatorApp
+from rljob.dev.sim.app import SimulatorApp
 from rljob.dev.sim.collectives import DEFAULT_WATCHDOG_SECONDS
 from rljob.dev.sim.pods import SELECTOR, is_pattern
 from rljob.dev.sim.profiles import ROLES, ProfileError, Profiles, override
+from rljob.dev.sim.simulation import MAX_WORKLOADS, PodLister, SimConfig
 
 log = logging.getLogger("rljob.dev.sim")
 

@@ -1,7 +1,11 @@
 """The failure policy (pure): which action a failure or finding gets, and the restart ledger."""
 
 from rljob.reconcile.policy.choose import choose_action
-from rljob.reconcile.policy.ledger import backoff_seconds, record_restart
+from rljob.reconcile.policy.ledger import (
+    backoff_seconds,
+    record_requested_restart,
+    record_restart,
+)
 from rljob.reconcile.policy.rules import (
     BUILT_IN_RULES,
     ESCALATE_POD_AFTER,
@@ -29,6 +33,7 @@ __all__ = [
     "choose_action",
     "cooldowns_from_health",
     "match_rule",
+    "record_requested_restart",
     "record_restart",
     "rule_matches",
 ]

@@ -32,7 +32,7 @@ class History:
             now=now,
             window=window,
             counted_at=sorted(t for t in map(utc, ledger.counted_at) if t > since),
-            recent=[r for r in ledger.recent if utc(r.time) > since],
+            recent=[r for r in ledger.recent if utc(r.time) > since and _policy_made(r)],
         )
 
     def pod_restarts(self, role: RoleName, reason: FailureReason) -> int:
@@ -54,6 +54,12 @@ class History:
         if key in extra:
             times.append(utc(extra[key]))
         return max(times, default=None)
+
+
+def _policy_made(record: RestartRecord) -> bool:
+    """A user's restart is in the ledger but not the policy's history: it neither escalates nor
+    delays the policy's own restarts."""
+    return record.reason != FailureReason.RESTART_REQUESTED
 
 
 def _record_key(record: RestartRecord) -> str:
@@ -82,13 +88,37 @@ def record_restart(
     counted_at = sorted(t for t in map(utc, ledger.counted_at) if t > since)
     if decision.counts:
         counted_at.append(now)
+    return _recorded(ledger, _record(decision, now), counted_at)
+
+
+def record_requested_restart(
+    ledger: RestartsStatus | None, role: RoleName, action: FailureAction, nonce: str, now: datetime
+) -> RestartsStatus:
+    """The ledger after a restart the user requested (`nonce`: the request's id): counted in
+    total, byReason (RestartRequested), byRole and recent as the policy's own are, never towards
+    maxRestarts."""
+    ledger = ledger or RestartsStatus()
+    record = RestartRecord(
+        time=utc(now),
+        role=role,
+        reason=FailureReason.RESTART_REQUESTED,
+        action=action,
+        counted=False,
+        message=f"requested ({nonce})",
+    )
+    return _recorded(ledger, record, ledger.counted_at)
+
+
+def _recorded(
+    ledger: RestartsStatus, record: RestartRecord, counted_at: list[datetime]
+) -> RestartsStatus:
     return RestartsStatus(
         total=ledger.total + 1,
-        counted=ledger.counted + (1 if decision.counts else 0),
+        counted=ledger.counted + (1 if record.counted else 0),
         counted_at=counted_at[-MAX_COUNTED_AT:],
-        by_reason=_plus_one(ledger.by_reason, decision.reason.value),
-        by_role=_plus_one(ledger.role_counts(), decision.role.value),
-        recent=_append_bounded(ledger.recent, _record(decision, now), MAX_RECENT_RESTARTS),
+        by_reason=_plus_one(ledger.by_reason, record.reason.value),
+        by_role=_plus_one(ledger.role_counts(), record.role.value),
+        recent=_append_bounded(ledger.recent, record, MAX_RECENT_RESTARTS),
     )
 
 

@@ -60,7 +60,6 @@ from rljob.dev.sim.models.verifier import (
     VERIFIER_ERRORS,
     VERIFIER_QUEUE_DEPTH,
     VerifierModel,
-    lognormal_cdf,
 )
 
 __all__ = [
@@ -108,5 +107,4 @@ __all__ = [
     "TrainerModel",
     "VerifierModel",
     "knee_truth",
-    "lognormal_cdf",
 ]

@@ -11,6 +11,7 @@ from typing import Any
 
 from rljob.dev.sim.exposition import Page
 from rljob.dev.sim.faults import NO_FAULTS, Active
+from rljob.dev.sim.lognormal import lognormal_cdf
 from rljob.dev.sim.models.base import PROCESS_START, steps
 from rljob.dev.sim.models.queue import Service, advance
 from rljob.dev.sim.profiles import VerifierProfile
@@ -20,14 +21,6 @@ VERIFIER_DURATION = "rljob_verifier_request_duration_seconds"
 VERIFIER_ERRORS = "rljob_verifier_request_errors_total"
 VERIFIER_QUEUE_DEPTH = "rljob_verifier_queue_depth"
 _Z99 = 2.3263478740408408  # the standard normal's 99th percentile
-
-
-def lognormal_cdf(x: float, median: float, sigma: float) -> float:
-    if x <= 0:
-        return 0.0
-    if math.isinf(x):
-        return 1.0
-    return 0.5 * (1 + math.erf((math.log(x) - math.log(median)) / (sigma * math.sqrt(2))))
 
 
 class VerifierModel:
