@@ -9,15 +9,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from rljob import __version__
+from rljob.version import __version__
 
 if TYPE_CHECKING:
     from rljob.adapters.metrics import SourceKey
     from rljob.reconcile.reach import Allowlist
 
 
+# `rljob dev ...` runs the bed, a distribution of its own that no image installs.
+_NO_BED = "rljob dev needs the bed: pip install rljob-bed (or, in a checkout, tools/bootstrap.sh)"
+
+
 def _dev(args: argparse.Namespace) -> int:
-    from rljob.dev.controlplane import ControlPlaneError
+    try:
+        from rljob.dev.controlplane import ControlPlaneError
+    except ModuleNotFoundError as exc:
+        if exc.name not in {"rljob.dev", "rljob.dev.controlplane"}:
+            raise  # the bed is there but something it imports is not
+        print(_NO_BED, file=sys.stderr)
+        return 2
 
     try:
         return _dev_command(args)
