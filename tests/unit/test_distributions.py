@@ -74,6 +74,12 @@ def test_the_bed_wheel_embeds_the_charts_rbac_rules(built: dict[str, Path]) -> N
         assert archive.read("rljob/dev/rbac-rules.yaml") == rules.read_bytes()
 
 
+def test_the_bed_adds_rljob_dev_through_an_entry_point(built: dict[str, Path]) -> None:
+    # rljob.cli loads the rljob.commands group: no product module imports the bed by name.
+    entry_points = wheels.metadata(built["rljob-bed"], "entry_points.txt")
+    assert "[rljob.commands]\ndev = rljob.dev.command:add_command" in entry_points
+
+
 @pytest.mark.parametrize("distribution", sorted(REQUIRES))
 def test_each_wheel_requires_what_it_should(built: dict[str, Path], distribution: str) -> None:
     assert wheels.requirements(built[distribution]) == REQUIRES[distribution]
