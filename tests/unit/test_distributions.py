@@ -34,18 +34,13 @@ REQUIRES = {
     "rljob-bed": {"cryptography", "psutil", "rljob-operator", "rljob-sdk"},
 }  # fmt: skip
 # SDK modules that do not import yet with the SDK alone, and the module each misses: the
-# checkpoint protocol still lives in the operator's rljob.checkpoints (pydantic, rljob.api), and
-# these import prometheus_client at the top. Shrink this as they move; a module that starts
-# importing fails the test until it leaves the table.
+# checkpoint protocol still lives in the operator's rljob.checkpoints (pydantic, rljob.api).
+# Shrink this as it moves; a module that starts importing fails the test until it leaves the table.
 SDK_PENDING = {
     "rljob.sdk.checkpoint": "rljob.checkpoints",
     "rljob.sdk.layouts": "rljob.checkpoints",
     "rljob.sdk.mirror": "rljob.checkpoints",
     "rljob.sdk.native": "rljob.checkpoints",
-    "rljob.sdk.metrics": "prometheus_client",
-    "rljob.sdk.phase_time": "prometheus_client",
-    "rljob.sdk.progress": "prometheus_client",
-    "rljob.sdk.verifier": "prometheus_client",
 }
 
 
