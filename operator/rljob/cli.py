@@ -3,97 +3,41 @@
 from __future__ import annotations
 
 import argparse
-import re
+import functools
 import sys
-from pathlib import Path
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from rljob import __version__
+from rljob.version import __version__
 
 if TYPE_CHECKING:
     from rljob.adapters.metrics import SourceKey
     from rljob.reconcile.reach import Allowlist
 
 
-def _dev(args: argparse.Namespace) -> int:
-    from rljob.dev.controlplane import ControlPlaneError
-
-    try:
-        return _dev_command(args)
-    except ControlPlaneError as exc:  # a component that did not come up, a run folder in use
-        print(f"rljob dev {args.dev_command}: {exc}", file=sys.stderr)
-        return 1
+# Subcommands other distributions add, by entry point: the bed's `dev` (rljob.dev.command). No
+# product module imports the bed by name; without it, `rljob dev` only says how to get it.
+COMMANDS_GROUP = "rljob.commands"
+_NO_BED = "rljob dev needs the bed: pip install rljob-bed (or, in a checkout, tools/bootstrap.sh)"
 
 
-def _dev_command(args: argparse.Namespace) -> int:
-    from rljob.dev import launcher
-
-    # Absolute: the components' command lines name it, which is how `up` sees a live bed.
-    run_dir = Path(args.run_dir).absolute() if args.run_dir else launcher.default_run_dir()
-    if args.dev_command == "up":
-        return _dev_up(args, run_dir)
-    if args.dev_command == "demo":
-        from rljob.dev.demo import run_demo
-
-        return run_demo(run_dir, once=args.once)
-    if args.dev_command == "down":
-        return launcher.down(run_dir)
-    if args.dev_command == "status":
-        return launcher.status(run_dir)
-    print(launcher.env_lines(run_dir))
-    return 0
+def _add_registered_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    unusable: list[str] = []
+    for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda found: found.name):
+        try:
+            entry.load()(commands)
+        except ImportError as exc:  # registered, but not importable here: `rljob run` still runs
+            unusable.append(f"{entry.value}: {exc}")
+    if "dev" not in commands.choices:
+        missing = commands.add_parser("dev", help="local control plane (needs rljob-bed)")
+        missing.add_argument("rest", nargs=argparse.REMAINDER)
+        missing.set_defaults(handler=functools.partial(_no_bed, unusable))
 
 
-def _dev_up(args: argparse.Namespace, run_dir: Path) -> int:
-    from rljob.dev import launcher
-
-    if args.namespace and not args.all:
-        print("rljob dev up: --namespace scopes the services of --all", file=sys.stderr)
-        return 2
-    whole_bed, namespaces = bool(args.all), tuple(args.namespace)
-    if args.foreground_child:  # the detached launcher itself
-        return launcher.up(
-            run_dir, args.profile, fresh=False, whole_bed=whole_bed, namespaces=namespaces
-        )
-    if args.detach or whole_bed:  # --all always detaches: `rljob dev demo` is the foreground bed
-        return launcher.up_detached(
-            run_dir, args.profile, whole_bed=whole_bed, namespaces=namespaces
-        )
-    return launcher.up(run_dir, args.profile)
-
-
-_NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-
-
-def _namespace_name(text: str) -> str:
-    if not _NAMESPACE_NAME.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a namespace name")
-    return text
-
-
-def _add_dev_up(dev_commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    up = dev_commands.add_parser(
-        "up",
-        help="start the control plane (foreground; Ctrl-C stops it), or with --all the whole bed",
-    )
-    up.add_argument("--profile", choices=["demo", "test"], default="demo")
-    up.add_argument("--detach", action="store_true", help="return once ready")
-    up.add_argument(
-        "--all",
-        action="store_true",
-        help="the whole bed, detached: the control plane, S3, the simulator (checkpoints on that "
-        "S3), Prometheus and the operator; returns once every one is ready",
-    )
-    up.add_argument(
-        "--namespace",
-        action="append",
-        default=[],
-        type=_namespace_name,
-        help="with --all: the operator and the simulator act only in this namespace "
-        "(repeatable; default: every namespace, as in the demo)",
-    )
-    up.add_argument("--foreground-child", action="store_true", help=argparse.SUPPRESS)
+def _no_bed(unusable: list[str], _: argparse.Namespace) -> int:
+    print("\n".join([_NO_BED, *unusable]), file=sys.stderr)
+    return 2
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -246,24 +190,7 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("checkpoints", help="ls|show|validate s3://... (see its --help)")
 
-    dev = commands.add_parser("dev", help="local control plane with simulated GPU nodes")
-    dev_commands = dev.add_subparsers(dest="dev_command", required=True)
-    _add_dev_up(dev_commands)
-    demo = dev_commands.add_parser("demo", help="control plane + operator + the demo RLJob")
-    demo.add_argument("--once", action="store_true", help="exit once the job is Ready")
-    for name, text in (
-        ("down", "stop everything `up` started"),
-        ("status", "each component's state, pid, address and log"),
-        ("env", "print exports for kubectl and the plugin"),
-    ):
-        dev_commands.add_parser(name, help=text)
-    for sub in dev_commands.choices.values():
-        sub.add_argument(
-            "--run-dir",
-            help="run folder (default: run/dev in $RLJOB_CACHE_DIR, else in "
-            "$XDG_CACHE_HOME/rljob-operator, else in ~/.cache/rljob-operator)",
-        )
-    dev.set_defaults(handler=_dev)
+    _add_registered_commands(commands)
     return parser
 
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from rljob import __version__
 from rljob.api import RESERVED_ENV_NAMES, RoleName, crd_yaml
+from rljob.version import __version__
 from tests.unit.monitoring import CHART, DASHBOARD_FILE, REPO, RULES_FILE
 
 GOLDEN = REPO / "tests" / "golden"

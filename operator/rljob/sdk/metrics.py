@@ -19,11 +19,13 @@ import math
 import operator
 import threading
 from collections.abc import Iterable
-from typing import SupportsFloat, TypedDict, Unpack
+from typing import TYPE_CHECKING, SupportsFloat, TypedDict, Unpack
 
-from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from rljob.sdk.collector import Collector
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import GaugeMetricFamily
 
 PREFIX = "rljob_rl_"
 STEP = f"{PREFIX}step"
@@ -96,10 +98,14 @@ class _Gauges(Collector):
             self._values.update(values)
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
+        from prometheus_client.core import GaugeMetricFamily
+
         # Every name up front, so a clash in the registry shows at construction.
         return [GaugeMetricFamily(name, text) for name, text in _HELP.items()]
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
+        from prometheus_client.core import GaugeMetricFamily
+
         with self._lock:
             values = sorted(self._values.items())
         return [GaugeMetricFamily(name, _HELP[name], value=value) for name, value in values]
@@ -110,6 +116,9 @@ class RLMetrics:
     them on its port). Thread-safe."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # Imported here: the SDK requires boto3 only, and a trainer that exports metrics has it.
+        from prometheus_client import CollectorRegistry, Counter
+
         self.registry = registry or CollectorRegistry()
         self._gauges = _Gauges()
         self.registry.register(self._gauges)

@@ -18,9 +18,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.registry import Collector
+from rljob.sdk.collector import Collector
+
+if TYPE_CHECKING:
+    from prometheus_client.core import CounterMetricFamily
 
 # prometheus_client adds `_total` to a counter family's samples.
 PHASE_SECONDS = "rljob_trainer_phase_seconds"
@@ -61,6 +64,8 @@ class PhaseSeconds(Collector):
         return totals
 
     def _family(self, totals: dict[str, float]) -> CounterMetricFamily:
+        from prometheus_client.core import CounterMetricFamily
+
         family = CounterMetricFamily(
             PHASE_SECONDS, "Seconds the trainer spent in each phase.", labels=["phase"]
         )

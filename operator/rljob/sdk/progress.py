@@ -16,10 +16,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from typing import TYPE_CHECKING
 
 from rljob.sdk.phase_time import PhaseSeconds
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 METRICS_PORT_ENV = "RLJOB_METRICS_PORT"
 DEFAULT_PORT = 9400
@@ -48,6 +50,9 @@ class ProgressExporter:
         serve: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # Imported here: the SDK requires boto3 only, and a trainer that exports progress has it.
+        from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
         self.registry = registry or CollectorRegistry()
         # Every phase name ever set, so that leaving an unlisted phase resets its gauge too.
         self._phases_seen: set[str] = set(PHASES)

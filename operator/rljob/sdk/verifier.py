@@ -28,11 +28,12 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, cast
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from rljob.sdk.progress import METRICS_PORT_ENV
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 # The verifier role's metrics port in docs/writing-an-rljob.md, when RLJOB_METRICS_PORT is unset.
 DEFAULT_PORT = 9100
@@ -105,6 +106,15 @@ class VerifierExporter:
         buckets: tuple[float, ...] = BUCKETS,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        # Imported here: the SDK requires boto3 only, and a verifier that exports metrics has it.
+        from prometheus_client import (
+            CollectorRegistry,
+            Counter,
+            Gauge,
+            Histogram,
+            start_http_server,
+        )
+
         self.registry = registry or CollectorRegistry()
         self._clock = clock
         self._duration = Histogram(

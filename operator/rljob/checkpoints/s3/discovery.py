@@ -7,19 +7,36 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rljob.checkpoints.attempt_plan import CandidateCheck
-from rljob.checkpoints.layout import VersionId
+from rljob.checkpoints.layout import CheckpointLocation, VersionId
 from rljob.checkpoints.lineage import Lineage
+from rljob.checkpoints.models import Pointer
 from rljob.checkpoints.selection import Selection, newest_eligible_first, summarize
 from rljob.checkpoints.validity import Validity, VersionObjects
 
-if TYPE_CHECKING:
-    from rljob.checkpoints.s3.store import CheckpointStore
-
 RELISTS = 2  # listings of a broken version's prefix after the first (3 in all)
 RECHECKED = 3  # broken candidates listed again per attempt start, newest first
+
+
+class VersionStore(Protocol):
+    """What discovery reads of a store (rljob.checkpoints.s3.store.CheckpointStore is one): a
+    protocol, so that this module does not import the store that imports it."""
+
+    @property
+    def location(self) -> CheckpointLocation: ...
+
+    @property
+    def requests(self) -> int: ...
+
+    def read_pointer(self) -> tuple[Pointer, str | None] | None: ...
+
+    def list_versions(
+        self, start_after: str | None = None, *, stop_at: str | None = None
+    ) -> dict[VersionId, VersionObjects]: ...
+
+    def validate(self, version: VersionId, objects: VersionObjects | None = None) -> Validity: ...
 
 
 @dataclass(frozen=True)
@@ -40,7 +57,7 @@ class Discovery:
 
 
 def discover(
-    store: CheckpointStore,
+    store: VersionStore,
     lineage: Lineage,
     *,
     history: Iterable[VersionId] = (),
@@ -92,7 +109,7 @@ def discover(
 
 
 def _pointer_bound(
-    store: CheckpointStore, lineage: Lineage
+    store: VersionStore, lineage: Lineage
 ) -> tuple[VersionId | None, str, list[str]]:
     """(pointer version, why it is not used, [listing start]) from latest.json."""
     got = store.read_pointer()
@@ -109,7 +126,7 @@ def _pointer_bound(
 
 
 def _check_newest_first(
-    store: CheckpointStore,
+    store: VersionStore,
     candidates: Iterable[VersionId],
     listed: Mapping[VersionId, VersionObjects],
     start_after: str | None,
@@ -134,7 +151,7 @@ def _check_newest_first(
     return result
 
 
-def recheck(store: CheckpointStore, first: Validity, relists: int = RELISTS) -> CandidateCheck:
+def recheck(store: VersionStore, first: Validity, relists: int = RELISTS) -> CandidateCheck:
     """`first` and the verdicts of up to `relists` fresh listings of the version's prefix, until
     one is valid; only problems a stale listing can explain are listed again."""
     verdicts = [first]
@@ -144,7 +161,7 @@ def recheck(store: CheckpointStore, first: Validity, relists: int = RELISTS) -> 
 
 
 def resume_candidates(
-    store: CheckpointStore,
+    store: VersionStore,
     lineage: Lineage,
     *,
     history: Iterable[VersionId] = (),
