@@ -6,6 +6,8 @@ RLJob's status, never here: losing this costs at most a repeated read or a repea
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +42,7 @@ class JobMemory:
     reported: Recent = field(default_factory=lambda: Recent(REPORT_REPEAT_SECONDS))
     deletes_issued: Recent = field(default_factory=lambda: Recent(EXPECTATION_SECONDS))
     events_posted: Recent = field(default_factory=lambda: Recent(EXPECTATION_SECONDS))
-    written: dict[str, Any] | None = None  # the last status patch this process wrote
+    written: bytes | None = None  # patch_digest of the last status patch this process wrote
     phase: str | None = None  # for the jobs-by-phase gauge
     retention_problem: str = ""  # the last retention apply's failure, for the next journal
     taken: set[tuple[str, str]] = field(default_factory=set)  # (kind, name) held by another
@@ -99,3 +101,10 @@ class Memories:
         for uid in gone:
             self.forget(uid)
         return gone
+
+
+def patch_digest(patch: dict[str, Any]) -> bytes:
+    """What a pass remembers of the status patch it wrote, to write the same one once: a
+    patch is the whole status, several kilobytes of objects a job between passes."""
+    text = json.dumps(patch, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()

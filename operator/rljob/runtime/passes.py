@@ -43,7 +43,7 @@ from rljob.reconcile.reach import NOT_ALLOWED, Allowlist
 from rljob.runtime.execute import Context, ensure_leading, execute
 from rljob.runtime.gather import Gatherer
 from rljob.runtime.health_loop import HealthScheduler
-from rljob.runtime.memory import JobMemory, Memories
+from rljob.runtime.memory import JobMemory, Memories, patch_digest
 
 log = structlog.get_logger("rljob.runtime")
 STALE_RETRY_SECONDS = 0.2
@@ -212,12 +212,15 @@ class Passes:
         if observed is None:
             observed = RLJobStatus.model_validate(body.get("status") or {})
         patch = status_patch(observed, status)
-        if patch is None or memory.written == patch:
+        if patch is None:
+            return False
+        digest = patch_digest(patch)
+        if memory.written == digest:
             return False
         updated = await self.kube.patch_status(
             meta["namespace"], meta["name"], patch, resource_version=meta.get("resourceVersion")
         )
-        memory.written = patch
+        memory.written = digest
         self.refresh(updated, settled=settled)
         return True
 

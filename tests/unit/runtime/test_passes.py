@@ -12,6 +12,7 @@ from rljob.adapters.kube import KubeError
 from rljob.adapters.leadership import Leadership
 from rljob.api import FailureReason
 from rljob.health.evaluation import finding
+from rljob.runtime import passes
 from rljob.runtime.runtime import RLJOB_INDEX, Runtime, RuntimeOptions
 from tests.unit.reconcile.world import World, example_body, pod
 
@@ -257,3 +258,33 @@ async def test_a_job_naming_what_the_platform_does_not_allow_is_refused_before_a
     assert (accepted["status"], accepted["reason"]) == ("False", "NotAllowed")
     assert accepted["message"].startswith(f"{field}: ")
     assert registered == [] and kube.deleted == [] and kube.events == []
+
+
+async def test_a_stale_body_does_not_write_the_same_status_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass on a body the watch has not refreshed yet decides the status it already wrote:
+    the pass remembers the write by its digest and does not repeat it."""
+    world = World(example_body())
+    world.settle()
+    world.ready()
+    world.settle()
+    monkeypatch.setattr(passes, "_now", lambda: world.now)
+    kube, health = Kube(world, 0), Health()
+    runtime = Runtime(kube, RuntimeOptions(), Leadership(None, None), health=health)  # type: ignore[arg-type]
+    runtime.passes.observed = lambda key: world.observed
+    writes: list[dict[str, Any]] = []
+    patch_status = kube.patch_status
+
+    async def counted(namespace: str, name: str, patch: dict[str, Any], **kwargs: Any) -> Any:
+        writes.append(patch)
+        return await patch_status(namespace, name, patch, **kwargs)
+
+    kube.patch_status = counted  # type: ignore[method-assign]
+    stale = copy.deepcopy(world.body)
+    stale.pop("status", None)  # the watch's copy from before any status was written
+    await runtime.run_pass(copy.deepcopy(stale))
+    await runtime.run_pass(copy.deepcopy(stale))
+    memory = runtime.memories.by_key(("rl", "grpo-demo"))
+    assert memory is not None and isinstance(memory.written, bytes)
+    assert len(writes) == 1
