@@ -276,9 +276,11 @@ async def test_a_stale_body_does_not_write_the_same_status_twice(
     writes: list[dict[str, Any]] = []
     patch_status = kube.patch_status
 
-    async def counted(namespace: str, name: str, patch: dict[str, Any], **kwargs: Any) -> Any:
+    async def counted(
+        namespace: str, name: str, patch: dict[str, Any], resource_version: str | None = None
+    ) -> dict[str, Any]:
         writes.append(patch)
-        return await patch_status(namespace, name, patch, **kwargs)
+        return await patch_status(namespace, name, patch, resource_version)
 
     kube.patch_status = counted  # type: ignore[method-assign]
     stale = copy.deepcopy(world.body)
