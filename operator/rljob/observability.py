@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,16 +25,6 @@ API_ERRORS = Counter(
     "rljob_api_errors_total", "Kubernetes API calls that failed, by HTTP status.", ["status"]
 )
 JOBS_BY_PHASE = Gauge("rljob_jobs", "RLJobs known to this operator, by phase.", ["phase"])
-CHECKPOINT_STEP = Gauge(
-    "rljob_checkpoint_step",
-    "Step of the checkpoint the current attempt resumed from.",
-    ["namespace", "job"],
-)
-CHECKPOINT_SAVED = Gauge(
-    "rljob_checkpoint_saved_timestamp_seconds",
-    "When the newest known checkpoint was saved (age = time() - this).",
-    ["namespace", "job"],
-)
 CHECKPOINT_ERRORS = Counter(
     "rljob_checkpoint_store_errors_total", "Checkpoint store calls that failed, by kind.", ["kind"]
 )
@@ -42,16 +32,6 @@ RESTARTS = Counter(
     "rljob_restarts_total",
     "Restarts the operator carried out, by job, reason, role and action.",
     ["namespace", "job", "reason", "role", "action"],
-)
-TRAINER_STEP = Gauge(
-    "rljob_job_trainer_step",
-    "The trainer's latest step, as the operator's health rounds read it.",
-    ["namespace", "job"],
-)
-TRAINER_STEP_RATE = Gauge(
-    "rljob_job_trainer_steps_per_second",
-    "Trainer steps per second between the operator's last two readings of a new step.",
-    ["namespace", "job"],
 )
 ACTION_LATENCY = Histogram(
     "rljob_action_latency_seconds",
@@ -102,11 +82,16 @@ DETECTOR_EVALUATIONS = Counter(
 
 @dataclass(frozen=True)
 class JobFamily:
-    """A per-job gauge family that JOB_SERIES serves: its labels are namespace, job and `label`."""
+    """A per-job gauge family that JOB_SERIES serves: its labels are namespace, job and, when
+    it has one, `label`."""
 
     name: str
     documentation: str
-    label: str
+    label: str = ""
+
+    @property
+    def labels(self) -> list[str]:
+        return ["namespace", "job", self.label] if self.label else ["namespace", "job"]
 
 
 DETECTOR_VALUE = JobFamily(
@@ -134,31 +119,65 @@ BOTTLENECK = JobFamily(
     "1 for the role bounding the job's trainer step (status.bottleneck.role), 0 for the others.",
     "role",
 )
+CHECKPOINT_STEP = JobFamily(
+    "rljob_checkpoint_step", "Step of the checkpoint the current attempt resumed from."
+)
+CHECKPOINT_SAVED = JobFamily(
+    "rljob_checkpoint_saved_timestamp_seconds",
+    "When the newest known checkpoint was saved (age = time() - this).",
+)
+TRAINER_STEP = JobFamily(
+    "rljob_job_trainer_step",
+    "The trainer's latest step, as the operator's health rounds read it.",
+)
+TRAINER_STEP_RATE = JobFamily(
+    "rljob_job_trainer_steps_per_second",
+    "Trainer steps per second between the operator's last two readings of a new step.",
+)
 JobKey = tuple[str, str]  # (namespace, name)
-Slot = tuple[JobFamily, str]  # one series of a job: its family and its last label's value
+Slot = tuple[JobFamily, str]  # one series of a job: its family and its last label's value ("")
 
 
 class JobSeries(Collector):
-    """The health loop's per-job gauges as plain floats in one dictionary, turned into
-    families at each scrape: a prometheus_client child per series (its lock and value object)
-    took several times the room, two dozen series a job. Written on the event loop, read by
-    the metrics server's thread from copies."""
+    """Every per-job gauge as plain floats in one dictionary, turned into families at each
+    scrape: a prometheus_client child per series (its lock and value object) took several
+    times the room, two dozen series a job. Written on the event loop, read by the metrics
+    server's thread from copies; a deleted job's series go with it (`forget`)."""
 
-    FAMILIES = (DETECTOR_VALUE, DETECTOR_JUDGED, STEP_PHASE_SECONDS, BOTTLENECK)
+    FAMILIES = (
+        DETECTOR_VALUE,
+        DETECTOR_JUDGED,
+        STEP_PHASE_SECONDS,
+        BOTTLENECK,
+        CHECKPOINT_STEP,
+        CHECKPOINT_SAVED,
+        TRAINER_STEP,
+        TRAINER_STEP_RATE,
+    )
 
     def __init__(self) -> None:
         self.values: dict[JobKey, dict[Slot, float]] = {}
 
+    def set(self, key: JobKey, family: JobFamily, value: float, label: str = "") -> None:
+        self.values.setdefault(key, {})[family, label] = value
+
+    def forget(self, key: JobKey, families: Iterable[JobFamily] | None = None) -> None:
+        """Drops the job's series (only those of `families`, when given)."""
+        if families is None:
+            self.values.pop(key, None)
+            return
+        dropped, held = set(families), self.values.get(key, {})
+        for slot in [slot for slot in held if slot[0] in dropped]:
+            del held[slot]
+
     def collect(self) -> Iterator[Metric]:
         families = {
-            family: GaugeMetricFamily(
-                family.name, family.documentation, labels=["namespace", "job", family.label]
-            )
+            family: GaugeMetricFamily(family.name, family.documentation, labels=family.labels)
             for family in self.FAMILIES
         }
         for key, held in list(self.values.items()):
             for (family, label), value in list(held.items()):
-                families[family].add_metric([*key, label], value)
+                families[family].add_metric([*key, label] if family.label else [*key], value)
         yield from families.values()
 
 

@@ -66,7 +66,7 @@ def operator_metrics() -> dict[str, MetricSpec]:
         if isinstance(value, MetricWrapperBase):
             found[value._name] = MetricSpec(str(value._type), tuple(value._labelnames))
         elif isinstance(value, observability.JobFamily):
-            found[value.name] = MetricSpec("gauge", ("namespace", "job", value.label))
+            found[value.name] = MetricSpec("gauge", tuple(value.labels))
     return found
 
 

@@ -34,7 +34,7 @@ from rljob.checkpoints.s3 import (
     StoreEndpoint,
 )
 from rljob.checkpoints.selection import checkpoint_ref
-from rljob.observability import CHECKPOINT_SAVED, CHECKPOINT_STEP
+from rljob.observability import CHECKPOINT_SAVED, CHECKPOINT_STEP, JOB_SERIES
 from rljob.reconcile.events import EventSpec
 
 
@@ -214,10 +214,10 @@ class Checkpoints:
         return ref
 
     def _export(self, job: RLJob, ref: CheckpointRef, *, saved: bool = True) -> None:
-        labels = {"namespace": job.metadata.namespace, "job": job.metadata.name}
-        CHECKPOINT_STEP.labels(**labels).set(ref.step)
+        key = (job.metadata.namespace or "", job.metadata.name)
+        JOB_SERIES.set(key, CHECKPOINT_STEP, ref.step)
         if saved and ref.saved_at is not None:
-            CHECKPOINT_SAVED.labels(**labels).set(ref.saved_at.timestamp())
+            JOB_SERIES.set(key, CHECKPOINT_SAVED, ref.saved_at.timestamp())
 
 
 def _history(job: RLJob) -> list[CheckpointRef]:

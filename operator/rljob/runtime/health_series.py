@@ -26,11 +26,14 @@ from rljob.observability import (
     Slot,
 )
 
+HEALTH_FAMILIES = (DETECTOR_VALUE, DETECTOR_JUDGED, STEP_PHASE_SECONDS, BOTTLENECK)
+
 
 class HealthSeries:
     """See the module docstring."""
 
     def __init__(self, series: JobSeries = JOB_SERIES) -> None:
+        self._series = series
         self._set = series.values
         self._counted: dict[tuple[str, str], CounterMetric] = {}
 
@@ -60,7 +63,8 @@ class HealthSeries:
             self._put(key, (STEP_PHASE_SECONDS, phase), seconds)
 
     def forget(self, key: JobKey) -> None:
-        self._set.pop(key, None)
+        """The health loop's series of the job (a finished job keeps its checkpoint's)."""
+        self._series.forget(key, HEALTH_FAMILIES)
 
     def _put(self, key: JobKey, slot: Slot, value: float | None) -> None:
         """The series at `value`, or gone when there is none."""

@@ -4,7 +4,6 @@ health loop and the per-job memories; kopf handlers only feed it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import fnmatch
 import time
@@ -19,7 +18,7 @@ from rljob.adapters.metrics import MetricsSources, PodAddresses, SourceKey
 from rljob.adapters.observe import JobKey, observed_from
 from rljob.health.evaluation import CHECKPOINT_STEP_EVIDENCE, Evaluation
 from rljob.health.monitor_engines import EngineGauges, readings_moved
-from rljob.observability import JOBS_BY_PHASE, TRAINER_STEP, TRAINER_STEP_RATE
+from rljob.observability import JOB_SERIES, JOBS_BY_PHASE, TRAINER_STEP, TRAINER_STEP_RATE
 from rljob.reconcile.bottleneck import advice_moved
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
@@ -244,16 +243,14 @@ class Runtime:
     def _export_step(memory: JobMemory, sample: StepSample) -> None:
         """rljob_job_trainer_step and its rate over the last few minutes."""
         memory.step_window = step_window(memory.step_window, sample)
-        TRAINER_STEP.labels(*memory.key).set(sample.step)
+        JOB_SERIES.set(memory.key, TRAINER_STEP, sample.step)
         rate = step_rate(memory.step_window)
         if rate is not None:
-            TRAINER_STEP_RATE.labels(*memory.key).set(rate)
+            JOB_SERIES.set(memory.key, TRAINER_STEP_RATE, rate)
 
     def _forgotten(self, key: JobKey, memory: JobMemory) -> None:
         """What lives outside a JobMemory: its gauges and the health loop's state."""
         self.health.forget(key)
-        for gauge in (TRAINER_STEP, TRAINER_STEP_RATE):
-            with contextlib.suppress(KeyError):
-                gauge.remove(*key)
+        JOB_SERIES.forget(key)
         if memory.phase is not None:
             JOBS_BY_PHASE.labels(phase=memory.phase).dec()

@@ -12,6 +12,13 @@ from rljob.adapters.kube import KubeError
 from rljob.adapters.leadership import Leadership
 from rljob.api import FailureReason
 from rljob.health.evaluation import finding
+from rljob.observability import (
+    CHECKPOINT_SAVED,
+    CHECKPOINT_STEP,
+    JOB_SERIES,
+    TRAINER_STEP,
+    TRAINER_STEP_RATE,
+)
 from rljob.runtime import passes
 from rljob.runtime.runtime import RLJOB_INDEX, Runtime, RuntimeOptions
 from tests.unit.reconcile.world import World, example_body, pod
@@ -123,11 +130,17 @@ async def test_nothing_of_a_deleted_rljob_remains_in_memory() -> None:
     body = copy.deepcopy(world.body)
     await runtime.run_pass(body)
     assert body["metadata"]["uid"] in runtime.memories
+    key = ("rl", "grpo-demo")
+    for family in (CHECKPOINT_STEP, CHECKPOINT_SAVED, TRAINER_STEP, TRAINER_STEP_RATE):
+        JOB_SERIES.set(key, family, 7.0)
+    scraped = {s.name: s.labels for m in JOB_SERIES.collect() for s in m.samples}
+    assert scraped["rljob_checkpoint_step"] == {"namespace": "rl", "job": "grpo-demo"}
 
     runtime.forget(body)
 
     assert len(runtime.memories) == 0
     assert len(runtime.workers) == 0
+    assert key not in JOB_SERIES.values, "its checkpoint and step series go with it"
 
 
 def test_a_new_monitor_restores_the_drift_state_a_previous_operator_saved_in_status() -> None:
