@@ -78,7 +78,12 @@ def test_a_manual_restart_during_a_gang_restart_starts_one_attempt_after_it(
     _assert_one_attempt_at_a_time(history, attempts={"1", "2", "3"})
     assert env["RLJOB_RESUME_STEP"] == "50", "attempt 3 resumes in attempt 2's lineage"
     status = job["status"]
-    assert (status["attempt"], status["restarts"]["total"]) == (3, 1)
+    # The policy's gang restart and the user's requested one, both in the ledger.
+    assert (status["attempt"], status["restarts"]["total"]) == (3, 2)
+    assert [r["reason"] for r in status["restarts"]["recent"]] == [
+        "NCCLTimeout",
+        "RestartRequested",
+    ]
     assert status["lastRestartRequest"]["id"] == "during-gang"
     assert [j["metadata"]["name"] for j in children(cluster, namespace, JOBS, NAME)] == [
         f"{NAME}-trainer-a3"

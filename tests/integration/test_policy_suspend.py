@@ -48,6 +48,8 @@ def test_a_suspend_rule_stops_the_run_until_a_resume_request(
     assert not job["spec"].get("suspend"), "spec.suspend stays the user's"
     held = job["status"]["suspension"]
     assert (held["reason"], held["rule"]) == ("NCCLTimeout", "failurePolicy.rules[0]")
+    # Posted by the pass that journaled the suspension, just after its status write.
+    wait_for(lambda: events(cluster, namespace, "PolicySuspended"), 30, "the PolicySuspended Event")
     (said,) = events(cluster, namespace, "PolicySuspended")
     assert said["type"] == "Warning" and "failurePolicy.rules[0]" in said["message"]
     assert "Watchdog caught collective operation timeout" in said["message"]
