@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rljob.checkpoints.layout import VersionId
-from rljob.checkpoints.models import ShardEntry
-from rljob.checkpoints.s3 import CheckpointStore, StoreEndpoint
+from rljob.checkpoint_protocol.layout import VersionId
+from rljob.checkpoint_protocol.models import ShardEntry
+from rljob.checkpoint_protocol.s3 import CheckpointStore, StoreEndpoint
 from rljob.sdk.checkpoint.reader import CheckpointReader
 from rljob.sdk.checkpoint.resume import ResumePoint, resolve_resume
 from rljob.sdk.layouts import Layout, WorldSizeMismatch

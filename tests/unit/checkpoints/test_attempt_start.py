@@ -13,10 +13,10 @@ import yaml
 
 from rljob.adapters.checkpoints import Checkpoints
 from rljob.api import RLJob, parse_rljob
+from rljob.checkpoint_protocol.errors import StoreError
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.s3 import StoreEndpoint
 from rljob.checkpoints.attempt_plan import plan_attempt_start
-from rljob.checkpoints.errors import StoreError
-from rljob.checkpoints.layout import CheckpointLocation, VersionId
-from rljob.checkpoints.s3 import StoreEndpoint
 
 from ._build import NOW, v
 from .fake_s3 import FakeClients, FakeS3, client_error, denied, read_timeout

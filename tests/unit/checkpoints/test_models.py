@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rljob.checkpoints.models import (
+from rljob.checkpoint_protocol.models import (
     FORMAT_VERSION,
     AttemptMarker,
     DocumentError,

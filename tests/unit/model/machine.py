@@ -30,9 +30,9 @@ from rljob.api.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUEST
 from rljob.api.labels import RESTARTED_AT_ANNOTATION as RESTARTED_AT
 from rljob.api.labels import RESUME_REQUEST_ANNOTATION as RESUME_REQUEST
 from rljob.api.labels import ROLE_LABEL as ROLE
-from rljob.checkpoints.errors import CommitRefused, StoreError
-from rljob.checkpoints.layout import CheckpointLocation, KeyKind, VersionId
-from rljob.checkpoints.models import AttemptMarker
+from rljob.checkpoint_protocol.errors import CommitRefused, StoreError
+from rljob.checkpoint_protocol.layout import CheckpointLocation, KeyKind, VersionId
+from rljob.checkpoint_protocol.models import AttemptMarker
 from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
 from rljob.reconcile.engine_readings import EngineReading
 from tests.unit.model import bounds, drain, harness, in_turn, nodes, suspension

@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from rljob.api.base import camel_case
-from rljob.checkpoints.layout import MAX_ATTEMPT, MAX_STEP, VersionId, check_shard_key
+from rljob.checkpoint_protocol.layout import MAX_ATTEMPT, MAX_STEP, VersionId, check_shard_key
 
 FORMAT_VERSION = 1
 
