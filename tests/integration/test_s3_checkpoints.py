@@ -4,6 +4,7 @@ validation, lineage, retention and failure handling."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import io
 import json
@@ -451,7 +452,7 @@ def test_markers_continue_attempt_numbers(s3_bucket: S3Bucket) -> None:
     store.write_marker(marker(location, 1, None))
     store.write_marker(marker(location, 2, 10))
     assert store.write_marker(marker(location, 2, 10)).resumed_from_step == 10  # retried write
-    other_uid = marker(location, 2, 10).model_copy(update={"job_uid": "another-job"})
+    other_uid = dataclasses.replace(marker(location, 2, 10), job_uid="another-job")
     with pytest.raises(PreconditionFailed, match="already exists"):
         store.write_marker(other_uid)
     # a new RLJob of the old name (new uid, new store instance) continues from the highest marker

@@ -85,12 +85,12 @@ def part_rank(relative: str) -> int | None:
 
 
 def encode_part(rank: int, entries: list[ShardEntry]) -> bytes:
-    shards = [e.model_dump(mode="json") for e in sorted(entries, key=lambda e: e.key)]
+    shards = [e.to_wire() for e in sorted(entries, key=lambda e: e.key)]
     return json.dumps({"node": rank, "shards": shards}).encode()
 
 
 def decode_part(data: bytes) -> list[ShardEntry]:
-    return [ShardEntry.model_validate(s) for s in json.loads(data)["shards"]]
+    return [ShardEntry.from_wire(s) for s in json.loads(data)["shards"]]
 
 
 def native_metadata(layout: Layout, nodes: int) -> dict[str, Any]:

@@ -786,7 +786,7 @@ class ActionEngine(RuleBasedStateMachine):
                 f"{self.cluster.lease_holder} held the Lease"
             )
         if data is not None and parsed.kind is KeyKind.MARKER and key not in stored:
-            self._check_resume(AttemptMarker.model_validate_json(data))
+            self._check_resume(AttemptMarker.parse(data))
         if data is None and parsed.kind is KeyKind.VERSION_OBJECT and parsed.version is not None:
             self._check_delete(key, parsed.version)
 
@@ -796,7 +796,7 @@ class ActionEngine(RuleBasedStateMachine):
         for key in self.s3.keys(BUCKET, LOCATION.attempts_prefix):
             parsed = LOCATION.parse_key(key)
             if parsed.kind is KeyKind.MARKER and parsed.attempt is not None:
-                markers[parsed.attempt] = AttemptMarker.model_validate_json(stored[key].data)
+                markers[parsed.attempt] = AttemptMarker.parse(stored[key].data)
         return markers
 
     def _choices_journaled(self, job: JSON) -> None:

@@ -57,7 +57,7 @@ class MemoryStore:
 
     def manifest(self, step: int) -> Manifest | None:
         data = self.objects.get(LOCATION.manifest_key(VersionId(step, ATTEMPT)))
-        return None if data is None else Manifest.model_validate_json(data)
+        return None if data is None else Manifest.parse(data)
 
 
 def mirror_for(
