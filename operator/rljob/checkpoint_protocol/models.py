@@ -238,13 +238,27 @@ class ShardEntry(_Wire):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Manifest(_Document):
-    """`manifest.json`: written last; its presence commits a version."""
+class _AttemptDocument(_Document):
+    """What a manifest and a marker both begin with: whose attempt wrote it (in this order on
+    the wire, after formatVersion)."""
 
     job: str
     namespace: str
     job_uid: str | None = None
     attempt: int
+
+    def _check(self) -> None:
+        super()._check()
+        _text("job", self.job, MAX_TEXT)
+        _text("namespace", self.namespace, MAX_TEXT)
+        _optional_text("job_uid", self.job_uid)
+        _integer("attempt", self.attempt, 0, MAX_ATTEMPT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest(_AttemptDocument):
+    """`manifest.json`: written last; its presence commits a version."""
+
     step: int
     policy_generation: int | None = None
     created_at: datetime
@@ -254,10 +268,6 @@ class Manifest(_Document):
 
     def _check(self) -> None:
         super()._check()
-        _text("job", self.job, MAX_TEXT)
-        _text("namespace", self.namespace, MAX_TEXT)
-        _optional_text("job_uid", self.job_uid)
-        _integer("attempt", self.attempt, 0, MAX_ATTEMPT)
         _integer("step", self.step, 0, MAX_STEP)
         _optional(lambda n, v: _integer(n, v, 0))("policy_generation", self.policy_generation)
         self._set("created_at", _time("created_at", self.created_at))
@@ -293,23 +303,15 @@ def _shards(value: object) -> list[ShardEntry]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class AttemptMarker(_Document):
+class AttemptMarker(_AttemptDocument):
     """`attempts/a%06d.json`: written by the operator before it creates a trainer attempt."""
 
-    job: str
-    namespace: str
-    job_uid: str | None = None
-    attempt: int
     started_at: datetime
     resumed_from_step: int | None = None  # the step the attempt resumed from; None: scratch
     resumed_from_version: str | None = None
 
     def _check(self) -> None:
         super()._check()
-        _text("job", self.job, MAX_TEXT)
-        _text("namespace", self.namespace, MAX_TEXT)
-        _optional_text("job_uid", self.job_uid)
-        _integer("attempt", self.attempt, 0, MAX_ATTEMPT)
         self._set("started_at", _time("started_at", self.started_at))
         _optional(lambda n, v: _integer(n, v, 0, MAX_STEP))(
             "resumed_from_step", self.resumed_from_step
