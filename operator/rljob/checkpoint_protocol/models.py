@@ -172,12 +172,13 @@ class _Wire:
     def _set(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)  # a normalized value of a frozen dataclass
 
-    def to_wire(self) -> dict[str, Any]:
-        """The JSON value: camelCase keys in field order, None left out."""
+    def to_wire(self, *, keep_none: bool = False) -> dict[str, Any]:
+        """The JSON value: camelCase keys in field order, None left out (kept as null for a
+        display of every field, such as `rljob checkpoints show --json`)."""
         wire: dict[str, Any] = {}
         for each in fields(self):  # type: ignore[arg-type]  # every subclass is a dataclass
             value = getattr(self, each.name)
-            if value is not None:
+            if value is not None or keep_none:
                 wire[wire_name(each.name)] = _wire_value(value)
         return wire
 

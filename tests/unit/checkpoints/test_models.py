@@ -176,3 +176,26 @@ def test_a_naive_time_is_utc() -> None:
     marker = AttemptMarker(job="j", namespace="n", attempt=1, started_at=datetime(2026, 1, 1))
     assert marker.started_at.tzinfo is UTC
     assert b'"startedAt": "2026-01-01T00:00:00Z"' in marker.to_json()
+
+
+@pytest.mark.parametrize(
+    ("keep_none", "keys"),
+    [
+        pytest.param(
+            False, {"formatVersion", "job", "namespace", "attempt", "startedAt"}, id="wire"
+        ),
+        pytest.param(
+            True,
+            {
+                "formatVersion", "job", "namespace", "jobUid", "attempt", "startedAt",
+                "resumedFromStep", "resumedFromVersion",
+            },
+            id="display",
+        ),
+    ],
+)  # fmt: skip
+def test_absent_fields_are_left_out_of_the_wire_and_kept_for_display(
+    keep_none: bool, keys: set[str]
+) -> None:
+    marker = AttemptMarker(job="j", namespace="n", attempt=1, started_at=NOW)
+    assert set(marker.to_wire(keep_none=keep_none)) == keys

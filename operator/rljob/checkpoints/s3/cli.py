@@ -185,7 +185,8 @@ def _show(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"{version.name}: {verdict.reason}\n")
         return EXIT_INVALID
     if args.json:
-        out.write(json.dumps(verdict.manifest.to_wire(), indent=2, ensure_ascii=False) + "\n")
+        shown = verdict.manifest.to_wire(keep_none=True)  # every field, as before
+        out.write(json.dumps(shown, indent=2, ensure_ascii=False) + "\n")
         return EXIT_OK if verdict.valid else EXIT_INVALID
     m = verdict.manifest
     out.write(f"version:           {version.name}\n")
