@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from rljob.checkpoints.layout import CheckpointLocation
-from rljob.checkpoints.s3 import CheckpointStore, ClientCache, StoreEndpoint
+from rljob.checkpoint_protocol.layout import CheckpointLocation
+from rljob.checkpoint_protocol.s3 import ClientCache, StoreEndpoint
+from rljob.checkpoints.s3 import OperatorStore
 from rljob.dev.processes import free_ports
 from rljob.dev.s3server import BINARY, S3Server
 
@@ -52,10 +53,10 @@ class S3Bucket:
 
     def store(
         self, location: CheckpointLocation | None = None, *, private_client: bool = False, **kw: Any
-    ) -> CheckpointStore:
+    ) -> OperatorStore:
         """A store for location; private_client gives it its own client (for request hooks)."""
         clients = ClientCache() if private_client else None
-        return CheckpointStore(location or self.location(), self.endpoint, clients=clients, **kw)
+        return OperatorStore(location or self.location(), self.endpoint, clients=clients, **kw)
 
     @property
     def client(self) -> Any:

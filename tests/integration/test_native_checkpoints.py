@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rljob.checkpoints.layout import CheckpointLocation, VersionId, resume_env
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId, resume_env
 from rljob.sdk import CheckpointReader, CheckpointWriter
 from rljob.sdk.layouts import WorldSizeMismatch, get_layout
 from rljob.sdk.mirror import Mirror

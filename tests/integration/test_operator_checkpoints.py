@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rljob.checkpoints.layout import CheckpointLocation
+from rljob.checkpoint_protocol.layout import CheckpointLocation
 from rljob.dev.prometheus import PrometheusServer
 from rljob.sdk.checkpoint import CheckpointWriter
 from tests.helpers import wait_for

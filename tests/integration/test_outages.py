@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from rljob.checkpoints.layout import CheckpointLocation
-from rljob.checkpoints.models import AttemptMarker
+from rljob.checkpoint_protocol.layout import CheckpointLocation
+from rljob.checkpoint_protocol.models import AttemptMarker
 from rljob.dev.audit import writes_by_user
 from rljob.dev.bed import (
     BED_ALLOWLIST,

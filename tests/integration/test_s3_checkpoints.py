@@ -4,6 +4,7 @@ validation, lineage, retention and failure handling."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import io
 import json
@@ -18,18 +19,19 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rljob.checkpoints.errors import (
+from rljob.checkpoint_protocol.errors import (
     ChecksumMismatch,
     CommitRefused,
     PreconditionFailed,
     StoreUnavailable,
 )
-from rljob.checkpoints.layout import CheckpointLocation, VersionId, resume_env
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId, resume_env
+from rljob.checkpoint_protocol.models import AttemptMarker, Manifest, Pointer
+from rljob.checkpoint_protocol.s3 import StoreEndpoint
+from rljob.checkpoint_protocol.s3.transport import READ_TIMEOUT
+from rljob.checkpoint_protocol.validity import Problem
 from rljob.checkpoints.lineage import Lineage
-from rljob.checkpoints.models import AttemptMarker, Manifest, Pointer
-from rljob.checkpoints.s3 import AsyncCheckpointStore, CheckpointStore, StoreEndpoint, cli
-from rljob.checkpoints.s3.transport import READ_TIMEOUT
-from rljob.checkpoints.validity import Problem
+from rljob.checkpoints.s3 import AsyncCheckpointStore, OperatorStore, cli
 from rljob.dev.processes import free_ports
 from rljob.dev.s3server import S3Server
 from rljob.sdk import CheckpointReader, CheckpointWriter, resolve_resume
@@ -427,7 +429,7 @@ def test_a_refused_delete_is_reported_not_raised(s3_bucket: S3Bucket, tmp_path: 
     )
     readonly.start()
     try:
-        ro_store = CheckpointStore(location, readonly.store_endpoint())
+        ro_store = OperatorStore(location, readonly.store_endpoint())
         result = ro_store.apply_retention(plan)
     finally:
         readonly.stop()
@@ -450,7 +452,7 @@ def test_markers_continue_attempt_numbers(s3_bucket: S3Bucket) -> None:
     store.write_marker(marker(location, 1, None))
     store.write_marker(marker(location, 2, 10))
     assert store.write_marker(marker(location, 2, 10)).resumed_from_step == 10  # retried write
-    other_uid = marker(location, 2, 10).model_copy(update={"job_uid": "another-job"})
+    other_uid = dataclasses.replace(marker(location, 2, 10), job_uid="another-job")
     with pytest.raises(PreconditionFailed, match="already exists"):
         store.write_marker(other_uid)
     # a new RLJob of the old name (new uid, new store instance) continues from the highest marker
@@ -496,7 +498,7 @@ def many_versions(s3_server: S3Server) -> Iterator[S3Bucket]:
     yield bucket
 
 
-def _counted_store(bucket: S3Bucket) -> tuple[CheckpointStore, list[str]]:
+def _counted_store(bucket: S3Bucket) -> tuple[OperatorStore, list[str]]:
     """A store with a private client whose HTTP requests are recorded."""
     store = bucket.store(bucket.location(), private_client=True)
     sent: list[str] = []
@@ -644,7 +646,7 @@ async def test_a_hung_store_times_out_without_blocking_the_loop(private_s3: S3Bu
             addressing_style="path",
             credentials=private_s3.endpoint.credentials,
         )
-        store = CheckpointStore(private_s3.location(), endpoint)
+        store = OperatorStore(private_s3.location(), endpoint)
         astore = AsyncCheckpointStore(store, timeout=1.0)
         started = time.monotonic()
         probe = asyncio.create_task(asyncio.sleep(0.2))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from rljob.api import EngineExporter, Launcher, RLJob, parse_rljob
-from rljob.checkpoints.layout import CheckpointLocation, VersionId, resume_env
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId, resume_env
 from rljob.reconcile import DesiredChild
 from rljob.reconcile.launchers import RAY_SCRIPT_NAME, ray_start_script
 from rljob.sdk.entrypoint import SHARED_FLAG, _native_flags

@@ -15,11 +15,11 @@ from rljob.checkpoints.attempt_plan import (
     needs_discovery,
     plan_attempt_start,
 )
-from rljob.checkpoints.s3 import CheckpointStore
+from rljob.checkpoints.s3 import OperatorStore
 from tests.integration.s3_fixtures import S3Bucket
 
 
-def start_attempt(store: CheckpointStore, attempt: int) -> AttemptPlan:
+def start_attempt(store: OperatorStore, attempt: int) -> AttemptPlan:
     """Plans attempt's start from what the store holds and writes its marker."""
     markers = store.read_markers()
     candidates: tuple[CandidateCheck, ...] = ()
@@ -38,6 +38,6 @@ def start_attempt(store: CheckpointStore, attempt: int) -> AttemptPlan:
     return plan
 
 
-def pod_env(bucket: S3Bucket, store: CheckpointStore, plan: AttemptPlan) -> dict[str, str]:
+def pod_env(bucket: S3Bucket, store: OperatorStore, plan: AttemptPlan) -> dict[str, str]:
     """The trainer container's RLJOB_* and store variables for the planned attempt."""
     return {**bucket.env(store.location, plan.attempt), **plan.resume_env}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rljob.checkpoints.layout import VersionId
+from rljob.checkpoint_protocol.layout import VersionId
 from tests.integration.s3_fixtures import S3Bucket, s3_bucket_fixture, s3_server_fixture
 from tests.upstream.dcp_attempts import pod_env, start_attempt
 from tests.upstream.dcp_torchrun import NODES, PROCS_PER_NODE, start_gang

@@ -11,8 +11,8 @@ import signal
 import time
 from pathlib import Path
 
-from rljob.checkpoints.layout import VersionId
-from rljob.checkpoints.validity import Problem
+from rljob.checkpoint_protocol.layout import VersionId
+from rljob.checkpoint_protocol.validity import Problem
 from rljob.dev.controlplane import wait_until
 from rljob.sdk.checkpoint import resolve_resume
 from tests.integration.s3_fixtures import S3Bucket, s3_bucket_fixture, s3_server_fixture

@@ -10,7 +10,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field, replace
 
-from rljob.api import CheckpointRef, RLJob, StoreCapabilities, parse_duration
+from rljob.api import Checkpoint, CheckpointRef, RLJob, StoreCapabilities, parse_duration
+from rljob.checkpoint_protocol.errors import StoreError
+from rljob.checkpoint_protocol.layout import CheckpointLocation, DefaultStore, VersionId
+from rljob.checkpoint_protocol.models import AttemptMarker
+from rljob.checkpoint_protocol.s3 import Capabilities, ClientCache, StoreCredentials, StoreEndpoint
 from rljob.checkpoints.attempt_plan import (
     AttemptInputs,
     CandidateCheck,
@@ -22,17 +26,9 @@ from rljob.checkpoints.attempt_plan import (
     retention_lineage,
     with_journaled_markers,
 )
-from rljob.checkpoints.errors import StoreError
-from rljob.checkpoints.layout import CheckpointLocation, DefaultStore, VersionId
 from rljob.checkpoints.lineage import Lineage
-from rljob.checkpoints.models import AttemptMarker
 from rljob.checkpoints.retention import RetentionPlan
-from rljob.checkpoints.s3 import (
-    AsyncCheckpointStore,
-    CheckpointStore,
-    ClientCache,
-    StoreEndpoint,
-)
+from rljob.checkpoints.s3 import AsyncCheckpointStore, OperatorStore
 from rljob.checkpoints.selection import checkpoint_ref
 from rljob.observability import CHECKPOINT_SAVED, CHECKPOINT_STEP, JOB_SERIES
 from rljob.reconcile.events import EventSpec
@@ -49,6 +45,26 @@ class AttemptStart:
     events: tuple[EventSpec, ...] = ()
     problem: str = ""  # why a newer version was not used ("" when none was skipped)
     retention_problem: str = ""  # why retention could not be planned or a delete failed, else ""
+
+
+def endpoint_from_spec(
+    spec: Checkpoint, credentials: StoreCredentials | None = None, ca_bundle: str | None = None
+) -> StoreEndpoint:
+    """The store endpoint a job's spec.checkpoint names (the protocol knows no RLJob types)."""
+    return StoreEndpoint(
+        url=spec.endpoint,
+        region=spec.region,
+        addressing_style=str(spec.addressing_style.value),
+        credentials=credentials,
+        ca_bundle=ca_bundle,
+    )
+
+
+def status_capabilities(probed: Capabilities) -> StoreCapabilities:
+    """A capability probe's result as the RLJob's status records it."""
+    return StoreCapabilities(
+        conditional_writes=probed.conditional_writes, probed_at=probed.probed_at
+    )
 
 
 class Checkpoints:
@@ -86,10 +102,10 @@ class Checkpoints:
         location, spec = self.location(job), job.spec.checkpoint
         if location is None or spec is None:
             return None
-        endpoint = StoreEndpoint.from_spec(spec, credentials=self._default.credentials)
+        endpoint = endpoint_from_spec(spec, credentials=self._default.credentials)
         url, region = self.defaults.resolve(endpoint.url, endpoint.region)
         endpoint = replace(endpoint, url=url, region=region)
-        sync = CheckpointStore(location, endpoint, clients=self._clients)
+        sync = OperatorStore(location, endpoint, clients=self._clients)
         return AsyncCheckpointStore(sync, timeout=self._timeout)
 
     async def first_attempt(self, job: RLJob) -> int:
@@ -114,7 +130,7 @@ class Checkpoints:
         store, location, spec = self.store(job), self.location(job), job.spec.checkpoint
         if store is None or location is None or spec is None:
             raise ValueError(f"{job.metadata.name} has no spec.checkpoint")
-        capabilities = await store.probe_capabilities()
+        capabilities = status_capabilities(await store.probe_capabilities())
         markers = await self._markers(job, store, location)
         inputs = AttemptInputs(
             location=location,

@@ -24,9 +24,10 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from rljob.api.status import AttemptRecord, CheckpointRef, StoreCapabilities
-from rljob.checkpoints.layout import CheckpointLocation, VersionId, resume_env
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId, resume_env
+from rljob.checkpoint_protocol.models import AttemptMarker
+from rljob.checkpoint_protocol.validity import Validity
 from rljob.checkpoints.lineage import Lineage
-from rljob.checkpoints.models import AttemptMarker
 from rljob.checkpoints.retention import (
     RetentionListing,
     RetentionPlan,
@@ -35,7 +36,6 @@ from rljob.checkpoints.retention import (
     plan_retention,
 )
 from rljob.checkpoints.selection import Selection, checkpoint_ref
-from rljob.checkpoints.validity import Validity
 
 RESUME_LATEST = "Latest"
 RESUME_NONE = "None"

@@ -22,8 +22,8 @@ import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from rljob.checkpoints.layout import VersionId
-from rljob.checkpoints.models import AttemptMarker
+from rljob.checkpoint_protocol.layout import VersionId
+from rljob.checkpoint_protocol.models import AttemptMarker
 
 _FENCED = -1  # fence value under which no step is eligible
 

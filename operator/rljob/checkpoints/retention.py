@@ -19,20 +19,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from rljob.checkpoints.layout import MANIFEST_NAME, CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.layout import MANIFEST_NAME, CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.validity import PendingUpload, Validity, VersionObjects
 from rljob.checkpoints.lineage import Lineage
-from rljob.checkpoints.validity import Validity, VersionObjects
 
 _MANIFEST = f"/{MANIFEST_NAME}"
-
-
-@dataclass(frozen=True)
-class PendingUpload:
-    """A multipart upload in progress, as ListMultipartUploads returns it."""
-
-    key: str
-    upload_id: str
-    initiated: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from rljob.api.status import CheckpointRef
-from rljob.checkpoints.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.validity import Problem, Validity
 from rljob.checkpoints.lineage import Lineage
-from rljob.checkpoints.validity import Problem, Validity
 
 
 @dataclass(frozen=True)

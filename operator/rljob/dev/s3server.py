@@ -22,7 +22,7 @@ from rljob.dev.controlplane import wait_until
 from rljob.dev.processes import Managed, ServerProcess, spawn, tail
 
 if TYPE_CHECKING:
-    from rljob.checkpoints.s3.transport import StoreEndpoint
+    from rljob.checkpoint_protocol.s3.transport import StoreEndpoint
 
 BINARY = "versitygw"
 ACCESS_KEY = "rljob-dev"
@@ -152,7 +152,7 @@ class S3Server(ServerProcess):
 
     def store_endpoint(self) -> StoreEndpoint:
         """How rljob.checkpoints.s3 reaches this server, with its root credentials."""
-        from rljob.checkpoints.s3.transport import StoreCredentials, StoreEndpoint
+        from rljob.checkpoint_protocol.s3.transport import StoreCredentials, StoreEndpoint
 
         return StoreEndpoint(
             url=self.endpoint,
@@ -164,7 +164,7 @@ class S3Server(ServerProcess):
     def client(self) -> Any:
         """A boto3 S3 client for this server, with the shared checkpoint configuration."""
         if self._client is None:
-            from rljob.checkpoints.s3.transport import ClientCache
+            from rljob.checkpoint_protocol.s3.transport import ClientCache
 
             self._client = ClientCache().client(self.store_endpoint())
         return self._client

@@ -9,7 +9,7 @@ from datetime import datetime
 from rljob.api import CheckpointRef
 from rljob.api.diagnosis import Bottleneck
 from rljob.api.status import EngineHealth
-from rljob.checkpoints.layout import DefaultStore
+from rljob.checkpoint_protocol.layout import DefaultStore
 from rljob.health.evaluation import Evaluation
 from rljob.reconcile.attempt_start import AttemptGathered
 from rljob.reconcile.engine_readings import EngineReading

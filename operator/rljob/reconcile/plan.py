@@ -20,7 +20,7 @@ from typing import Any
 
 from rljob.api import ActionKind, RLJob, RLJobStatus, RoleName
 from rljob.api.durations import parse_duration
-from rljob.checkpoints.layout import DefaultStore
+from rljob.checkpoint_protocol.layout import DefaultStore
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec, transition_events
 from rljob.reconcile.lifecycle import (

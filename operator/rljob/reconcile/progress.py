@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from rljob.api import Progress, RLJob, RLJobStatus
-from rljob.checkpoints.layout import CheckpointLocation, policy_env
+from rljob.checkpoint_protocol.layout import CheckpointLocation, policy_env
 from rljob.health.evaluation import (
     KV_DRIFT,
     POLICY_GENERATION_EVIDENCE,

@@ -17,7 +17,7 @@ from typing import Any
 from rljob.api import RLJob, Role, RoleName, RolloutRole, ServingRole, TrainerRole, parse_duration
 from rljob.api.declared_ports import metrics_port
 from rljob.api.labels import ATTEMPT_LABEL, COMPLETION_INDEX_ANNOTATION, SPEC_HASH_ANNOTATION
-from rljob.checkpoints.layout import (
+from rljob.checkpoint_protocol.layout import (
     ENV_CHECKPOINT_URI,
     ENV_JOB_UID,
     ENV_POLICY_GENERATION,

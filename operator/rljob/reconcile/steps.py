@@ -9,8 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from rljob.api import ActionKind, ActionPod, InFlightAction, RLJob, RLJobStatus
+from rljob.checkpoint_protocol.models import AttemptMarker
 from rljob.checkpoints.attempt_plan import AttemptPlan
-from rljob.checkpoints.models import AttemptMarker
 from rljob.checkpoints.retention import RetentionPlan
 from rljob.reconcile.attempt_start import creates_attempt
 from rljob.reconcile.drain import (

@@ -15,7 +15,7 @@ from rljob.adapters.checkpoints import Checkpoints
 from rljob.adapters.kube import Kube, KubeError
 from rljob.adapters.paths import object_path
 from rljob.api import CheckpointRef, JobPhase, RLJob
-from rljob.checkpoints.errors import StoreError
+from rljob.checkpoint_protocol.errors import StoreError
 from rljob.observability import CHECKPOINT_ERRORS
 from rljob.reconcile.attempt_start import AttemptGathered, attempt_to_start
 from rljob.reconcile.inputs import PassInputs

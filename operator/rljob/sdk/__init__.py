@@ -12,15 +12,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rljob.checkpoints.errors import (
+    from rljob.checkpoint_protocol.errors import (
         CheckpointError,
         ChecksumMismatch,
         CommitRefused,
         InvalidCheckpoint,
         StoreUnavailable,
     )
-    from rljob.checkpoints.models import Manifest, ShardEntry
-    from rljob.checkpoints.s3.transport import StoreCredentials, StoreEndpoint
+    from rljob.checkpoint_protocol.models import Manifest, ShardEntry
+    from rljob.checkpoint_protocol.s3.transport import StoreCredentials, StoreEndpoint
     from rljob.sdk.checkpoint import (
         CheckpointReader,
         CheckpointWriter,
@@ -32,15 +32,15 @@ if TYPE_CHECKING:
     from rljob.sdk.roster import Engine, EngineRoster
 
 _HOMES = {
-    "CheckpointError": "rljob.checkpoints.errors",
-    "ChecksumMismatch": "rljob.checkpoints.errors",
-    "CommitRefused": "rljob.checkpoints.errors",
-    "InvalidCheckpoint": "rljob.checkpoints.errors",
-    "StoreUnavailable": "rljob.checkpoints.errors",
-    "Manifest": "rljob.checkpoints.models",
-    "ShardEntry": "rljob.checkpoints.models",
-    "StoreCredentials": "rljob.checkpoints.s3.transport",
-    "StoreEndpoint": "rljob.checkpoints.s3.transport",
+    "CheckpointError": "rljob.checkpoint_protocol.errors",
+    "ChecksumMismatch": "rljob.checkpoint_protocol.errors",
+    "CommitRefused": "rljob.checkpoint_protocol.errors",
+    "InvalidCheckpoint": "rljob.checkpoint_protocol.errors",
+    "StoreUnavailable": "rljob.checkpoint_protocol.errors",
+    "Manifest": "rljob.checkpoint_protocol.models",
+    "ShardEntry": "rljob.checkpoint_protocol.models",
+    "StoreCredentials": "rljob.checkpoint_protocol.s3.transport",
+    "StoreEndpoint": "rljob.checkpoint_protocol.s3.transport",
     "CheckpointReader": "rljob.sdk.checkpoint",
     "CheckpointWriter": "rljob.sdk.checkpoint",
     "PendingVersion": "rljob.sdk.checkpoint",

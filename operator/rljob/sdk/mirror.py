@@ -28,9 +28,9 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rljob.checkpoints.errors import CheckpointError
-from rljob.checkpoints.layout import ENV_CHECKPOINT_URI, KeyKind, VersionId
-from rljob.checkpoints.models import ShardEntry
+from rljob.checkpoint_protocol.errors import CheckpointError
+from rljob.checkpoint_protocol.layout import ENV_CHECKPOINT_URI, KeyKind, VersionId
+from rljob.checkpoint_protocol.models import ShardEntry
 from rljob.sdk.checkpoint.writer import CheckpointWriter, PendingVersion
 from rljob.sdk.layouts import Layout, StepFile, get_layout
 from rljob.sdk.native import (

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rljob.checkpoints.layout import VersionId
-from rljob.checkpoints.models import ShardEntry
-from rljob.checkpoints.s3 import CheckpointStore, StoreEndpoint
+from rljob.checkpoint_protocol.layout import VersionId
+from rljob.checkpoint_protocol.models import ShardEntry
+from rljob.checkpoint_protocol.s3 import CheckpointStore, StoreEndpoint
 from rljob.sdk.checkpoint.reader import CheckpointReader
 from rljob.sdk.checkpoint.resume import ResumePoint, resolve_resume
 from rljob.sdk.layouts import Layout, WorldSizeMismatch
@@ -85,12 +85,12 @@ def part_rank(relative: str) -> int | None:
 
 
 def encode_part(rank: int, entries: list[ShardEntry]) -> bytes:
-    shards = [e.model_dump(mode="json") for e in sorted(entries, key=lambda e: e.key)]
+    shards = [e.to_wire() for e in sorted(entries, key=lambda e: e.key)]
     return json.dumps({"node": rank, "shards": shards}).encode()
 
 
 def decode_part(data: bytes) -> list[ShardEntry]:
-    return [ShardEntry.model_validate(s) for s in json.loads(data)["shards"]]
+    return [ShardEntry.from_wire(s) for s in json.loads(data)["shards"]]
 
 
 def native_metadata(layout: Layout, nodes: int) -> dict[str, Any]:

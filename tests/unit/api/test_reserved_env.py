@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rljob.api import RESERVED_ENV_NAMES, RLJob, parse_rljob
-from rljob.checkpoints.layout import CheckpointLocation, VersionId, policy_env, resume_env
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId, policy_env, resume_env
 from rljob.reconcile import RenderContext, render_children
 from tests.unit.api.verdicts import job
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime, timedelta
 
-from rljob.checkpoints.layout import CheckpointLocation, VersionId
-from rljob.checkpoints.models import Manifest, ShardEntry
-from rljob.checkpoints.validity import ListedObject, VersionObjects
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.models import Manifest, ShardEntry
+from rljob.checkpoint_protocol.validity import ListedObject, VersionObjects
 
 LOC = CheckpointLocation("bucket", "ckpt", "rl", "grpo")
 NOW = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)

@@ -12,9 +12,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from rljob.checkpoints.layout import CheckpointLocation, VersionId
-from rljob.checkpoints.models import Manifest, ShardEntry
-from rljob.checkpoints.s3 import ClientCache, StoreEndpoint
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.models import Manifest, ShardEntry
+from rljob.checkpoint_protocol.s3 import ClientCache, StoreEndpoint
 
 from ._build import NOW
 

@@ -9,6 +9,9 @@ from datetime import timedelta
 import pytest
 
 from rljob.api.status import AttemptRecord
+from rljob.checkpoint_protocol.layout import VersionId
+from rljob.checkpoint_protocol.models import AttemptMarker
+from rljob.checkpoint_protocol.validity import PendingUpload, Problem, Validity, VersionObjects
 from rljob.checkpoints.attempt_plan import (
     AttemptEvent,
     AttemptInputs,
@@ -16,10 +19,7 @@ from rljob.checkpoints.attempt_plan import (
     plan_attempt_start,
     with_journaled_markers,
 )
-from rljob.checkpoints.layout import VersionId
-from rljob.checkpoints.models import AttemptMarker
-from rljob.checkpoints.retention import PendingUpload, RetentionListing
-from rljob.checkpoints.validity import Problem, Validity, VersionObjects
+from rljob.checkpoints.retention import RetentionListing
 
 from ._build import LOC, NOW, manifest, objects, v
 

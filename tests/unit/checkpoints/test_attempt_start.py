@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from rljob.adapters.checkpoints import Checkpoints
-from rljob.api import RLJob, parse_rljob
+from rljob.adapters.checkpoints import Checkpoints, endpoint_from_spec, status_capabilities
+from rljob.api import RLJob, StoreCapabilities, parse_rljob
+from rljob.checkpoint_protocol.errors import StoreError
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.s3 import Capabilities, StoreCredentials, StoreEndpoint
 from rljob.checkpoints.attempt_plan import plan_attempt_start
-from rljob.checkpoints.errors import StoreError
-from rljob.checkpoints.layout import CheckpointLocation, VersionId
-from rljob.checkpoints.s3 import StoreEndpoint
 
 from ._build import NOW, v
 from .fake_s3 import FakeClients, FakeS3, client_error, denied, read_timeout
@@ -188,3 +188,32 @@ async def test_a_refused_delete_is_reported_not_raised() -> None:
     del fake.faults["delete_objects"]
     assert await cps.apply_retention(rljob, plan.retention) == ""
     assert names(fake, location, v(100, 1)) == []
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "url", "region", "style"),
+    [
+        pytest.param({"addressingStyle": "virtual"}, None, None, "virtual", id="aws"),
+        pytest.param(
+            {"endpoint": "http://minio:9000", "region": "eu-1", "addressingStyle": "path"},
+            "http://minio:9000",
+            "eu-1",
+            "path",
+            id="private-endpoint",
+        ),
+    ],
+)
+def test_the_adapter_turns_the_spec_into_the_protocols_endpoint(
+    checkpoint: dict[str, Any], url: str | None, region: str | None, style: str
+) -> None:
+    # The protocol knows no RLJob types: the adapter converts spec.checkpoint.
+    spec = job(**checkpoint).spec.checkpoint
+    assert spec is not None
+    credentials = StoreCredentials("id", "secret")
+    endpoint = endpoint_from_spec(spec, credentials=credentials)
+    assert endpoint == StoreEndpoint(url, region, style, credentials)
+
+
+def test_the_adapter_records_a_probe_as_the_status_type() -> None:
+    probed = Capabilities(conditional_writes=True, probed_at=NOW)
+    assert status_capabilities(probed) == StoreCapabilities(conditional_writes=True, probed_at=NOW)

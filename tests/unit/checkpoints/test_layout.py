@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rljob.checkpoints.layout import (
+from rljob.checkpoint_protocol.layout import (
     CheckpointLocation,
     KeyKind,
     VersionId,

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rljob.checkpoint_protocol.models import AttemptMarker
 from rljob.checkpoints.lineage import Lineage, next_attempt
-from rljob.checkpoints.models import AttemptMarker
 
 from ._build import NOW, v
 

@@ -9,15 +9,19 @@ from typing import cast
 
 import pytest
 
-from rljob.checkpoints.layout import VersionId
+from rljob.checkpoint_protocol.layout import VersionId
+from rljob.checkpoint_protocol.validity import (
+    PendingUpload,
+    Validity,
+    VersionObjects,
+    check_version,
+)
 from rljob.checkpoints.lineage import Lineage
 from rljob.checkpoints.retention import (
-    PendingUpload,
     RetentionPlan,
     plan_retention,
     retention_window,
 )
-from rljob.checkpoints.validity import Validity, VersionObjects, check_version
 
 from ._build import LOC, NOW, manifest, objects, v
 

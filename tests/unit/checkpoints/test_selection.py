@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rljob.checkpoints.layout import VersionId
+from rljob.checkpoint_protocol.layout import VersionId
+from rljob.checkpoint_protocol.validity import Problem, Validity, check_version
 from rljob.checkpoints.lineage import Lineage
 from rljob.checkpoints.selection import checkpoint_ref, select_version
-from rljob.checkpoints.validity import Problem, Validity, check_version
 
 from ._build import LOC, NOW, manifest, objects, v
 

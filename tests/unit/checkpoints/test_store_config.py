@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
-from rljob.checkpoints.errors import (
+from rljob.checkpoint_protocol.errors import (
     BucketNotFound,
     ObjectNotFound,
     PreconditionFailed,
@@ -13,7 +13,7 @@ from rljob.checkpoints.errors import (
     StoreError,
     StoreUnavailable,
 )
-from rljob.checkpoints.s3.transport import (
+from rljob.checkpoint_protocol.s3.transport import (
     ClientCache,
     StoreCredentials,
     StoreEndpoint,

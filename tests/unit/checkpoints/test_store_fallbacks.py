@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from rljob.checkpoints.s3 import CheckpointStore, ClientCache, StoreEndpoint
+from rljob.checkpoint_protocol.s3 import CheckpointStore, ClientCache, StoreEndpoint
 
 from ._build import LOC, v
 

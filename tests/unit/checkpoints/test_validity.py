@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rljob.checkpoints.layout import VersionId
-from rljob.checkpoints.validity import (
+from rljob.checkpoint_protocol.layout import VersionId
+from rljob.checkpoint_protocol.validity import (
     ListedObject,
     Problem,
     VersionObjects,

@@ -30,9 +30,9 @@ from rljob.api.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUEST
 from rljob.api.labels import RESTARTED_AT_ANNOTATION as RESTARTED_AT
 from rljob.api.labels import RESUME_REQUEST_ANNOTATION as RESUME_REQUEST
 from rljob.api.labels import ROLE_LABEL as ROLE
-from rljob.checkpoints.errors import CommitRefused, StoreError
-from rljob.checkpoints.layout import CheckpointLocation, KeyKind, VersionId
-from rljob.checkpoints.models import AttemptMarker
+from rljob.checkpoint_protocol.errors import CommitRefused, StoreError
+from rljob.checkpoint_protocol.layout import CheckpointLocation, KeyKind, VersionId
+from rljob.checkpoint_protocol.models import AttemptMarker
 from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
 from rljob.reconcile.engine_readings import EngineReading
 from tests.unit.model import bounds, drain, harness, in_turn, nodes, suspension
@@ -786,7 +786,7 @@ class ActionEngine(RuleBasedStateMachine):
                 f"{self.cluster.lease_holder} held the Lease"
             )
         if data is not None and parsed.kind is KeyKind.MARKER and key not in stored:
-            self._check_resume(AttemptMarker.model_validate_json(data))
+            self._check_resume(AttemptMarker.parse(data))
         if data is None and parsed.kind is KeyKind.VERSION_OBJECT and parsed.version is not None:
             self._check_delete(key, parsed.version)
 
@@ -796,7 +796,7 @@ class ActionEngine(RuleBasedStateMachine):
         for key in self.s3.keys(BUCKET, LOCATION.attempts_prefix):
             parsed = LOCATION.parse_key(key)
             if parsed.kind is KeyKind.MARKER and parsed.attempt is not None:
-                markers[parsed.attempt] = AttemptMarker.model_validate_json(stored[key].data)
+                markers[parsed.attempt] = AttemptMarker.parse(stored[key].data)
         return markers
 
     def _choices_journaled(self, job: JSON) -> None:

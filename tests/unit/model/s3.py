@@ -20,9 +20,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from rljob.checkpoints.layout import CheckpointLocation, VersionId
-from rljob.checkpoints.models import Manifest
-from rljob.checkpoints.s3 import CheckpointStore, ClientCache, StoreEndpoint
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.models import Manifest
+from rljob.checkpoint_protocol.s3 import ClientCache, StoreEndpoint
+from rljob.checkpoints.s3 import OperatorStore
 from rljob.sdk.checkpoint import CheckpointWriter, PendingVersion
 
 JSON = dict[str, Any]
@@ -350,9 +351,9 @@ class FakeClients(ClientCache):
         return self.s3
 
 
-def store(s3: FakeS3, location: CheckpointLocation) -> CheckpointStore:
+def store(s3: FakeS3, location: CheckpointLocation) -> OperatorStore:
     """A checkpoint store (the operator's and the SDK's S3 adapter) on the fake."""
-    return CheckpointStore(location, StoreEndpoint(url=ENDPOINT), clients=FakeClients(s3))
+    return OperatorStore(location, StoreEndpoint(url=ENDPOINT), clients=FakeClients(s3))
 
 
 def writer(

@@ -11,16 +11,16 @@ import pytest
 
 from rljob.adapters.checkpoints import Checkpoints
 from rljob.api import parse_rljob
-from rljob.checkpoints.errors import (
+from rljob.checkpoint_protocol.errors import (
     CommitRefused,
     PreconditionFailed,
     StoreAccessDenied,
     StoreError,
     StoreUnavailable,
 )
-from rljob.checkpoints.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.models import AttemptMarker
 from rljob.checkpoints.lineage import Lineage
-from rljob.checkpoints.models import AttemptMarker
 from tests.unit.model.s3 import (
     FakeClients,
     FakeS3,

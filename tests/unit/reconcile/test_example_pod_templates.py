@@ -19,7 +19,7 @@ import yaml
 
 from rljob.api import RESERVED_ENV_NAMES, RLJob, RoleName, parse_rljob
 from rljob.api.declared_ports import declared_ports
-from rljob.checkpoints.layout import CheckpointLocation, VersionId, policy_env, resume_env
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId, policy_env, resume_env
 from rljob.reconcile import DesiredChild, RenderContext, render_children
 from rljob.reconcile.pods import SHM_PATH, SHM_VOLUME
 from tests.unit.reconcile.world import EXAMPLES, NAMESPACE

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from rljob.api import RLJob, parse_rljob
-from rljob.checkpoints.layout import DefaultStore
+from rljob.checkpoint_protocol.layout import DefaultStore
 from rljob.reconcile import DesiredChild, RenderContext, render_children, trainer_job_name
 from tests.unit.reconcile.world import NAMESPACE, example_body, example_job, with_role
 

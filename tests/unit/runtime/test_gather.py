@@ -6,8 +6,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from rljob.checkpoints.errors import StoreUnavailable
-from rljob.checkpoints.layout import DefaultStore
+from rljob.checkpoint_protocol.errors import StoreUnavailable
+from rljob.checkpoint_protocol.layout import DefaultStore
 from rljob.runtime.gather import Gatherer
 from rljob.runtime.memory import JobMemory
 from tests.unit.reconcile.world import T0, World, example_body

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rljob.checkpoints.layout import CheckpointLocation
+from rljob.checkpoint_protocol.layout import CheckpointLocation
 from rljob.sdk.checkpoint import MIN_PART_SIZE, CheckpointWriter, MiB
 from rljob.sdk.checkpoint import writer as writer_module
 from rljob.sdk.checkpoint.upload import HashingReader

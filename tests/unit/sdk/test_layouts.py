@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rljob.checkpoints.layout import VersionId
+from rljob.checkpoint_protocol.layout import VersionId
 from rljob.sdk.layouts import LAYOUTS, WorldSizeMismatch, get_layout
 from rljob.sdk.native import check_world, part_name, part_rank
 from tests.unit.sdk.native_saves import SAVE_IDS, SAVES, Save, tree

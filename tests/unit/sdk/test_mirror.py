@@ -13,11 +13,11 @@ from typing import Any, cast
 
 import pytest
 
-from rljob.checkpoints.errors import PreconditionFailed
-from rljob.checkpoints.layout import CheckpointLocation, VersionId
-from rljob.checkpoints.models import Manifest
-from rljob.checkpoints.s3 import CheckpointStore
-from rljob.checkpoints.validity import ListedObject
+from rljob.checkpoint_protocol.errors import PreconditionFailed
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.models import Manifest
+from rljob.checkpoint_protocol.s3 import CheckpointStore
+from rljob.checkpoint_protocol.validity import ListedObject
 from rljob.sdk.checkpoint import CheckpointWriter
 from rljob.sdk.layouts import get_layout
 from rljob.sdk.mirror import Mirror, PartsMissing
@@ -57,7 +57,7 @@ class MemoryStore:
 
     def manifest(self, step: int) -> Manifest | None:
         data = self.objects.get(LOCATION.manifest_key(VersionId(step, ATTEMPT)))
-        return None if data is None else Manifest.model_validate_json(data)
+        return None if data is None else Manifest.parse(data)
 
 
 def mirror_for(

@@ -1,39 +1,15 @@
-"""The S3 side of versioned checkpoints: every boto3/botocore import of the checkpoint protocol
-lives in this subpackage (transport, object access, the sync store, discovery, the async
-wrapper, the CLI); the protocol's pure logic stays in rljob.checkpoints."""
+"""The operator's S3 side of checkpoints, over the protocol's store
+(rljob.checkpoint_protocol.s3): discovery, retention's listing and deletes, the async wrapper
+and the CLI."""
 
 from rljob.checkpoints.s3.async_store import CALL_TIMEOUT, AsyncCheckpointStore
 from rljob.checkpoints.s3.discovery import Discovery
-from rljob.checkpoints.s3.objects import DELETE_BATCH, LIST_PAGE_SIZE, DeleteFailure
-from rljob.checkpoints.s3.store import CheckpointStore, RetentionResult
-from rljob.checkpoints.s3.transport import (
-    CLIENTS,
-    CONNECT_TIMEOUT,
-    MAX_ATTEMPTS,
-    READ_TIMEOUT,
-    ClientCache,
-    StoreCredentials,
-    StoreEndpoint,
-    client_config,
-    translate_error,
-)
+from rljob.checkpoints.s3.store import OperatorStore, RetentionResult
 
 __all__ = [
     "CALL_TIMEOUT",
-    "CLIENTS",
-    "CONNECT_TIMEOUT",
-    "DELETE_BATCH",
-    "LIST_PAGE_SIZE",
-    "MAX_ATTEMPTS",
-    "READ_TIMEOUT",
     "AsyncCheckpointStore",
-    "CheckpointStore",
-    "ClientCache",
-    "DeleteFailure",
     "Discovery",
+    "OperatorStore",
     "RetentionResult",
-    "StoreCredentials",
-    "StoreEndpoint",
-    "client_config",
-    "translate_error",
 ]

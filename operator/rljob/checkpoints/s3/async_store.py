@@ -1,4 +1,4 @@
-"""The operator's view of a CheckpointStore: every call runs in a dedicated thread pool (never on
+"""The operator's view of an OperatorStore: every call runs in a dedicated thread pool (never on
 the event loop, never starving the default executor) under a deadline, so a hung store turns into
 StoreUnavailable within the timeout."""
 
@@ -13,17 +13,16 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import ParamSpec, TypeVar
 
-from rljob.api.status import StoreCapabilities
+from rljob.checkpoint_protocol.errors import StoreUnavailable
+from rljob.checkpoint_protocol.layout import VersionId
+from rljob.checkpoint_protocol.models import AttemptMarker, Pointer
+from rljob.checkpoint_protocol.s3.transport import DEADLINE, Capabilities
+from rljob.checkpoint_protocol.validity import Validity
 from rljob.checkpoints.attempt_plan import CandidateCheck
-from rljob.checkpoints.errors import StoreUnavailable
-from rljob.checkpoints.layout import VersionId
 from rljob.checkpoints.lineage import Lineage
-from rljob.checkpoints.models import AttemptMarker, Pointer
 from rljob.checkpoints.retention import RetentionListing, RetentionPlan
 from rljob.checkpoints.s3.discovery import Discovery
-from rljob.checkpoints.s3.store import CheckpointStore, RetentionResult
-from rljob.checkpoints.s3.transport import DEADLINE
-from rljob.checkpoints.validity import Validity
+from rljob.checkpoints.s3.store import OperatorStore, RetentionResult
 
 CALL_TIMEOUT = 60.0
 
@@ -38,7 +37,7 @@ class AsyncCheckpointStore:
     never starving the default executor) under a deadline of `timeout` seconds, checked before
     each S3 request; past it, StoreUnavailable. `with_timeout` gives a copy with another one."""
 
-    def __init__(self, store: CheckpointStore, *, timeout: float = CALL_TIMEOUT) -> None:
+    def __init__(self, store: OperatorStore, *, timeout: float = CALL_TIMEOUT) -> None:
         self.store = store
         self.timeout = timeout
 
@@ -79,7 +78,7 @@ class AsyncCheckpointStore:
     async def next_attempt(self) -> int:
         return await self._run(self.store.next_attempt)
 
-    async def probe_capabilities(self, *, force: bool = False) -> StoreCapabilities:
+    async def probe_capabilities(self, *, force: bool = False) -> Capabilities:
         return await self._run(self.store.probe_capabilities, force=force)
 
     async def validate(self, version: VersionId) -> Validity:

@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from rljob.checkpoints.errors import CheckpointError
-from rljob.checkpoints.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.errors import CheckpointError
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.s3.transport import StoreEndpoint
+from rljob.checkpoint_protocol.validity import Validity, VersionObjects
 from rljob.checkpoints.lineage import Lineage
-from rljob.checkpoints.s3.store import CheckpointStore
-from rljob.checkpoints.s3.transport import StoreEndpoint
-from rljob.checkpoints.validity import Validity, VersionObjects
+from rljob.checkpoints.s3.store import OperatorStore
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -78,7 +78,7 @@ def main(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) 
         return EXIT_ERROR
 
 
-def _store(location: CheckpointLocation, args: argparse.Namespace) -> CheckpointStore:
+def _store(location: CheckpointLocation, args: argparse.Namespace) -> OperatorStore:
     endpoint = StoreEndpoint.from_env()
     endpoint = StoreEndpoint(
         url=args.endpoint or endpoint.url,
@@ -86,7 +86,7 @@ def _store(location: CheckpointLocation, args: argparse.Namespace) -> Checkpoint
         addressing_style=args.addressing_style
         or ("path" if args.endpoint else endpoint.addressing_style),
     )
-    return CheckpointStore(location, endpoint)
+    return OperatorStore(location, endpoint)
 
 
 def _job_or_version(uri: str) -> tuple[CheckpointLocation, VersionId | None]:
@@ -96,7 +96,7 @@ def _job_or_version(uri: str) -> tuple[CheckpointLocation, VersionId | None]:
     return CheckpointLocation.from_job_uri(uri), None
 
 
-def _lineage(store: CheckpointStore, attempt: int | None) -> Lineage | None:
+def _lineage(store: OperatorStore, attempt: int | None) -> Lineage | None:
     markers = store.read_markers()
     if attempt is None and not markers:
         return None
@@ -185,7 +185,8 @@ def _show(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"{version.name}: {verdict.reason}\n")
         return EXIT_INVALID
     if args.json:
-        out.write(verdict.manifest.model_dump_json(indent=2) + "\n")
+        shown = verdict.manifest.to_wire(keep_none=True)  # every field, as before
+        out.write(json.dumps(shown, indent=2, ensure_ascii=False) + "\n")
         return EXIT_OK if verdict.valid else EXIT_INVALID
     m = verdict.manifest
     out.write(f"version:           {version.name}\n")
@@ -241,7 +242,7 @@ def _validate(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK if selection.chosen is not None else EXIT_INVALID
 
 
-def _highest_attempt(store: CheckpointStore) -> int:
+def _highest_attempt(store: OperatorStore) -> int:
     """Without markers (the SDK used without the operator): every attempt counts as current."""
     attempts = [v.attempt for v in store.list_versions()]
     return max(attempts, default=0)

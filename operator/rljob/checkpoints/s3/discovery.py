@@ -9,19 +9,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.models import Pointer
+from rljob.checkpoint_protocol.validity import Validity, VersionObjects
 from rljob.checkpoints.attempt_plan import CandidateCheck
-from rljob.checkpoints.layout import CheckpointLocation, VersionId
 from rljob.checkpoints.lineage import Lineage
-from rljob.checkpoints.models import Pointer
 from rljob.checkpoints.selection import Selection, newest_eligible_first, summarize
-from rljob.checkpoints.validity import Validity, VersionObjects
 
 RELISTS = 2  # listings of a broken version's prefix after the first (3 in all)
 RECHECKED = 3  # broken candidates listed again per attempt start, newest first
 
 
 class VersionStore(Protocol):
-    """What discovery reads of a store (rljob.checkpoints.s3.store.CheckpointStore is one): a
+    """What discovery reads of a store (rljob.checkpoints.s3.store.OperatorStore is one): a
     protocol, so that this module does not import the store that imports it."""
 
     @property

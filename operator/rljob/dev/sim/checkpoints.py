@@ -31,7 +31,7 @@ class CheckpointSink:
     """Writes versions on a small thread pool; at most one write in flight per trainer."""
 
     def __init__(self, env: Mapping[str, str] | None = None, workers: int = 2) -> None:
-        from rljob.checkpoints.s3.transport import StoreEndpoint
+        from rljob.checkpoint_protocol.s3.transport import StoreEndpoint
 
         self.endpoint = StoreEndpoint.from_env(os.environ if env is None else env)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sim-ckpt")

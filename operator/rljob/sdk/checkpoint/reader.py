@@ -10,11 +10,11 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rljob.checkpoints.errors import ChecksumMismatch, InvalidCheckpoint
-from rljob.checkpoints.layout import CheckpointLocation, VersionId
-from rljob.checkpoints.models import Manifest, ShardEntry
-from rljob.checkpoints.s3 import CheckpointStore, StoreEndpoint
-from rljob.checkpoints.validity import Validity
+from rljob.checkpoint_protocol.errors import ChecksumMismatch, InvalidCheckpoint
+from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId
+from rljob.checkpoint_protocol.models import Manifest, ShardEntry
+from rljob.checkpoint_protocol.s3 import CheckpointStore, StoreEndpoint
+from rljob.checkpoint_protocol.validity import Validity
 
 # A download is hashed and written a chunk at a time, never held whole.
 _CHUNK = 1024 * 1024

@@ -6,14 +6,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rljob.checkpoints.layout import (
+from rljob.checkpoint_protocol.layout import (
     ENV_RESUME_STEP,
     ENV_RESUME_URI,
     ENV_RESUME_VERSION,
     CheckpointLocation,
     VersionId,
 )
-from rljob.checkpoints.s3 import StoreEndpoint
+from rljob.checkpoint_protocol.s3 import StoreEndpoint
 from rljob.sdk.checkpoint.reader import CheckpointReader
 
 

@@ -8,8 +8,8 @@ import hashlib
 import logging
 from typing import Any, Protocol
 
-from rljob.checkpoints.errors import StoreError
-from rljob.checkpoints.s3 import CheckpointStore
+from rljob.checkpoint_protocol.errors import StoreError
+from rljob.checkpoint_protocol.s3 import CheckpointStore
 
 log = logging.getLogger(__name__)
 

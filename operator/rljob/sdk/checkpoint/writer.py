@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
-from rljob.checkpoints.errors import CommitRefused, PreconditionFailed, StoreError
-from rljob.checkpoints.layout import (
+from rljob.checkpoint_protocol.errors import CommitRefused, PreconditionFailed, StoreError
+from rljob.checkpoint_protocol.layout import (
     ENV_ATTEMPT,
     ENV_CHECKPOINT_URI,
     ENV_JOB,
@@ -23,8 +23,8 @@ from rljob.checkpoints.layout import (
     VersionId,
     check_shard_key,
 )
-from rljob.checkpoints.models import Manifest, ShardEntry
-from rljob.checkpoints.s3 import CheckpointStore, StoreEndpoint
+from rljob.checkpoint_protocol.models import Manifest, ShardEntry
+from rljob.checkpoint_protocol.s3 import CheckpointStore, StoreEndpoint
 from rljob.sdk.checkpoint.upload import (
     MAX_PARTS,
     MIN_PART_SIZE,

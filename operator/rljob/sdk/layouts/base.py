@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from rljob.checkpoints.errors import CheckpointError
-from rljob.checkpoints.layout import check_shard_key
+from rljob.checkpoint_protocol.errors import CheckpointError
+from rljob.checkpoint_protocol.layout import check_shard_key
 
 
 class WorldSizeMismatch(CheckpointError):  # noqa: N818

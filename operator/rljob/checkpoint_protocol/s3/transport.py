@@ -1,5 +1,5 @@
 """How the operator, the SDK and the CLI reach S3: one shared botocore configuration, one client
-per endpoint, and botocore failures mapped to the typed errors of rljob.checkpoints.errors.
+per endpoint, and botocore failures mapped to the typed errors of rljob.checkpoint_protocol.errors.
 
 - `client_config`: checksums `when_required` (newer boto3 defaults send CRC trailers most
   S3-compatible stores reject), connect/read timeouts, standard retries with 3 attempts, the
@@ -21,6 +21,7 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import boto3
@@ -36,9 +37,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from rljob.api.spec import Checkpoint
-from rljob.api.status import StoreCapabilities
-from rljob.checkpoints.errors import (
+from rljob.checkpoint_protocol.errors import (
     BucketNotFound,
     ObjectNotFound,
     PreconditionFailed,
@@ -46,7 +45,7 @@ from rljob.checkpoints.errors import (
     StoreError,
     StoreUnavailable,
 )
-from rljob.checkpoints.layout import ENV_S3_ADDRESSING_STYLE, ENV_S3_ENDPOINT, ENV_S3_REGION
+from rljob.checkpoint_protocol.layout import ENV_S3_ADDRESSING_STYLE, ENV_S3_ENDPOINT, ENV_S3_REGION
 
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 30.0
@@ -99,6 +98,15 @@ def client_config(addressing_style: str = "auto") -> Config:
 
 
 @dataclass(frozen=True)
+class Capabilities:
+    """What a capability probe found of an endpoint (the operator records it in the RLJob's
+    status as StoreCapabilities)."""
+
+    conditional_writes: bool
+    probed_at: datetime
+
+
+@dataclass(frozen=True)
 class StoreCredentials:
     """Static credentials; None in StoreEndpoint means boto3's default chain (ambient identity)."""
 
@@ -116,21 +124,6 @@ class StoreEndpoint:
     addressing_style: str = "auto"
     credentials: StoreCredentials | None = None
     ca_bundle: str | None = None  # path of a PEM bundle for a private endpoint
-
-    @classmethod
-    def from_spec(
-        cls,
-        spec: Checkpoint,
-        credentials: StoreCredentials | None = None,
-        ca_bundle: str | None = None,
-    ) -> StoreEndpoint:
-        return cls(
-            url=spec.endpoint,
-            region=spec.region,
-            addressing_style=str(spec.addressing_style.value),
-            credentials=credentials,
-            ca_bundle=ca_bundle,
-        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> StoreEndpoint:
@@ -175,7 +168,7 @@ class ClientCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._clients: dict[tuple[object, ...], Any] = {}
-        self._capabilities: dict[tuple[object, ...], StoreCapabilities] = {}
+        self._capabilities: dict[tuple[object, ...], Capabilities] = {}
 
     def client(self, endpoint: StoreEndpoint) -> Any:
         key = endpoint.cache_key()
@@ -203,11 +196,11 @@ class ClientCache:
             verify=endpoint.ca_bundle if endpoint.ca_bundle else None,
         )
 
-    def capabilities(self, endpoint: StoreEndpoint) -> StoreCapabilities | None:
+    def capabilities(self, endpoint: StoreEndpoint) -> Capabilities | None:
         with self._lock:
             return self._capabilities.get(endpoint.cache_key())
 
-    def record_capabilities(self, endpoint: StoreEndpoint, caps: StoreCapabilities) -> None:
+    def record_capabilities(self, endpoint: StoreEndpoint, caps: Capabilities) -> None:
         with self._lock:
             self._capabilities[endpoint.cache_key()] = caps
 

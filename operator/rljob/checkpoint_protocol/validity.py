@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from rljob.checkpoints.layout import MANIFEST_NAME, CheckpointLocation, KeyKind, VersionId
-from rljob.checkpoints.models import DocumentError, Manifest
+from rljob.checkpoint_protocol.layout import MANIFEST_NAME, CheckpointLocation, KeyKind, VersionId
+from rljob.checkpoint_protocol.models import DocumentError, Manifest
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,15 @@ class ListedObject:
     size: int
     etag: str | None = None
     last_modified: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PendingUpload:
+    """A multipart upload in progress, as ListMultipartUploads returns it."""
+
+    key: str
+    upload_id: str
+    initiated: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """One job's prefix in one bucket, at the level of objects: every S3 request goes through
 `S3Objects.call`, which counts it (`requests`), stops at the deadline and maps failures to the
-errors in rljob.checkpoints.errors. Small immutable documents (manifests, markers) are cached by
-ETag across stores."""
+errors in rljob.checkpoint_protocol.errors. Small immutable documents (manifests, markers) are
+cached by ETag across stores."""
 
 from __future__ import annotations
 
@@ -13,15 +13,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rljob.checkpoints.errors import (
+from rljob.checkpoint_protocol.errors import (
     ObjectNotFound,
     StoreAccessDenied,
     StoreError,
     StoreUnavailable,
 )
-from rljob.checkpoints.layout import CheckpointLocation
-from rljob.checkpoints.retention import PendingUpload
-from rljob.checkpoints.s3.transport import (
+from rljob.checkpoint_protocol.layout import CheckpointLocation
+from rljob.checkpoint_protocol.s3.transport import (
     CLIENTS,
     DEADLINE,
     ClientCache,
@@ -30,7 +29,7 @@ from rljob.checkpoints.s3.transport import (
     translate_error,
     unsupported,
 )
-from rljob.checkpoints.validity import ListedObject
+from rljob.checkpoint_protocol.validity import ListedObject, PendingUpload
 
 LIST_PAGE_SIZE = 1000
 DELETE_BATCH = 1000
