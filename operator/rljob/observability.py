@@ -134,6 +134,9 @@ TRAINER_STEP_RATE = JobFamily(
     "rljob_job_trainer_steps_per_second",
     "Trainer steps per second between the operator's last two readings of a new step.",
 )
+# The health loop's families (rljob.runtime.health_series): a finished job's go, its
+# checkpoint's stay until it is deleted.
+HEALTH_FAMILIES = (DETECTOR_VALUE, DETECTOR_JUDGED, STEP_PHASE_SECONDS, BOTTLENECK)
 JobKey = tuple[str, str]  # (namespace, name)
 Slot = tuple[JobFamily, str]  # one series of a job: its family and its last label's value ("")
 
@@ -145,10 +148,7 @@ class JobSeries(Collector):
     server's thread from copies; a deleted job's series go with it (`forget`)."""
 
     FAMILIES = (
-        DETECTOR_VALUE,
-        DETECTOR_JUDGED,
-        STEP_PHASE_SECONDS,
-        BOTTLENECK,
+        *HEALTH_FAMILIES,
         CHECKPOINT_STEP,
         CHECKPOINT_SAVED,
         TRAINER_STEP,
@@ -169,6 +169,8 @@ class JobSeries(Collector):
         dropped, held = set(families), self.values.get(key, {})
         for slot in [slot for slot in held if slot[0] in dropped]:
             del held[slot]
+        if not held:
+            self.values.pop(key, None)
 
     def collect(self) -> Iterator[Metric]:
         families = {

@@ -20,13 +20,12 @@ from rljob.observability import (
     DETECTOR_EVALUATIONS,
     DETECTOR_JUDGED,
     DETECTOR_VALUE,
+    HEALTH_FAMILIES,
     JOB_SERIES,
     STEP_PHASE_SECONDS,
     JobSeries,
     Slot,
 )
-
-HEALTH_FAMILIES = (DETECTOR_VALUE, DETECTOR_JUDGED, STEP_PHASE_SECONDS, BOTTLENECK)
 
 
 class HealthSeries:
