@@ -45,6 +45,18 @@ def test_one_client_per_endpoint_and_credentials() -> None:
     assert "b" not in repr(creds)
 
 
+def test_clients_share_one_session_and_keep_their_own_credentials() -> None:
+    cache = ClientCache()
+    first, second = (
+        cache.client(StoreEndpoint(f"http://127.0.0.1:{port}", "us-east-1", "path", creds))
+        for port, creds in ((1, StoreCredentials("a", "b")), (2, StoreCredentials("c", "d")))
+    )
+    keys = [client._request_signer._credentials.access_key for client in (first, second)]
+    assert keys == ["a", "c"]
+    # One session: botocore's parsed models (about 11 MiB) are shared, not loaded per endpoint.
+    assert first._loader is second._loader
+
+
 def test_endpoint_from_env() -> None:
     endpoint = StoreEndpoint.from_env(
         {

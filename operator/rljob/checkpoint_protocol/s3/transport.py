@@ -163,10 +163,15 @@ class StoreEndpoint:
 
 
 class ClientCache:
-    """Shared boto3 clients and probed capabilities, one per endpoint key."""
+    """Shared boto3 clients and probed capabilities, one per endpoint key.
+
+    Every client comes from one boto3 session: a session parses botocore's endpoint and S3
+    models (about 11 MiB) once, so a fleet of many endpoints or credentials pays that once, not
+    per endpoint; each client gets its own credentials explicitly."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._session: boto3.session.Session | None = None
         self._clients: dict[tuple[object, ...], Any] = {}
         self._capabilities: dict[tuple[object, ...], Capabilities] = {}
 
@@ -179,21 +184,20 @@ class ClientCache:
                 self._clients[key] = client
             return client
 
-    @staticmethod
-    def _create(endpoint: StoreEndpoint) -> Any:
+    def _create(self, endpoint: StoreEndpoint) -> Any:
+        if self._session is None:
+            self._session = boto3.session.Session()
         creds = endpoint.credentials
-        session = boto3.session.Session(
-            aws_access_key_id=None if creds is None else creds.access_key_id,
-            aws_secret_access_key=None if creds is None else creds.secret_access_key,
-            aws_session_token=None if creds is None else creds.session_token,
-        )
-        region = endpoint.region or session.region_name or _DEFAULT_REGION
-        return session.client(
+        region = endpoint.region or self._session.region_name or _DEFAULT_REGION
+        return self._session.client(
             "s3",
             endpoint_url=endpoint.url,
             region_name=region,
             config=client_config(endpoint.addressing_style),
             verify=endpoint.ca_bundle if endpoint.ca_bundle else None,
+            aws_access_key_id=None if creds is None else creds.access_key_id,
+            aws_secret_access_key=None if creds is None else creds.secret_access_key,
+            aws_session_token=None if creds is None else creds.session_token,
         )
 
     def capabilities(self, endpoint: StoreEndpoint) -> Capabilities | None:
