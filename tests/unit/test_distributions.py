@@ -17,7 +17,7 @@ from tests.unit import wheels
 OWNED = {
     "rljob-operator": {
         "adapters", "api", "checkpoints", "cli.py", "crashpoints.py", "handlers.py", "health",
-        "observability.py", "reconcile", "run.py", "runtime", "version.py",
+        "observability.py", "reconcile", "run.py", "runtime", "version.py", "vocabulary",
     },
     "rljob-sdk": {"checkpoint_protocol", "sdk", "signatures.py"},
     "rljob-kubectl": {"kubectl"},

@@ -14,8 +14,7 @@ import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from rljob.api.diagnosis import Bottleneck, BottleneckRole
-from rljob.api.enums import RoleName
+from rljob.api.diagnosis import Bottleneck
 from rljob.api.spec import Health
 from rljob.health.bottleneck import BottleneckConfig, BottleneckMonitor
 from rljob.health.canaries import (
@@ -37,6 +36,7 @@ from rljob.health.profiles.diagnosis import (
 from rljob.health.profiles.signals import Series, Signal
 from rljob.health.samples import EngineSample
 from rljob.health.verifier import P99_EVIDENCE
+from rljob.vocabulary.enums import BottleneckRole, RoleName
 
 DIAGNOSIS_ROLE = "diagnosis"
 GENERATING = "generating"

@@ -23,7 +23,6 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from rljob.api.durations import parse_duration
-from rljob.api.enums import FailureReason
 from rljob.api.spec import Health
 from rljob.health.evaluation import (
     ENGINE_STALL,
@@ -35,6 +34,7 @@ from rljob.health.evaluation import (
     insufficient,
 )
 from rljob.health.samples import MAX_PLAUSIBLE_VALUE, EngineSample, EngineSeries, Interval
+from rljob.vocabulary.enums import FailureReason
 
 PHASE_WAITING_FOR_ROLLOUTS = "waiting_for_rollouts"
 PHASE_CHECKPOINTING = "checkpointing"
