@@ -37,9 +37,9 @@ from rljob.health.profiles.signals import Series, Signal
 from rljob.health.samples import EngineSample
 from rljob.health.verifier import P99_EVIDENCE
 from rljob.vocabulary.enums import BottleneckRole, RoleName
+from rljob.vocabulary.phases import GENERATING
 
 DIAGNOSIS_ROLE = "diagnosis"
-GENERATING = "generating"
 
 
 def diagnosis_queries(trainer: Sequence[str], verifier: Sequence[str]) -> dict[Signal, set[str]]:
