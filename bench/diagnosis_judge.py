@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bench.diagnosis_job import INTERVAL, WINDOW, Garbage, Job
-from rljob.api.diagnosis import Bottleneck, BottleneckRole
+from rljob.api.diagnosis import Bottleneck
+from rljob.vocabulary.enums import BottleneckRole
 
 Role = BottleneckRole
 MINUTE = 60.0

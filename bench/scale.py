@@ -34,7 +34,6 @@ from bench.procfs import ProcSample, Usage, machine_sample, sample, usage
 from bench.watch import Event, Watcher
 from bench.writes import WriteCount, count_writes
 from rljob.api import RoleName
-from rljob.api.diagnosis import BottleneckRole
 from rljob.api.durations import parse_duration
 from rljob.dev.controlplane import wait_until
 from rljob.dev.kubeapi import KubeApi
@@ -45,6 +44,7 @@ from rljob.reconcile.names import (
     trainer_job_name,
     trainer_service_name,
 )
+from rljob.vocabulary.enums import BottleneckRole
 
 Runner = Callable[[Coroutine[Any, Any, Any]], Any]
 PROBE_TIMEOUT = 120.0

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# FailureReason values (rljob.api.enums), as strings.
+# FailureReason values (rljob.vocabulary.enums), as strings.
 NCCL_TIMEOUT = "NCCLTimeout"
 NCCL_NETWORK_ERROR = "NCCLNetworkError"
 CUDA_OUT_OF_MEMORY = "CUDAOutOfMemory"

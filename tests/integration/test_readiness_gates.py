@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rljob.api.labels import POLICY_CURRENT_GATE
+from rljob.vocabulary.labels import POLICY_CURRENT_GATE
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from rljob.api.labels import POLICY_CURRENT_GATE
 from rljob.crashpoints import DRAIN_CRASH_POINTS
 from rljob.dev.crash_entry import CRASH_POINT_ENV
 from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.scrape import metric_values
 from rljob.dev.sim.launcher import Simulator
+from rljob.vocabulary.labels import POLICY_CURRENT_GATE
 from tests.helpers import wait_for
 from tests.integration.conftest import Cluster, Operator
 from tests.integration.rljobs import (

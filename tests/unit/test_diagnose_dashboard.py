@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rljob.api.diagnosis import BottleneckRole
+from rljob.vocabulary.enums import BottleneckRole
 from tests.unit.monitoring import dashboard, metric_names, panels
 
 ROW = "Bottleneck: $job"

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from rljob.api.diagnosis import BottleneckRole, EngineLoad, PhaseShare, VerifierLoad
+from rljob.api.diagnosis import EngineLoad, PhaseShare, VerifierLoad
 from rljob.kubectl import diagnose_view as view
 from rljob.kubectl.diagnose_verdict import ROLE_MEANINGS
+from rljob.vocabulary.enums import BottleneckRole
 from tests.unit.golden_files import assert_matches_golden
 from tests.unit.test_diagnose_view import NOW, bottleneck, curve, engine_loads, job
 

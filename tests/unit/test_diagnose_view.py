@@ -13,7 +13,6 @@ import pytest
 
 from rljob.api.diagnosis import (
     Bottleneck,
-    BottleneckRole,
     ConcurrencyCurveStatus,
     CurvePoint,
     EngineLoad,
@@ -23,6 +22,7 @@ from rljob.api.diagnosis import (
 )
 from rljob.kubectl import diagnose_view as view
 from rljob.kubectl.diagnose_verdict import ROLE_MEANINGS
+from rljob.vocabulary.enums import BottleneckRole
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)

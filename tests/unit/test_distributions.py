@@ -1,10 +1,12 @@
-"""The four distributions built from operator/rljob (pyproject.toml and operator/*/pyproject.toml):
+"""The five distributions built from operator/rljob (pyproject.toml and operator/*/pyproject.toml):
 each wheel holds only its own folders of the `rljob` namespace, declares the dependencies it is
-meant to have, and the SDK and the kubectl plugin install and run without the rest. The bed
-(rljob.dev) is in no wheel but its own."""
+meant to have, and the SDK and the kubectl plugin install and run without the rest: the plugin
+with the vocabulary's wheel alone, offline, and no third-party package. The bed (rljob.dev) is in
+no wheel but its own."""
 
 from __future__ import annotations
 
+import json
 import sys
 import zipfile
 from pathlib import Path
@@ -20,25 +22,33 @@ OWNED = {
         "observability.py", "reconcile", "run.py", "runtime", "version.py",
     },
     "rljob-sdk": {"checkpoint_protocol", "sdk", "signatures.py"},
+    "rljob-vocabulary": {"vocabulary"},
     "rljob-kubectl": {"kubectl"},
     "rljob-bed": {"dev"},
 }  # fmt: skip
-# The install requirements (extras aside): the SDK's are boto3 and nothing else.
+# The install requirements (extras aside): the SDK's are boto3 and nothing else, the plugin's the
+# vocabulary, which needs nothing.
 REQUIRES = {
     "rljob-operator": {
         "boto3", "kopf", "kubernetes", "prometheus-client", "pydantic", "pyyaml", "rljob-sdk",
-        "structlog",
+        "rljob-vocabulary", "structlog",
     },
     "rljob-sdk": {"boto3"},
-    "rljob-kubectl": {"rljob-operator"},
+    "rljob-vocabulary": set(),
+    "rljob-kubectl": {"rljob-vocabulary"},
     "rljob-bed": {"cryptography", "psutil", "rljob-operator", "rljob-sdk"},
 }  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("dist")
-    return {name: wheels.build_wheel(name, out) for name in wheels.PROJECTS}
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder every wheel of the project is built into."""
+    return tmp_path_factory.mktemp("dist")
+
+
+@pytest.fixture(scope="module")
+def built(dist: Path) -> dict[str, Path]:
+    return {name: wheels.build_wheel(name, dist) for name in wheels.PROJECTS}
 
 
 @pytest.mark.parametrize("distribution", sorted(OWNED))
@@ -136,26 +146,85 @@ def test_the_sdk_entrypoint_runs_a_trainer_with_the_sdk_alone(
 
 
 @pytest.fixture(scope="module")
-def plugin_alone(built: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv with the plugin and what it requires (for now the operator's wheel), no bed."""
+def plugin_alone(
+    built: dict[str, Path], dist: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A venv with `pip install rljob-kubectl` from the project's wheels alone (no index, no cache):
+    every wheel is there, the operator's too, so a requirement on it would show."""
     python = wheels.new_venv(tmp_path_factory.mktemp("plugin-venv"))
-    wheels.install(python, built["rljob-kubectl"], built["rljob-operator"], built["rljob-sdk"])
+    wheels.install_local(python, dist, "rljob-kubectl")
     return python
 
 
-def test_the_plugin_runs_without_the_bed(plugin_alone: Path, tmp_path: Path) -> None:
+# A stored `kubectl get rljob -o json` of a running job with its diagnosis (tests read it; the
+# operator's models check it below).
+STORED_JOB = Path(__file__).parent / "fixtures" / "rljob-diagnosed.json"
+# Each view of the plugin, as a call on the stored document.
+VIEWS = {
+    "status": "from rljob.kubectl.plugin import render_status as render",
+    "diagnose": "from rljob.kubectl.diagnose_view import render_diagnose as render",
+    "checkpoints": "from rljob.kubectl.plugin import render_checkpoints as render",
+}
+RENDER = """
+import json, sys
+{imports}
+print(render(json.load(open(sys.argv[1]))))
+"""
+
+
+def _without_kubectl(python: Path) -> dict[str, str]:
+    """The environment with only the venv's scripts on PATH: no kubectl to call."""
+    return {**wheels.isolated_env(), "PATH": str(python.parent)}
+
+
+def test_the_plugin_installs_with_the_vocabulary_alone(plugin_alone: Path) -> None:
+    assert wheels.installed(plugin_alone) == {"rljob-kubectl", "rljob-vocabulary"}
+
+
+def test_the_plugin_runs_without_the_operator(plugin_alone: Path, tmp_path: Path) -> None:
     plugin = plugin_alone.parent / "kubectl-rljob"
-    out = wheels.run([plugin, "--help"], cwd=tmp_path, env=wheels.isolated_env())
+    out = wheels.run([plugin, "--help"], cwd=tmp_path, env=_without_kubectl(plugin_alone))
     for command in ("status", "restart", "checkpoints", "diagnose", "resume"):
         assert command in out
-    bed = _probe(
-        plugin_alone, "import importlib.util as u; print(u.find_spec('rljob.dev'))", tmp_path
-    )
-    assert bed.strip() == "None"
 
 
-def test_rljob_dev_says_the_bed_is_missing(plugin_alone: Path, tmp_path: Path) -> None:
-    rljob = plugin_alone.parent / "rljob"
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_the_installed_plugin_renders_a_stored_job_as_the_checkout_does(
+    plugin_alone: Path, tmp_path: Path, view: str
+) -> None:
+    code = RENDER.format(imports=VIEWS[view])
+    command: list[str | Path] = [plugin_alone, "-c", code, STORED_JOB]
+    installed = wheels.run(command, cwd=tmp_path, env=_without_kubectl(plugin_alone))
+    here = wheels.run([sys.executable, "-c", code, STORED_JOB], cwd=wheels.REPO)
+    assert installed == here
+    assert installed.startswith("RLJob team-a/grpo-demo")
+
+
+def test_the_installed_plugin_says_kubectl_is_missing(plugin_alone: Path, tmp_path: Path) -> None:
+    plugin = plugin_alone.parent / "kubectl-rljob"
+    result = wheels.call([plugin, "status", "grpo-demo"], tmp_path, _without_kubectl(plugin_alone))
+    assert (result.returncode, result.stderr) == (127, "kubectl rljob: kubectl is not on PATH\n")
+
+
+def test_the_stored_job_is_what_the_operator_writes() -> None:
+    from rljob.api import parse_rljob
+
+    document = json.loads(STORED_JOB.read_text())
+    job = parse_rljob(document)
+    assert job.model_dump(mode="json", by_alias=True, exclude_none=True) == document
+
+
+@pytest.fixture(scope="module")
+def operator_alone(built: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with the operator's wheel and what it requires, no bed."""
+    python = wheels.new_venv(tmp_path_factory.mktemp("operator-venv"))
+    names = ("rljob-operator", "rljob-sdk", "rljob-vocabulary")
+    wheels.install(python, *(built[name] for name in names))
+    return python
+
+
+def test_rljob_dev_says_the_bed_is_missing(operator_alone: Path, tmp_path: Path) -> None:
+    rljob = operator_alone.parent / "rljob"
     result = wheels.call([rljob, "dev", "status"], tmp_path, wheels.isolated_env())
     assert (result.returncode, result.stderr.strip()) == (
         2,
@@ -163,7 +232,7 @@ def test_rljob_dev_says_the_bed_is_missing(plugin_alone: Path, tmp_path: Path) -
     )
 
 
-def test_the_checkout_venv_has_all_four_installed() -> None:
+def test_the_checkout_venv_has_all_five_installed() -> None:
     from importlib.metadata import version
 
     from rljob.version import __version__

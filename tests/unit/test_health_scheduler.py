@@ -24,7 +24,6 @@ from rljob.adapters.metrics import (
     SourceUnavailable,
 )
 from rljob.api import RLJob, parse_rljob
-from rljob.api.enums import FailureReason
 from rljob.dev.traces import (
     EngineProfile,
     SimulatedEngine,
@@ -54,6 +53,7 @@ from rljob.health.profiles import (
     Signal,
 )
 from rljob.runtime.health_loop import HealthScheduler
+from rljob.vocabulary.enums import FailureReason
 
 PROM = "http://prom:9090"
 ENGINE_VALUES: dict[str, Callable[[EngineSample], float | None]] = {

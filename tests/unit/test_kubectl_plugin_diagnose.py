@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from rljob.api.diagnosis import ResumeRequest
-from rljob.api.labels import RESUME_REQUEST_ANNOTATION
 from rljob.kubectl import plugin, requests
+from rljob.vocabulary.labels import RESUME_REQUEST_ANNOTATION
 from tests.unit.test_diagnose_view import DOCUMENT_KEYS, NOW, SUSPENSION, bottleneck, job
 
 NONCE = r"\d{8}T\d{6}Z-[0-9a-f]{6}"

@@ -1,5 +1,6 @@
-"""What the operator's image installs (its wheel and the SDK's, images/operator/Dockerfile) runs
-from a clean venv: `rljob --version` and `rljob crd`, imported from the venv, not this checkout.
+"""What the operator's image installs (its wheel, the SDK's and the vocabulary's,
+images/operator/Dockerfile) runs from a clean venv: `rljob --version` and `rljob crd`, imported
+from the venv, not this checkout.
 
 The wheels' dependencies come from this test run's own site-packages through a .pth file, which
 adds their folder to sys.path but never imports this checkout (the editable installs' hooks are
@@ -28,7 +29,8 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("venv")
     python = wheels.new_venv(root)
     sdk = wheels.build_wheel("rljob-sdk", tmp_path_factory.mktemp("sdk"))
-    wheels.install(python, wheel, sdk, deps=False)
+    vocabulary = wheels.build_wheel("rljob-vocabulary", tmp_path_factory.mktemp("vocabulary"))
+    wheels.install(python, wheel, sdk, vocabulary, deps=False)
     code = "import sysconfig; print(sysconfig.get_path('purelib'))"
     site = Path(wheels.run([python, "-c", code], root).strip())
     (site / "_rljob_test_deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
@@ -52,9 +54,8 @@ def test_rljob_version_runs_from_the_clean_venv(venv: Path, tmp_path: Path) -> N
 
 
 def test_the_venv_imports_the_installed_package(venv: Path, tmp_path: Path) -> None:
-    code = (
-        "import rljob.cli, rljob.signatures; print(rljob.cli.__file__, rljob.signatures.__file__)"
-    )
+    modules = ("rljob.cli", "rljob.signatures", "rljob.vocabulary.enums")
+    code = f"import importlib; print(*(importlib.import_module(m).__file__ for m in {modules}))"
     out = wheels.run([venv / "bin" / "python", "-c", code], tmp_path, wheels.isolated_env())
     for location in out.split():
         assert Path(location).is_relative_to(venv), f"rljob imported from {location}, not the venv"

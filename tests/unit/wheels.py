@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROJECTS = {
     "rljob-operator": REPO,
     "rljob-sdk": REPO / "operator" / "sdk",
+    "rljob-vocabulary": REPO / "operator" / "vocabulary",
     "rljob-kubectl": REPO / "operator" / "kubectl",
     "rljob-bed": REPO / "operator" / "bed",
 }
@@ -84,6 +85,19 @@ def install(python: Path, *requirements: Path | str, deps: bool = True) -> None:
         command.append("--no-deps")
     if call([*command, "--offline"], python.parent).returncode != 0:
         run(command, cwd=python.parent)
+
+
+def install_local(python: Path, links: Path, *distributions: str) -> None:
+    """uv pip install from the wheels in `links` and nothing else: no index, no cache fallback, so
+    a requirement outside those wheels fails the install."""
+    command: list[str | Path] = [uv(), "pip", "install", "--python", python, "--no-index"]
+    run([*command, "--find-links", links, *distributions], cwd=python.parent)
+
+
+def installed(python: Path) -> set[str]:
+    """The names of the distributions installed in the venv of `python`."""
+    code = "import importlib.metadata as m; print(*{d.metadata['Name'] for d in m.distributions()})"
+    return set(run([python, "-c", code], python.parent, isolated_env()).split())
 
 
 def isolated_env() -> dict[str, str]:

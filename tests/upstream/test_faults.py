@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rljob.api.enums import FailureReason
 from rljob.health import Classification, PodObservation, classify_pod
 from rljob.sdk.evidence import SUMMARY_LIMIT
+from rljob.vocabulary.enums import FailureReason
 from tests.upstream.torchrun_bed import PROCS_PER_NODE, NodeRun, run_trainer
 
 R = FailureReason

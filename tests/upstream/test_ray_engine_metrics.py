@@ -41,7 +41,6 @@ import pytest
 from rljob.adapters.metrics.base import Collected, SourceError
 from rljob.adapters.metrics.direct import DirectSource
 from rljob.api import RLJob, parse_rljob
-from rljob.api.enums import FailureReason
 from rljob.api.roles import GangEngines
 from rljob.health import ENGINE_STALL, Evaluation
 from rljob.health.monitor import JobMonitor
@@ -61,6 +60,7 @@ from rljob.health.profiles import (
 )
 from rljob.health.samples import EngineSample
 from rljob.runtime.health_loop import answers_of
+from rljob.vocabulary.enums import FailureReason
 from tests.helpers import wait_for
 from tests.unit.reconcile.world import example_body, pod
 from tests.upstream.test_ray_launcher import free_ports, host_address

@@ -7,7 +7,8 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rljob.api.labels import (
+from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
+from rljob.vocabulary.labels import (
     ATTEMPT_LABEL,
     COMPLETION_INDEX_ANNOTATION,
     JOB_LABEL,
@@ -18,7 +19,6 @@ from rljob.api.labels import (
     ROLE_LABEL,
     SPEC_HASH_ANNOTATION,
 )
-from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 
 # MANAGED_BY and its label stay importable from here for handlers.py.
 __all__ = [

@@ -4,21 +4,6 @@ I/O, no Kubernetes client."""
 from rljob.api.crd import crd_manifest, crd_yaml
 from rljob.api.durations import DURATION_PATTERN, Duration, parse_duration
 from rljob.api.engine_roster import EngineMember
-from rljob.api.enums import (
-    ActionKind,
-    AddressingStyle,
-    ConditionStatus,
-    ConditionType,
-    Engine,
-    EngineExporter,
-    EngineState,
-    FailureAction,
-    FailureReason,
-    JobPhase,
-    Launcher,
-    RoleName,
-    WeightSync,
-)
 from rljob.api.reserved import RESERVED_ENV_NAMES
 from rljob.api.resource import (
     API_VERSION,
@@ -66,6 +51,21 @@ from rljob.api.status import (
     SuspectNode,
 )
 from rljob.api.update import validate_update
+from rljob.vocabulary.enums import (
+    ActionKind,
+    AddressingStyle,
+    ConditionStatus,
+    ConditionType,
+    Engine,
+    EngineExporter,
+    EngineState,
+    FailureAction,
+    FailureReason,
+    JobPhase,
+    Launcher,
+    RoleName,
+    WeightSync,
+)
 
 __all__ = [
     "API_VERSION",

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rljob.api.enums import Engine, Launcher, RoleName
 from rljob.api.ray_ports import RAY_PORTS
+from rljob.vocabulary.enums import Engine, Launcher, RoleName
 
 # Each engine's default server port: vLLM's `vllm serve --port` (vllm/entrypoints/openai/
 # cli_args.py, 8000) and SGLang's `--port` (python/sglang/srt/server_args.py, 30000).

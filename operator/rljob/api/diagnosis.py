@@ -5,14 +5,13 @@ Every list is bounded; the values are refreshed with progress (at most every 5 m
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
 from rljob.api.base import StatusModel, optional_text
-from rljob.api.enums import FailureReason, RoleName
 from rljob.api.rounding import Amount, Seconds, Share, TokensPerSecond
+from rljob.vocabulary.enums import BottleneckRole, FailureReason, RoleName
 
 MAX_PHASES = 8
 MAX_CURVE_POINTS = 64
@@ -31,21 +30,6 @@ Text = Annotated[str, Field(max_length=DIAGNOSIS_MESSAGE_MAX_LENGTH), BeforeVali
 
 # Handled request nonces remembered beyond the last (a set-back annotation is not new).
 MAX_EARLIER_REQUESTS = 16
-
-
-class BottleneckRole(StrEnum):
-    """What bounds the trainer's step (the printer column shows it)."""
-
-    # Engines saturated while the trainer waits: add engines.
-    ROLLOUT = "Rollout"
-    # Engines unsaturated while the trainer waits: too few requests in flight.
-    ROLLOUT_CONCURRENCY = "RolloutConcurrency"
-    VERIFIER = "Verifier"
-    # The trainer's own compute: the rollout side is not the problem.
-    TRAINER = "Trainer"
-    WEIGHT_SYNC = "WeightSync"
-    # Too little of the window observed (no phase counters, a new attempt).
-    UNKNOWN = "Unknown"
 
 
 class PhaseShare(StatusModel):

@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import Field
 
 from rljob.api.base import StatusModel, optional_text
-from rljob.api.enums import EngineState
+from rljob.vocabulary.enums import EngineState
 
 
 class EngineMember(StatusModel):

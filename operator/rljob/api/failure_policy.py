@@ -9,15 +9,9 @@ from pydantic import Field
 
 from rljob.api.base import SpecModel, nested
 from rljob.api.durations import Duration, duration_nanoseconds, durations_in_order
-from rljob.api.enums import (
-    FailureAction,
-    FailureActionField,
-    FailureReason,
-    FailureReasonField,
-    RoleName,
-    RoleNameField,
-)
+from rljob.api.enum_fields import FailureActionField, FailureReasonField, RoleNameField
 from rljob.api.rules import CelCheck, CrossFieldRule, KubeList
+from rljob.vocabulary.enums import FailureAction, FailureReason, RoleName
 
 MAX_RESTARTS_LIMIT = 100
 MAX_FAILURE_RULES = 32

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rljob.api.declared_ports import ENGINE_PORTS, SDK_METRICS_PORTS, declared_ports
-from rljob.api.enums import RoleName
-from rljob.api.labels import ANNOTATION_PREFIX, MANAGED_BY_LABEL, POLICY_CURRENT_GATE
 from rljob.api.reserved import RESERVED_ENV_MESSAGE, RESERVED_ENV_NAMES
 from rljob.api.rules import FreeFormRule, Loc
+from rljob.vocabulary.enums import RoleName
+from rljob.vocabulary.labels import ANNOTATION_PREFIX, MANAGED_BY_LABEL, POLICY_CURRENT_GATE
 
 OPERATOR_KEY_PREFIX = f"{ANNOTATION_PREFIX}/"
 """Label, annotation and condition-type keys of the operator's own domain; a sub-domain's keys

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rljob.api.enums import EngineExporter, Launcher
 from rljob.api.rules import CrossFieldRule
+from rljob.vocabulary.enums import EngineExporter, Launcher
 
 # Ray's ports, the same on every pod (each has its own IP). GCS, dashboard, dashboard agent
 # (HTTP) and client server are Ray's own defaults (ray/_private/ray_constants.py: DEFAULT_PORT,

@@ -4,7 +4,7 @@ attempt and checkpoints the operator chose."""
 
 from __future__ import annotations
 
-from rljob.api.enums import RoleName
+from rljob.vocabulary.enums import RoleName
 
 RESERVED_ENV_NAMES: tuple[str, ...] = (
     # Every pod: its job and role, and the Services of the other roles.

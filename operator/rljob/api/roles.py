@@ -9,16 +9,7 @@ from pydantic import Field
 
 from rljob.api.base import SpecModel
 from rljob.api.durations import Duration
-from rljob.api.enums import (
-    Engine,
-    EngineExporter,
-    EngineExporterField,
-    EngineField,
-    Launcher,
-    LauncherField,
-    WeightSync,
-    WeightSyncField,
-)
+from rljob.api.enum_fields import EngineExporterField, EngineField, LauncherField, WeightSyncField
 from rljob.api.kube_names import ImageRef, NodeSelector
 from rljob.api.kube_types import (
     EnvList,
@@ -37,6 +28,8 @@ from rljob.api.ray_ports import (
     RAY_METRICS_EXPORT_PORT,
 )
 from rljob.api.rules import CrossFieldRule, Immutable
+from rljob.vocabulary.defaults import DEFAULT_TRAINER_NODES
+from rljob.vocabulary.enums import Engine, EngineExporter, Launcher, WeightSync
 
 PROMETHEUS_NAME_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
 RESOURCE_NAME_PATTERN = (
@@ -331,7 +324,7 @@ class TrainerRole(Role):
     """The multi-node trainer: one Indexed Job per attempt, restarted as a gang."""
 
     nodes: int = Field(
-        default=1,
+        default=DEFAULT_TRAINER_NODES,
         ge=1,
         le=MAX_TRAINER_NODES,
         description="Trainer pods (one per node); changes only while suspended.",

@@ -15,11 +15,7 @@ from rljob.api.durations import (
     duration_nanoseconds,
     durations_in_order,
 )
-from rljob.api.enums import (
-    AddressingStyle,
-    AddressingStyleField,
-    RoleName,
-)
+from rljob.api.enum_fields import AddressingStyleField
 from rljob.api.failure_policy import (
     MAX_FAILURE_RULES,
     MAX_RESTARTS_LIMIT,
@@ -42,6 +38,7 @@ from rljob.api.roles import (
     TrainerRole,
 )
 from rljob.api.rules import CelCheck, CrossFieldRule, Immutable, TransitionRule
+from rljob.vocabulary.enums import AddressingStyle, RoleName
 
 # The role models live in rljob.api.roles; they are named here too, as the spec's parts.
 __all__ = [

@@ -17,7 +17,11 @@ from rljob.api.diagnosis import (
     ResumeRequest,
 )
 from rljob.api.engine_roster import EngineMember
-from rljob.api.enums import (
+from rljob.api.roles import MAX_REPLICAS
+from rljob.api.rounding import DetectorValue, TokensPerSecond
+from rljob.api.rules import CelCheck, KubeList
+from rljob.api.spec import CHECKPOINT_VERSION_PATTERN, URI_MAX_LENGTH
+from rljob.vocabulary.enums import (
     ActionKind,
     ConditionStatus,
     FailureAction,
@@ -25,10 +29,6 @@ from rljob.api.enums import (
     JobPhase,
     RoleName,
 )
-from rljob.api.roles import MAX_REPLICAS
-from rljob.api.rounding import DetectorValue, TokensPerSecond
-from rljob.api.rules import CelCheck, KubeList
-from rljob.api.spec import CHECKPOINT_VERSION_PATTERN, URI_MAX_LENGTH
 
 # metav1.Condition's grammar for type and reason.
 CONDITION_TYPE_PATTERN = (

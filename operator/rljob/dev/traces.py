@@ -19,8 +19,8 @@ from enum import Enum
 
 from rljob.dev.sim.lognormal import lognormal_cdf
 from rljob.health.samples import EngineSample
-from rljob.health.stall import PHASE_CHECKPOINTING, PHASE_WAITING_FOR_ROLLOUTS
 from rljob.health.verifier import VerifierSample
+from rljob.vocabulary.phases import CHECKPOINTING, WAITING_FOR_ROLLOUTS
 
 PHASE_TRAIN = "train"
 
@@ -323,13 +323,11 @@ class SimulatedTrainer:
         block_start = self.start + blocks * block
         if offset >= profile.checkpoint_every * step_length:
             started = block_start + profile.checkpoint_every * step_length
-            return TrainerState(
-                started, PHASE_CHECKPOINTING, done_before + profile.checkpoint_every
-            )
+            return TrainerState(started, CHECKPOINTING, done_before + profile.checkpoint_every)
         steps, in_step = divmod(offset, step_length)
         step_start = block_start + steps * step_length
         if in_step < profile.wait_for_rollouts:
-            return TrainerState(step_start, PHASE_WAITING_FOR_ROLLOUTS, done_before + int(steps))
+            return TrainerState(step_start, WAITING_FOR_ROLLOUTS, done_before + int(steps))
         return TrainerState(
             step_start + profile.wait_for_rollouts, PHASE_TRAIN, done_before + int(steps)
         )

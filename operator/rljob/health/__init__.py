@@ -26,8 +26,6 @@ from rljob.health.samples import (
     sanitize_sample,
 )
 from rljob.health.stall import (
-    PHASE_CHECKPOINTING,
-    PHASE_WAITING_FOR_ROLLOUTS,
     EngineStallConfig,
     EngineStallDetector,
     TrainerSignals,
@@ -65,8 +63,6 @@ __all__ = [
     "INSUFFICIENT_DATA",
     "KV_DRIFT",
     "KV_FRAGMENTATION",
-    "PHASE_CHECKPOINTING",
-    "PHASE_WAITING_FOR_ROLLOUTS",
     "TRAINER_STALL",
     "VERIFIER_LATENCY",
     "Baseline",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from rljob.api.enums import EngineExporter, RoleName
 from rljob.api.roles import GangEngines, RolloutRole
 from rljob.api.spec import Health
 from rljob.api.status import EngineHealth
@@ -15,6 +14,7 @@ from rljob.health.drift import DriftConfig, KVDriftDetector
 from rljob.health.drift.point_detector import FragmentationDetector
 from rljob.health.profiles import EngineMetrics, MissingMetricNamesError, engine_metrics
 from rljob.health.stall import EngineStallConfig, EngineStallDetector
+from rljob.vocabulary.enums import EngineExporter, RoleName
 
 # Group keys: what the monitor's queries, feeds and failures are keyed by.
 ROLLOUT_ENGINES = "rollout"

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rljob.api.enums import FailureReason
+from rljob.vocabulary.enums import FailureReason
 
 Outcome = Literal["healthy", "insufficient_data", "finding"]
 HEALTHY: Outcome = "healthy"

@@ -14,8 +14,7 @@ import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from rljob.api.diagnosis import Bottleneck, BottleneckRole
-from rljob.api.enums import RoleName
+from rljob.api.diagnosis import Bottleneck
 from rljob.api.spec import Health
 from rljob.health.bottleneck import BottleneckConfig, BottleneckMonitor
 from rljob.health.canaries import (
@@ -37,9 +36,10 @@ from rljob.health.profiles.diagnosis import (
 from rljob.health.profiles.signals import Series, Signal
 from rljob.health.samples import EngineSample
 from rljob.health.verifier import P99_EVIDENCE
+from rljob.vocabulary.enums import BottleneckRole, RoleName
+from rljob.vocabulary.phases import GENERATING
 
 DIAGNOSIS_ROLE = "diagnosis"
-GENERATING = "generating"
 
 
 def diagnosis_queries(trainer: Sequence[str], verifier: Sequence[str]) -> dict[Signal, set[str]]:

@@ -16,7 +16,6 @@ from typing import Generic, Protocol, TypeVar
 
 from rljob.api import RLJob
 from rljob.api.durations import parse_duration
-from rljob.api.enums import RoleName, WeightSync
 from rljob.api.spec import Health
 from rljob.api.status import EngineHealth
 from rljob.health import (
@@ -36,6 +35,7 @@ from rljob.health.job_diagnosis import (
 from rljob.health.monitor_engines import EngineGauges
 from rljob.health.profiles import TRAINER, VERIFIER, Signal, TrainerReading
 from rljob.health.samples import MIN_SPACING_INTERVALS
+from rljob.vocabulary.enums import RoleName, WeightSync
 
 # Added to every instant query's range: a scrape taken just before a query can be ingested
 # just after it; the detectors drop samples they already have.

@@ -23,7 +23,6 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from rljob.api.durations import parse_duration
-from rljob.api.enums import FailureReason
 from rljob.api.spec import Health
 from rljob.health.evaluation import (
     ENGINE_STALL,
@@ -35,9 +34,9 @@ from rljob.health.evaluation import (
     insufficient,
 )
 from rljob.health.samples import MAX_PLAUSIBLE_VALUE, EngineSample, EngineSeries, Interval
+from rljob.vocabulary.enums import FailureReason
+from rljob.vocabulary.phases import CHECKPOINTING, WAITING_FOR_ROLLOUTS
 
-PHASE_WAITING_FOR_ROLLOUTS = "waiting_for_rollouts"
-PHASE_CHECKPOINTING = "checkpointing"
 CHECKPOINTING_TIMEOUT_FACTOR = 2.0
 # Samples older than this many intervals (and the timeout) mean the engine's metrics are gone.
 STALE_SAMPLE_INTERVALS = 3.0
@@ -218,7 +217,7 @@ class TrainerStallDetector:
         target = self.target
         if not signals.pods_running:
             return insufficient(TRAINER_STALL, target, "trainer pods are not all running")
-        if signals.phase == PHASE_WAITING_FOR_ROLLOUTS:
+        if signals.phase == WAITING_FOR_ROLLOUTS:
             self._last_gated_at = now
             return healthy(TRAINER_STALL, target, "trainer waiting for rollouts")
         since_start = now - signals.attempt_started_at
@@ -244,7 +243,7 @@ class TrainerStallDetector:
         reference = max(heartbeat, self._last_gated_at, signals.attempt_started_at)
         stale_for = now - reference
         timeout = self.config.timeout
-        if signals.phase == PHASE_CHECKPOINTING:
+        if signals.phase == CHECKPOINTING:
             timeout *= CHECKPOINTING_TIMEOUT_FACTOR
         phase = signals.phase or "unknown"
         evidence: dict[str, float | str] = {

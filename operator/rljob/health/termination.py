@@ -18,7 +18,6 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from rljob.api.enums import FailureReason
 from rljob.health.evaluation import (
     CONTAINER_RESTARTS,
     Evaluation,
@@ -35,6 +34,7 @@ from rljob.health.sanitize import (
     sanitize_line,
     sanitize_message,
 )
+from rljob.vocabulary.enums import FailureReason
 
 # sanitize_line and sanitize_message are re-exported: callers read untrusted text through here.
 __all__ = [

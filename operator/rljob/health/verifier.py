@@ -18,7 +18,6 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from rljob.api.durations import parse_duration
-from rljob.api.enums import FailureReason
 from rljob.api.spec import Health
 from rljob.health.evaluation import (
     VERIFIER_LATENCY,
@@ -30,6 +29,7 @@ from rljob.health.evaluation import (
     insufficient,
 )
 from rljob.health.samples import MAX_PLAUSIBLE_VALUE, MIN_SPACING_INTERVALS, ring_capacity
+from rljob.vocabulary.enums import FailureReason
 
 QUANTILE = 0.99
 # Not in the spec yet: a verifier failing one request in twenty is as bad as a slow one.

@@ -17,13 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rljob.api.diagnosis import BottleneckRole
-from rljob.health.bottleneck.attribution import (
-    DEFAULT_ATTRIBUTION,
-    ROLLOUT_SIDE,
-    AttributionRule,
-)
-from rljob.health.bottleneck.phases import GENERATING, SYNCING_WEIGHTS, TRAINING
+from rljob.vocabulary.attribution import DEFAULT_ATTRIBUTION, ROLLOUT_SIDE, AttributionRule
+from rljob.vocabulary.enums import BottleneckRole
+from rljob.vocabulary.phases import GENERATING, SYNCING_WEIGHTS, TRAINING
 
 ROLLOUT_SIDE_WORDS = "the rollout side (waiting for or generating rollouts)"
 

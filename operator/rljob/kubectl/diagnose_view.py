@@ -31,13 +31,12 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from rljob.api.diagnosis import BottleneckRole
-from rljob.api.enums import JobPhase
-from rljob.api.labels import RESUME_REQUEST_ANNOTATION
-from rljob.api.roles import TrainerRole
-from rljob.health.knee import Confidence, Knee, format_count, plot
 from rljob.kubectl.diagnose_verdict import ROLE_MEANINGS, ScreenFigures, caveat
 from rljob.kubectl.text import Body, format_age, job_name, namespace_flag, table, when
+from rljob.vocabulary.defaults import DEFAULT_TRAINER_NODES
+from rljob.vocabulary.enums import BottleneckRole, JobPhase
+from rljob.vocabulary.knee import Confidence, Knee, format_count, plot
+from rljob.vocabulary.labels import RESUME_REQUEST_ANNOTATION
 
 DOCUMENT_KIND = "RLJobDiagnosis"
 SIGNALS_CONDITION = "HealthSignalsAvailable"
@@ -46,7 +45,6 @@ PLOT_WIDTH = 56
 PLOT_HEIGHT = 8
 TEXT_WIDTH = 100
 MAX_ENGINE_ROWS = 8
-DEFAULT_TRAINER_NODES: int = TrainerRole.model_fields["nodes"].default
 # A part of the gang said in words; any other as a percentage.
 GANG_PARTS = {Fraction(1, 2): "half", Fraction(1, 3): "a third of", Fraction(1, 4): "a quarter of"}
 
@@ -229,7 +227,7 @@ def _phase_lines(bottleneck: Body) -> list[str]:
 
 
 def _knee(curve: Body, recommended: float | None) -> Knee:
-    """The status' curve as rljob.health.knee's verdict, for its plot."""
+    """The status' curve as rljob.vocabulary.knee's verdict, for its plot."""
     points = curve.get("points") or []
     peak = _real(curve.get("peak"))
     peak_throughput = next(

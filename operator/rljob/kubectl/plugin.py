@@ -20,8 +20,6 @@ import textwrap
 from collections import Counter
 from datetime import UTC, datetime
 
-from rljob.api.enums import RoleName
-from rljob.api.labels import RESTART_REQUEST_ANNOTATION, RESUME_REQUEST_ANNOTATION
 from rljob.kubectl.diagnose_view import diagnosis_document, render_diagnose
 from rljob.kubectl.requests import (
     annotate_command,
@@ -32,6 +30,8 @@ from rljob.kubectl.requests import (
     resume_refusal,
 )
 from rljob.kubectl.text import Body, job_name, namespace_flag, table, when
+from rljob.vocabulary.enums import RoleName
+from rljob.vocabulary.labels import RESTART_REQUEST_ANNOTATION, RESUME_REQUEST_ANNOTATION
 
 RECENT_RESTARTS = 5
 ROSTER_ROWS = 16  # engines listed one per row; the rest counted by state

@@ -7,9 +7,9 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime
 
-from rljob.api.enums import RoleName
-from rljob.api.labels import RESTART_REQUEST_ANNOTATION, RESUME_REQUEST_ANNOTATION
 from rljob.kubectl.text import Body, job_name, namespace_flag, when
+from rljob.vocabulary.enums import RoleName
+from rljob.vocabulary.labels import RESTART_REQUEST_ANNOTATION, RESUME_REQUEST_ANNOTATION
 
 # ------------------------------------------------------------------------------ restart
 

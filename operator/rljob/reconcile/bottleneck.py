@@ -7,9 +7,10 @@ first write of it is not one more write and Event per job."""
 
 from __future__ import annotations
 
-from rljob.api.diagnosis import Bottleneck, BottleneckRole
+from rljob.api.diagnosis import Bottleneck
 from rljob.api.status import RLJobStatus
 from rljob.reconcile.events import EventSpec, normal
+from rljob.vocabulary.enums import BottleneckRole
 
 # Relative change of the recommended concurrency worth a status write of its own.
 RECOMMENDATION_CHANGE = 0.1

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rljob.api import API_VERSION, KIND, RLJob, RoleName
-from rljob.api.labels import (
+from rljob.vocabulary.labels import (
     ATTEMPT_LABEL,
     COMPLETION_INDEX_ANNOTATION,
     INSTANCE_LABEL,
@@ -22,7 +22,7 @@ from rljob.api.labels import (
     ROLE_LABEL,
     SPEC_HASH_ANNOTATION,
 )
-from rljob.api.labels import MANAGED_BY as MANAGER
+from rljob.vocabulary.labels import MANAGED_BY as MANAGER
 
 # The label names stay importable from here (rljob.reconcile and benchmarks take them here).
 __all__ = [

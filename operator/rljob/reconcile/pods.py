@@ -10,8 +10,8 @@ from typing import Any
 
 from rljob.api import Engine, Role, RoleName, RolloutRole, WeightSync
 from rljob.api.declared_ports import engine_port, is_http_engine, metrics_port
-from rljob.api.labels import POLICY_CURRENT_GATE
 from rljob.reconcile.merge import merge_overrides
+from rljob.vocabulary.labels import POLICY_CURRENT_GATE
 
 HEALTH_PATH = "/health"
 PROBE_PERIOD_SECONDS = 10

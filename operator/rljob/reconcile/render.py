@@ -16,7 +16,6 @@ from typing import Any
 
 from rljob.api import RLJob, Role, RoleName, RolloutRole, ServingRole, TrainerRole, parse_duration
 from rljob.api.declared_ports import metrics_port
-from rljob.api.labels import ATTEMPT_LABEL, COMPLETION_INDEX_ANNOTATION, SPEC_HASH_ANNOTATION
 from rljob.checkpoint_protocol.layout import (
     ENV_CHECKPOINT_URI,
     ENV_JOB_UID,
@@ -32,6 +31,7 @@ from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.pods import PodInputs, container_ports, pod_template, probes, serving_port
 from rljob.reconcile.spec_hash import service_hash, serving_role_hash, trainer_hash
 from rljob.reconcile.suspended import suspended
+from rljob.vocabulary.labels import ATTEMPT_LABEL, COMPLETION_INDEX_ANNOTATION, SPEC_HASH_ANNOTATION
 
 DEFAULT_MASTER_PORT = 29500
 PROGRESS_DEADLINE_SECONDS = 3600

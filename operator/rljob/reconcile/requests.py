@@ -24,7 +24,6 @@ from rljob.api import (
     RLJobStatus,
     RoleName,
 )
-from rljob.api.labels import RESTART_REQUEST_ANNOTATION
 from rljob.reconcile.drain import drains
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.in_turn import advance_in_turn, in_turn_entry
@@ -34,6 +33,7 @@ from rljob.reconcile.names import child_names
 from rljob.reconcile.observed import Observed
 from rljob.reconcile.policy import record_requested_restart
 from rljob.reconcile.remediation import current_trainer_job
+from rljob.vocabulary.labels import RESTART_REQUEST_ANNOTATION
 
 # The annotation's name stays importable from here, where the request is read.
 __all__ = [

@@ -18,7 +18,7 @@ from rljob.api.status import MAX_SUSPECT_NODES
 from rljob.reconcile.conditions import ConditionState
 from rljob.reconcile.observed import Observed, ObservedPod
 
-# By value: the classifier's hardware reasons (api/enums.py) are matched as strings.
+# By value: the classifier's hardware reasons (vocabulary/enums.py) are matched as strings.
 NODE_REASONS = frozenset({"GPUHardwareError", "NCCLNetworkError", FailureReason.NODE_LOST.value})
 
 

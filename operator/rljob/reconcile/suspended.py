@@ -10,7 +10,7 @@ the events, whose lifecycle and render read this, so the two merged would be an 
 from __future__ import annotations
 
 from rljob.api import RLJob
-from rljob.api.labels import RESUME_REQUEST_ANNOTATION
+from rljob.vocabulary.labels import RESUME_REQUEST_ANNOTATION
 
 SPEC_SUSPENDED = "spec.suspend is true"
 

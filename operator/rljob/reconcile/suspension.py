@@ -22,10 +22,10 @@ from datetime import datetime
 
 from rljob.api import RLJob, RLJobStatus
 from rljob.api.diagnosis import PolicySuspension, ResumeRequest
-from rljob.api.labels import RESUME_REQUEST_ANNOTATION
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.policy import Decision
 from rljob.reconcile.suspended import SPEC_SUSPENDED, resume_hint
+from rljob.vocabulary.labels import RESUME_REQUEST_ANNOTATION
 
 POLICY_SUSPENDED = "PolicySuspended"
 RESUME_REQUESTED = "ResumeRequested"

@@ -18,11 +18,6 @@ from rljob.adapters.kube import Kube, KubeError
 from rljob.adapters.observe import controller_uid
 from rljob.adapters.paths import api_version_of, object_path
 from rljob.api import API_VERSION, KIND, InFlightAction, RLJob
-from rljob.api.labels import (
-    POLICY_CURRENT_GATE,
-    RENDER_MARKER_ANNOTATION,
-    RESTARTED_AT_ANNOTATION,
-)
 from rljob.crashpoints import crash_point
 from rljob.reconcile.gate import DRAINING, RESTARTED
 from rljob.reconcile.journal import JOURNALED_EVENT_REASONS
@@ -39,6 +34,11 @@ from rljob.reconcile.steps import (
     WriteMarker,
 )
 from rljob.runtime.memory import JobMemory
+from rljob.vocabulary.labels import (
+    POLICY_CURRENT_GATE,
+    RENDER_MARKER_ANNOTATION,
+    RESTARTED_AT_ANNOTATION,
+)
 
 log = structlog.get_logger("rljob.runtime")
 RESTART_FIELD_MANAGER = "rljob-operator-restart"

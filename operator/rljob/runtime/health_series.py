@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import Counter as CounterMetric
 
-from rljob.api.diagnosis import BottleneckRole
 from rljob.health import Evaluation
 from rljob.health.evaluation import INSUFFICIENT_DATA
 from rljob.health.monitor import JobKey
@@ -26,6 +25,7 @@ from rljob.observability import (
     JobSeries,
     Slot,
 )
+from rljob.vocabulary.enums import BottleneckRole
 
 
 class HealthSeries:

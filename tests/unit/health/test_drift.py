@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from rljob.api.enums import FailureReason
 from rljob.api.spec import Health
 from rljob.dev.traces import Cycle, EngineProfile, LoadSwings, fleet_trace
 from rljob.health import DriftConfig, EngineSample, KVDriftDetector
+from rljob.vocabulary.enums import FailureReason
 from tests.unit.health.harness import HOUR, fleet, run_drift
 
 CONFIG = DriftConfig(threshold=0.2, window=1800, warmup=900, cooldown=3600, interval=30)

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rljob.api.enums import RoleName
 from rljob.api.rounding import DETECTOR_VALUE_DIGITS, round_significant
 from rljob.api.status import (
     ENGINE_HEALTH_MAX_AGE,
@@ -25,6 +24,7 @@ from rljob.dev.traces import Cycle, EngineProfile, fleet_trace
 from rljob.health import DriftConfig, EngineSample, KVDriftDetector
 from rljob.health.drift import KV_DRIFT_SUMMARY
 from rljob.health.drift.measures import Baseline
+from rljob.vocabulary.enums import RoleName
 from tests.unit.health.harness import HOUR, fleet
 
 CONFIG = DriftConfig(threshold=0.2, window=1800, warmup=900, cooldown=3600, interval=30)

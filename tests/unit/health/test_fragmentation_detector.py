@@ -10,7 +10,6 @@ from dataclasses import replace
 
 import pytest
 
-from rljob.api.enums import FailureReason, RoleName
 from rljob.dev.engine_physics import (
     DEFAULT_MIX,
     Driver,
@@ -26,6 +25,7 @@ from rljob.health.drift.point_detector import FragmentationDetector
 from rljob.health.drift.throughput_model import PointModel, StepFit, with_fit
 from rljob.health.evaluation import Evaluation
 from rljob.health.samples import EngineSample
+from rljob.vocabulary.enums import FailureReason, RoleName
 
 HOUR = 3600.0
 CONFIG = DriftConfig(threshold=0.2, window=1800.0, warmup=900.0, cooldown=HOUR)

@@ -3,13 +3,13 @@ bottleneck and the canaries, and a failing diagnosis query blinds nothing else."
 
 from __future__ import annotations
 
-from rljob.api.diagnosis import BottleneckRole
 from rljob.health import INSUFFICIENT_DATA
 from rljob.health.job_diagnosis import DIAGNOSIS_ROLE
 from rljob.health.monitor import ROLLOUT, TRAINER_ROLE
 from rljob.health.monitor_answers import Answers, evaluate, job_error
 from rljob.health.profiles import TRAINER, VLLM, Series, Signal
 from rljob.health.profiles.diagnosis import DIAGNOSIS, PHASE_SECONDS, REWARD_TRAIN
+from rljob.vocabulary.enums import BottleneckRole
 from tests.unit.health.test_monitor import Pod, make_job, monitor_of
 
 TRAINER_POD = Pod("j-trainer-0", TRAINER_ROLE, attempt=1)

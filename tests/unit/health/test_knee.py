@@ -9,14 +9,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from rljob.health.knee import (
-    BIN_OCTAVES,
-    MAX_CONCURRENCY,
-    ConcurrencyCurve,
-    Knee,
-    find_knee,
-    plot,
-)
+from rljob.health.knee import BIN_OCTAVES, MAX_CONCURRENCY, ConcurrencyCurve, find_knee
+from rljob.vocabulary.knee import Knee, plot
 
 Point = tuple[float, float]
 

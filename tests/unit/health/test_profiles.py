@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from rljob.api.enums import Engine
 from rljob.api.spec import RolloutRole
 from rljob.dev.traces import Cycle, EngineProfile, SimulatedEngine, SimulatedVerifier
 from rljob.dev.traces import VerifierProfile as TraceVerifierProfile
@@ -43,6 +42,7 @@ from rljob.health.profiles import (
     trainer_reading,
     verifier_samples,
 )
+from rljob.vocabulary.enums import Engine
 
 STALE = 15.0
 

@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from rljob.api.enums import FailureReason, RoleName
 from rljob.api.spec import FailurePolicy
 from rljob.api.status import RestartsStatus
 from rljob.health import (
@@ -37,6 +36,7 @@ from rljob.reconcile.policy import (
     choose_action,
     record_restart,
 )
+from rljob.vocabulary.enums import FailureReason, RoleName
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DRIFT = DriftConfig(threshold=0.2, window=300, warmup=120, cooldown=600, interval=10)

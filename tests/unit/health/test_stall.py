@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import pytest
 
-from rljob.api.enums import FailureReason
 from rljob.api.spec import Health
 from rljob.dev.traces import Cycle, EngineProfile, SimulatedTrainer, TrainerProfile, fleet_trace
 from rljob.health import (
@@ -21,6 +20,7 @@ from rljob.health import (
     current_phase,
     freshest_heartbeat,
 )
+from rljob.vocabulary.enums import FailureReason
 
 ENGINE = EngineStallConfig(timeout=300, interval=30)
 POD = "rollout-1"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from rljob.api.enums import FailureReason
 from rljob.health import (
     ContainerTermination,
     CrashRepeatTracker,
@@ -21,6 +20,7 @@ from rljob.health import (
 )
 from rljob.health.sanitize import MAX_MESSAGE_BYTES
 from rljob.health.termination import RestartPolicy
+from rljob.vocabulary.enums import FailureReason
 
 R = FailureReason
 

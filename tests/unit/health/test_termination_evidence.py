@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from rljob.api.enums import FailureReason
 from rljob.health import ContainerTermination, classify_termination
 from rljob.signatures import SIGNATURES, match_signature
+from rljob.vocabulary.enums import FailureReason
 
 R = FailureReason
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rljob.api.enums import FailureReason
 from rljob.health import ContainerTermination, classify_termination
 from rljob.sdk.evidence import SUMMARY_LIMIT, Evidence
+from rljob.vocabulary.enums import FailureReason
 from tests.fixtures.nccl.splice import RECIPES, build
 from tests.upstream.torchrun_bed import fallback_tail
 

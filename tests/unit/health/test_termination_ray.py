@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from rljob.api.enums import FailureAction, FailureReason, RoleName
 from rljob.health import ContainerTermination, classify_termination
 from rljob.reconcile.policy.rules import Failure, match_rule
 from rljob.sdk.evidence import Evidence
+from rljob.vocabulary.enums import FailureAction, FailureReason, RoleName
 
 R = FailureReason
 TRACEBACK = [

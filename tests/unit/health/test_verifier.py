@@ -7,7 +7,6 @@ import math
 
 import pytest
 
-from rljob.api.enums import FailureReason
 from rljob.api.spec import Health
 from rljob.dev.traces import SimulatedVerifier, VerifierProfile
 from rljob.health import (
@@ -19,6 +18,7 @@ from rljob.health import (
     histogram_quantile,
 )
 from rljob.health.verifier import proven_over
+from rljob.vocabulary.enums import FailureReason
 
 INF = math.inf
 BOUNDS = (0.1, 0.5, 1.0, INF)

@@ -40,14 +40,14 @@ from rljob.adapters.observe import (
     summarize_pod,
 )
 from rljob.api import API_VERSION, KIND, PLURAL
-from rljob.api.labels import (
+from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
+from rljob.vocabulary.labels import (
     ATTEMPT_LABEL,
     COMPLETION_INDEX_ANNOTATION,
     JOB_LABEL,
     MANAGED_BY_LABEL,
     ROLE_LABEL,
 )
-from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 
 JSON = dict[str, Any]
 Ref = tuple[str, str, str]  # (kind, namespace, name)

@@ -29,8 +29,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rljob.api import parse_duration
-from rljob.api.labels import POLICY_CURRENT_GATE, ROLE_LABEL
 from rljob.reconcile.engine_readings import EngineReading
+from rljob.vocabulary.labels import POLICY_CURRENT_GATE, ROLE_LABEL
 from tests.unit.model.cluster import Cluster
 from tests.unit.model.in_turn import ready_running
 

@@ -28,8 +28,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from rljob.api.labels import ATTEMPT_LABEL, ROLE_LABEL
 from rljob.reconcile.remediation import ROOT_CAUSE_WAIT_SECONDS
+from rljob.vocabulary.labels import ATTEMPT_LABEL, ROLE_LABEL
 from tests.unit.model.cluster import Cluster, Write
 
 JSON = dict[str, Any]

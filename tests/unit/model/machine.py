@@ -25,16 +25,16 @@ from hypothesis.stateful import (
 
 from rljob.adapters.kube import KubeError
 from rljob.api import FailureReason, parse_duration
-from rljob.api.labels import ATTEMPT_LABEL as ATTEMPT
-from rljob.api.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUEST
-from rljob.api.labels import RESTARTED_AT_ANNOTATION as RESTARTED_AT
-from rljob.api.labels import RESUME_REQUEST_ANNOTATION as RESUME_REQUEST
-from rljob.api.labels import ROLE_LABEL as ROLE
 from rljob.checkpoint_protocol.errors import CommitRefused, StoreError
 from rljob.checkpoint_protocol.layout import CheckpointLocation, KeyKind, VersionId
 from rljob.checkpoint_protocol.models import AttemptMarker
 from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
 from rljob.reconcile.engine_readings import EngineReading
+from rljob.vocabulary.labels import ATTEMPT_LABEL as ATTEMPT
+from rljob.vocabulary.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUEST
+from rljob.vocabulary.labels import RESTARTED_AT_ANNOTATION as RESTARTED_AT
+from rljob.vocabulary.labels import RESUME_REQUEST_ANNOTATION as RESUME_REQUEST
+from rljob.vocabulary.labels import ROLE_LABEL as ROLE
 from tests.unit.model import bounds, drain, harness, in_turn, nodes, suspension
 from tests.unit.model.cluster import (
     RESTART_KINDS,

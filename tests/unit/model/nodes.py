@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rljob.api import parse_duration
-from rljob.api.labels import ATTEMPT_LABEL, ROLE_LABEL
+from rljob.vocabulary.labels import ATTEMPT_LABEL, ROLE_LABEL
 from tests.unit.model.cluster import Cluster, Write
 
 KIND = "RLJob"

@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rljob.api.labels import ROLE_LABEL
+from rljob.vocabulary.labels import ROLE_LABEL
 
 # The reasons that point at a node (reconcile/suspects.py).
 NODE_REASONS = frozenset({"GPUHardwareError", "NCCLNetworkError", "NodeLost"})

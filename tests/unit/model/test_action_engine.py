@@ -16,8 +16,6 @@ from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from rljob.api import FailureReason as R
-from rljob.api.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUEST
-from rljob.api.labels import RESUME_REQUEST_ANNOTATION as RESUME_REQUEST
 from rljob.health.termination import (
     Classification,
     ContainerTermination,
@@ -25,6 +23,8 @@ from rljob.health.termination import (
     classify_termination,
 )
 from rljob.reconcile import root_cause
+from rljob.vocabulary.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUEST
+from rljob.vocabulary.labels import RESUME_REQUEST_ANNOTATION as RESUME_REQUEST
 from tests.unit.model.machine import ALL_CHECKS, ActionEngine
 
 # Per CI run: a fixed budget from a fixed seed (in the test ids, so every run prints it; set

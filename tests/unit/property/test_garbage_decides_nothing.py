@@ -23,7 +23,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rljob.adapters.metrics import Rejects, SourceError, parse_matrix
-from rljob.api.enums import FailureReason
 from rljob.health import (
     DriftConfig,
     EngineStallConfig,
@@ -48,6 +47,7 @@ from rljob.health.profiles import (
     trainer_signals,
     verifier_samples,
 )
+from rljob.vocabulary.enums import FailureReason
 from tests.unit.property.strategies import FEW, GARBAGE_VALUES, HUGE_INT
 
 NAMESPACE = "ns"

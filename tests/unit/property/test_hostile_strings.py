@@ -15,7 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rljob.api import Condition, ConditionStatus, RLJobStatus
-from rljob.api.enums import FailureReason, RoleName
 from rljob.api.spec import FailurePolicy
 from rljob.api.status import (
     MAX_CONDITIONS,
@@ -46,6 +45,7 @@ from rljob.reconcile.policy import (
     choose_action,
     record_restart,
 )
+from rljob.vocabulary.enums import FailureReason, RoleName
 from tests.unit.property.strategies import FEW, SETTINGS, hostile_text, printable
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

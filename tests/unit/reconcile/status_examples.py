@@ -8,7 +8,6 @@ from typing import Any
 
 from rljob.api.diagnosis import (
     Bottleneck,
-    BottleneckRole,
     ConcurrencyCurveStatus,
     CurvePoint,
     EngineLoad,
@@ -17,15 +16,6 @@ from rljob.api.diagnosis import (
     VerifierLoad,
 )
 from rljob.api.engine_roster import EngineMember
-from rljob.api.enums import (
-    ActionKind,
-    ConditionStatus,
-    EngineState,
-    FailureAction,
-    FailureReason,
-    JobPhase,
-    RoleName,
-)
 from rljob.api.status import (
     ActionPod,
     ActionTarget,
@@ -48,6 +38,16 @@ from rljob.api.status import (
 from rljob.reconcile.policy import Decision
 from rljob.reconcile.policy.ledger import record_restart
 from rljob.reconcile.status import role_restarts
+from rljob.vocabulary.enums import (
+    ActionKind,
+    BottleneckRole,
+    ConditionStatus,
+    EngineState,
+    FailureAction,
+    FailureReason,
+    JobPhase,
+    RoleName,
+)
 from tests.unit.reconcile.world import T0, example_job
 
 MINUTE = dt.timedelta(minutes=1)

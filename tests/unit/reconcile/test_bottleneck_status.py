@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rljob.api.diagnosis import Bottleneck, BottleneckRole
+from rljob.api.diagnosis import Bottleneck
 from rljob.reconcile.bottleneck import bottleneck_event, with_bottleneck
 from rljob.reconcile.progress import ProgressReading
+from rljob.vocabulary.enums import BottleneckRole
 from tests.unit.reconcile.test_decide import decide_now, journal, running_world
 
 AT = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

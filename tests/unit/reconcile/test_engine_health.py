@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from rljob.api.enums import RoleName
 from rljob.api.status import (
     ENGINE_HEALTH_KEY_MAX_LENGTH,
     MAX_ENGINE_HEALTH,
@@ -20,6 +19,7 @@ from rljob.api.status import (
 )
 from rljob.health import DriftConfig, EngineSample, KVDriftDetector
 from rljob.reconcile.engine_health import ENGINE_HEALTH_REFRESH, with_engine_health
+from rljob.vocabulary.enums import RoleName
 from tests.unit.reconcile.world import T0
 
 MINUTE = dt.timedelta(minutes=1)

@@ -10,11 +10,11 @@ import dataclasses
 import pytest
 
 from rljob.api import JobPhase
-from rljob.api.labels import INSTANCE_LABEL
 from rljob.reconcile.decide import Decision
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.ownership import owned_by
+from rljob.vocabulary.labels import INSTANCE_LABEL
 from tests.unit.reconcile.test_decide import decide_now, fail_trainer, running_world
 from tests.unit.reconcile.world import World, pod
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from rljob.api.enums import FailureAction, FailureReason, RoleName
 from rljob.api.spec import FailurePolicy, Health
 from rljob.api.status import MESSAGE_MAX_LENGTH, RestartRecord, RestartsStatus
 from rljob.reconcile.policy import (
@@ -20,6 +19,7 @@ from rljob.reconcile.policy import (
     cooldowns_from_health,
     record_restart,
 )
+from rljob.vocabulary.enums import FailureAction, FailureReason, RoleName
 
 A = FailureAction
 R = FailureReason

@@ -13,7 +13,6 @@ import pytest
 from pydantic import BaseModel
 
 from rljob.api.diagnosis import Bottleneck, PolicySuspension
-from rljob.api.enums import RoleName
 from rljob.api.status import (
     ActionTarget,
     CheckpointStatus,
@@ -32,6 +31,7 @@ from rljob.api.status import (
 from rljob.reconcile.engine_health import with_engine_health
 from rljob.reconcile.plan import dump_status, status_patch
 from rljob.reconcile.progress import PROGRESS_REFRESH, ProgressReading, with_progress
+from rljob.vocabulary.enums import RoleName
 from tests.unit.reconcile.status_examples import engine, restarted, running, suspended
 from tests.unit.reconcile.world import T0
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
-from rljob.api.diagnosis import BottleneckRole
 from rljob.runtime.health_series import HealthSeries
+from rljob.vocabulary.enums import BottleneckRole
 
 KEY = ("series-ns", "series-job")
 

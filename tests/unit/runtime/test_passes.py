@@ -184,7 +184,8 @@ async def test_a_standby_forgets_the_worker_of_an_rljob_a_relist_no_longer_shows
 def _diagnosis(role: str, recommended: int | None = None) -> Any:
     from datetime import UTC, datetime
 
-    from rljob.api.diagnosis import Bottleneck, BottleneckRole
+    from rljob.api.diagnosis import Bottleneck
+    from rljob.vocabulary.enums import BottleneckRole
 
     at = datetime(2026, 11, 24, tzinfo=UTC)
     return Bottleneck(

@@ -25,7 +25,7 @@ from rljob.health.profiles import (
     verifier_samples,
 )
 from rljob.health.samples import EngineSample
-from rljob.health.stall import PHASE_WAITING_FOR_ROLLOUTS
+from rljob.vocabulary.phases import WAITING_FOR_ROLLOUTS
 
 T0 = 1_800_000_000.0
 
@@ -100,7 +100,7 @@ def test_trainer_page_becomes_a_trainer_reading() -> None:
     pages = scrape(trainer, 1)
     reading = trainer_reading(TRAINER, collect(TRAINER.signals(), pages))
     assert reading is not None
-    assert reading.phase == PHASE_WAITING_FOR_ROLLOUTS
+    assert reading.phase == WAITING_FOR_ROLLOUTS
     assert reading.heartbeat_at == pytest.approx(T0 + 1)
     assert reading.step == 0 and reading.policy_generation == 0
 

@@ -20,12 +20,12 @@ from rljob.dev.sim.profiles import (
     VerifierProfile,
 )
 from rljob.dev.traces import Cycle, LoadSwings
-from rljob.health.stall import PHASE_CHECKPOINTING, PHASE_WAITING_FOR_ROLLOUTS
 from rljob.health.verifier import histogram_quantile
 from rljob.sdk import metrics as rl_metrics
 from rljob.sdk import phase_time
 from rljob.sdk import progress as sdk_progress
 from rljob.sdk.progress import PHASES as SDK_PHASES
+from rljob.vocabulary.phases import CHECKPOINTING, WAITING_FOR_ROLLOUTS
 
 T0 = 1_800_000_000.0
 
@@ -63,8 +63,8 @@ def value(page: str, name: str, **labels: str) -> float:
 
 def test_phase_names_are_the_sdks_and_the_detectors() -> None:
     assert models.SDK_PHASES == SDK_PHASES
-    assert models.PHASE_WAITING_FOR_ROLLOUTS == PHASE_WAITING_FOR_ROLLOUTS
-    assert models.PHASE_CHECKPOINTING == PHASE_CHECKPOINTING
+    assert models.PHASE_WAITING_FOR_ROLLOUTS == WAITING_FOR_ROLLOUTS
+    assert models.PHASE_CHECKPOINTING == CHECKPOINTING
     assert models.PHASE_TRAINING in SDK_PHASES
     assert models.PHASE_EVALUATING == sdk_progress.EVALUATING
     assert models.PHASE_SECONDS == phase_time.PHASE_SECONDS
@@ -302,11 +302,11 @@ def test_trainer_steps_phases_and_checkpoints_follow_the_profile() -> None:
             t - page["rljob_trainer_heartbeat_timestamp_seconds"]
             <= PROFILE.heartbeat_interval + 1e-6
         )
-    assert dict(((s, p) for s, p, _ in seen))[1.0] == PHASE_WAITING_FOR_ROLLOUTS
+    assert dict(((s, p) for s, p, _ in seen))[1.0] == WAITING_FOR_ROLLOUTS
     assert dict(((s, p) for s, p, _ in seen))[2.5] == models.PHASE_TRAINING
     # 5 steps of 5 s, then a 2 s checkpoint: step 5 at 25 s, checkpoint done at 27 s.
     assert dict(((s, st) for s, _, st in seen))[24.9] == 4
-    assert dict(((s, p) for s, p, _ in seen))[26.0] == PHASE_CHECKPOINTING
+    assert dict(((s, p) for s, p, _ in seen))[26.0] == CHECKPOINTING
     assert trainer.step == 11 and trainer.generation == 11
     assert trainer.checkpoint_step == 10
     assert list(trainer.checkpoints_due) == [5, 10]

@@ -8,14 +8,12 @@ what ran, too), `attribution` names the role, `tracker` keeps it from flapping a
 bounds the result.
 """
 
-from rljob.health.bottleneck.attribution import AttributionRule, Verdict, attribute
+from rljob.health.bottleneck.attribution import Verdict, attribute
 from rljob.health.bottleneck.extrapolate import CurveVerdict, StepTimeFit, judge_curve
 from rljob.health.bottleneck.monitor import BottleneckConfig, BottleneckMonitor
-from rljob.health.bottleneck.phases import PHASES, PhaseBreakdown
+from rljob.health.bottleneck.phases import PhaseBreakdown
 
 __all__ = [
-    "PHASES",
-    "AttributionRule",
     "BottleneckConfig",
     "BottleneckMonitor",
     "CurveVerdict",

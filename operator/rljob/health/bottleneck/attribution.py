@@ -23,35 +23,23 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rljob.api.diagnosis import BottleneckRole
 from rljob.health.bottleneck.extrapolate import CurveVerdict
 from rljob.health.bottleneck.load import EngineWindow, VerifierWindow
-from rljob.health.bottleneck.phases import (
+from rljob.health.bottleneck.phases import PhaseBreakdown
+from rljob.health.evaluation import format_duration
+from rljob.vocabulary.attribution import DEFAULT_ATTRIBUTION, ROLLOUT_SIDE, AttributionRule
+from rljob.vocabulary.enums import BottleneckRole
+from rljob.vocabulary.phases import (
     CHECKPOINTING,
     EVALUATING,
     GENERATING,
     SYNCING_WEIGHTS,
     TRAINING,
     WAITING_FOR_ROLLOUTS,
-    PhaseBreakdown,
 )
-from rljob.health.evaluation import format_duration
 
-ROLLOUT_SIDE = (WAITING_FOR_ROLLOUTS, GENERATING)
 # Engines queueing less than this share of the time read as unsaturated.
 UNSATURATED_SHARE = 0.1
-
-
-@dataclass(frozen=True, slots=True)
-class AttributionRule:
-    min_coverage: float = 0.5  # share of the window the phase counters must span
-    saturated_time: float = 0.5  # an engine queueing this share of the window is saturated
-    saturated_engines: float = 0.5  # more than this share of engines saturated: all are
-    kv_full: float = 0.9  # mean KV usage this high is a full cache
-    queue_per_pod: float = 1.0  # verifier requests queued per pod that count as a backlog
-
-
-DEFAULT_ATTRIBUTION = AttributionRule()
 
 
 @dataclass(frozen=True, slots=True)

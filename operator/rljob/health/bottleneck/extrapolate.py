@@ -22,9 +22,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# The knee's own number formats, so both messages read alike.
-from rljob.health.knee import Knee, KneeRule, format_amount, format_count
+from rljob.health.knee import KneeRule
 from rljob.health.line import least_squares
+
+# The knee's own number formats, so both messages read alike.
+from rljob.vocabulary.knee import Knee, format_amount, format_count
 
 Point = tuple[float, float]
 

@@ -12,16 +12,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from rljob.api.diagnosis import Bottleneck, BottleneckRole
+from rljob.api.diagnosis import Bottleneck
 from rljob.api.durations import parse_duration
-from rljob.api.enums import RoleName
 from rljob.api.spec import Health
-from rljob.health.bottleneck.attribution import (
-    DEFAULT_ATTRIBUTION,
-    AttributionRule,
-    Observations,
-    attribute,
-)
+from rljob.health.bottleneck.attribution import Observations, attribute
 from rljob.health.bottleneck.curve import CurveFeeder
 from rljob.health.bottleneck.extrapolate import CurveVerdict, judge_curve
 from rljob.health.bottleneck.load import EngineLedger, EngineWindow, VerifierLedger
@@ -35,6 +29,8 @@ from rljob.health.bottleneck.status import curve_status, to_status
 from rljob.health.bottleneck.tracker import CONFIRMATIONS, RoleTracker
 from rljob.health.knee import DEFAULT_RULE, KneeRule
 from rljob.health.samples import MIN_SPACING_INTERVALS, EngineSample, ring_capacity
+from rljob.vocabulary.attribution import DEFAULT_ATTRIBUTION, AttributionRule
+from rljob.vocabulary.enums import BottleneckRole, RoleName
 
 DEFAULT_WINDOW = 900.0
 DEFAULT_INTERVAL = 30.0

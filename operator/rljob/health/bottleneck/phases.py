@@ -16,14 +16,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-# The SDK's phases (rljob.sdk.phase_time.COUNTED_PHASES; the operator does not import the SDK).
-GENERATING = "generating"
-WAITING_FOR_ROLLOUTS = "waiting_for_rollouts"
-TRAINING = "training"
-SYNCING_WEIGHTS = "syncing_weights"
-EVALUATING = "evaluating"
-CHECKPOINTING = "checkpointing"
-PHASES = (GENERATING, WAITING_FOR_ROLLOUTS, TRAINING, SYNCING_WEIGHTS, EVALUATING, CHECKPOINTING)
+from rljob.vocabulary.phases import PHASES
+
 WIDTH = len(PHASES)
 NAN = math.nan
 # Beyond this a counter is garbage: 1e12 seconds is 30,000 years of one phase.

@@ -17,12 +17,13 @@ from rljob.api.diagnosis import (
     PhaseShare,
     VerifierLoad,
 )
-from rljob.api.enums import RoleName
 from rljob.health.bottleneck.attribution import Observations
 from rljob.health.bottleneck.extrapolate import CurveVerdict
 from rljob.health.bottleneck.load import EngineWindow, VerifierWindow
-from rljob.health.bottleneck.phases import PHASES, PhaseBreakdown
+from rljob.health.bottleneck.phases import PhaseBreakdown
 from rljob.health.bottleneck.tracker import Tracked
+from rljob.vocabulary.enums import RoleName
+from rljob.vocabulary.phases import PHASES
 
 
 def to_status(

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from rljob.api.diagnosis import BottleneckRole
 from rljob.health.bottleneck.attribution import Verdict
+from rljob.vocabulary.enums import BottleneckRole
 
 CONFIRMATIONS = 2
 

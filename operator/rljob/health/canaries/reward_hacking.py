@@ -20,7 +20,6 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from rljob.api.durations import parse_duration
-from rljob.api.enums import FailureReason
 from rljob.api.spec import Health
 from rljob.health.canaries.pods import (
     STALE_INTERVALS,
@@ -40,6 +39,7 @@ from rljob.health.evaluation import (
 )
 from rljob.health.line import least_squares
 from rljob.health.samples import ring_capacity
+from rljob.vocabulary.enums import FailureReason
 
 REWARD_HACKING = "reward_hacking"
 # The evidence key of the detector's value (rljob_detector_value): the highest over the pods.

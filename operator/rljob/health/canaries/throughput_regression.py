@@ -25,7 +25,6 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from rljob.api.durations import parse_duration
-from rljob.api.enums import FailureReason
 from rljob.api.spec import Health
 from rljob.health.canaries.pods import (
     STALE_INTERVALS,
@@ -47,6 +46,7 @@ from rljob.health.evaluation import (
     insufficient,
 )
 from rljob.health.samples import counter_delta, ring_capacity
+from rljob.vocabulary.enums import FailureReason
 
 THROUGHPUT_REGRESSION = "throughput_regression"
 # The evidence key of the detector's value (rljob_detector_value): the lowest over the pods.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from rljob.api.enums import RoleName
 from rljob.api.status import ENGINE_HEALTH_MAX_AGE, MAX_ENGINE_HEALTH, EngineHealth
 from rljob.health.drift.config import DriftConfig
 from rljob.health.drift.engine import EngineState
@@ -14,6 +13,7 @@ from rljob.health.drift.measures import Baseline, WindowStats
 from rljob.health.drift.summary import Seed, from_summary, to_summary
 from rljob.health.evaluation import KV_DRIFT, Evaluation, format_duration, healthy
 from rljob.health.samples import EngineSample
+from rljob.vocabulary.enums import RoleName
 
 
 class KVDriftDetector:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from rljob.api.enums import FailureReason
 from rljob.health.drift.config import DriftConfig
 from rljob.health.drift.engine import EngineState
 from rljob.health.drift.measures import (
@@ -25,6 +24,7 @@ from rljob.health.evaluation import (
     healthy,
     insufficient,
 )
+from rljob.vocabulary.enums import FailureReason
 
 MIN_PEERS = 3
 # A slice is judged only with this share of it saturated; quieter slices are skipped.

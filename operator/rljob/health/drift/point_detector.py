@@ -23,7 +23,6 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from rljob.api.enums import FailureReason, RoleName
 from rljob.api.status import ENGINE_HEALTH_MAX_AGE, EngineHealth
 from rljob.health.drift.config import DriftConfig
 from rljob.health.drift.point_engine import PointBaseline, PointState, judge_point
@@ -37,6 +36,7 @@ from rljob.health.evaluation import (
     healthy,
 )
 from rljob.health.samples import EngineSample
+from rljob.vocabulary.enums import FailureReason, RoleName
 
 POINT_SUMMARY = "kvOperatingPoint"
 # Seven of the eight values status allows: the per-token slopes are left out and re-fitted

@@ -14,7 +14,6 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from rljob.api.enums import FailureReason
 from rljob.health.drift.config import DriftConfig
 from rljob.health.drift.measures import (
     MIN_COVERAGE,
@@ -40,6 +39,7 @@ from rljob.health.evaluation import (
     insufficient,
 )
 from rljob.health.samples import EngineSample, EngineSeries, ring_capacity
+from rljob.vocabulary.enums import FailureReason
 
 # The step fit replaces the warm-up model only with this many healthy intervals behind it.
 MIN_REFRESH_WEIGHT = 10.0

@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from rljob.api.enums import RoleName
 from rljob.api.status import ENGINE_HEALTH_MAX_AGE, EngineHealth
 from rljob.health.drift.measures import Baseline
+from rljob.vocabulary.enums import RoleName
 
 # status.health.engines[].detector of drift summaries: the spec.health field configuring it.
 KV_DRIFT_SUMMARY = "kvDrift"

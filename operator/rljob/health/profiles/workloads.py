@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rljob.api.enums import Engine
 from rljob.api.spec import GangEngines, RolloutRole
 from rljob.health.profiles.signals import (
     CHECKPOINT_STEP,
@@ -43,6 +42,7 @@ from rljob.health.profiles.signals import (
     VERIFIER_ERRORS,
     Signal,
 )
+from rljob.vocabulary.enums import Engine
 
 # The rljob SDK's engine-side gauge, exported on the engine's own metrics page.
 ENGINE_POLICY_GENERATION_METRIC = "rljob_engine_policy_generation"

@@ -8,7 +8,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from rljob.api.durations import parse_duration
-from rljob.api.enums import FailureAction, RoleName
 from rljob.api.spec import FailurePolicy
 from rljob.api.status import MESSAGE_MAX_LENGTH, RestartsStatus
 from rljob.health.evaluation import format_duration
@@ -23,6 +22,7 @@ from rljob.reconcile.policy.rules import (
     PolicyContext,
     match_rule,
 )
+from rljob.vocabulary.enums import FailureAction, RoleName
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from rljob.api.durations import parse_duration
-from rljob.api.enums import FailureAction, FailureReason, RoleName
 from rljob.api.spec import FailurePolicy
 from rljob.api.status import MAX_COUNTED_AT, MAX_RECENT_RESTARTS, RestartRecord, RestartsStatus
 from rljob.reconcile.policy.rules import Decision
+from rljob.vocabulary.enums import FailureAction, FailureReason, RoleName
 
 
 def utc(moment: datetime) -> datetime:

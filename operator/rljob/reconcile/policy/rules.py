@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from rljob.api.durations import parse_duration
-from rljob.api.enums import FailureAction, FailureReason, RoleName
 from rljob.api.spec import FailureRule, Health
+from rljob.vocabulary.enums import FailureAction, FailureReason, RoleName
 
 ESCALATE_POD_AFTER = 3
 ESCALATE_ROLE_AFTER = 3

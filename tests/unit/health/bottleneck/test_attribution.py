@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from rljob.api.diagnosis import BottleneckRole
-from rljob.health.bottleneck.attribution import DEFAULT_ATTRIBUTION as RULE
 from rljob.health.bottleneck.attribution import Observations, attribute, describe_engines
 from rljob.health.bottleneck.extrapolate import judge_curve
 from rljob.health.bottleneck.load import EngineWindow, VerifierWindow
-from rljob.health.bottleneck.phases import PHASES, PhaseBreakdown
+from rljob.health.bottleneck.phases import PhaseBreakdown
 from rljob.health.knee import DEFAULT_RULE, find_knee
+from rljob.vocabulary.attribution import DEFAULT_ATTRIBUTION as RULE
+from rljob.vocabulary.enums import BottleneckRole
+from rljob.vocabulary.phases import PHASES
 
 WINDOW = 900.0
 

@@ -10,10 +10,11 @@ from collections.abc import Callable
 
 import pytest
 
-from rljob.api.diagnosis import Bottleneck, BottleneckRole
+from rljob.api.diagnosis import Bottleneck
 from rljob.api.spec import Health
 from rljob.health.bottleneck import BottleneckConfig, BottleneckMonitor
 from rljob.health.samples import EngineSample
+from rljob.vocabulary.enums import BottleneckRole
 
 from .sim import (
     SCRAPE,

@@ -12,13 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rljob.health.bottleneck.phases import (
-    PHASES,
-    PhaseLedger,
-    PhaseSample,
-    _accrued,
-    clean_sample,
-)
+from rljob.health.bottleneck.phases import PhaseLedger, PhaseSample, _accrued, clean_sample
+from rljob.vocabulary.phases import PHASES
 
 Sample = tuple[float, Mapping[str, float], float | None]
 

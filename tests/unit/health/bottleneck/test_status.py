@@ -6,14 +6,16 @@ import math
 
 import pytest
 
-from rljob.api.diagnosis import MAX_CURVE_POINTS, MAX_ENGINE_LOADS, BottleneckRole
+from rljob.api.diagnosis import MAX_CURVE_POINTS, MAX_ENGINE_LOADS
 from rljob.health.bottleneck.attribution import Observations, Verdict
 from rljob.health.bottleneck.extrapolate import judge_curve
 from rljob.health.bottleneck.load import EngineWindow, VerifierWindow
-from rljob.health.bottleneck.phases import PHASES, PhaseBreakdown
+from rljob.health.bottleneck.phases import PhaseBreakdown
 from rljob.health.bottleneck.status import curve_status, to_status
 from rljob.health.bottleneck.tracker import Tracked
 from rljob.health.knee import DEFAULT_RULE, find_knee
+from rljob.vocabulary.enums import BottleneckRole
+from rljob.vocabulary.phases import PHASES
 
 WINDOW = 900.0
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rljob.api.diagnosis import BottleneckRole
 from rljob.health.bottleneck.attribution import Verdict
 from rljob.health.bottleneck.tracker import RoleTracker
+from rljob.vocabulary.enums import BottleneckRole
 
 R = BottleneckRole.ROLLOUT
 V = BottleneckRole.VERIFIER

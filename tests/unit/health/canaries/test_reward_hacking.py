@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import pytest
 
-from rljob.api.enums import FailureReason
 from rljob.api.spec import Health
 from rljob.health.canaries.reward_hacking import (
     REWARD_HACKING,
@@ -20,6 +19,7 @@ from rljob.health.canaries.reward_hacking import (
     slope,
 )
 from rljob.health.evaluation import FINDING, HEALTHY, INSUFFICIENT_DATA
+from rljob.vocabulary.enums import FailureReason
 
 HOUR = 3600.0
 START = 1_700_000_000.0

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from rljob.api.enums import FailureReason
 from rljob.api.spec import Health
 from rljob.health.canaries.throughput_regression import (
     THROUGHPUT_REGRESSION,
@@ -21,6 +20,7 @@ from rljob.health.canaries.throughput_regression import (
     ThroughputSample,
 )
 from rljob.health.evaluation import FINDING, HEALTHY, INSUFFICIENT_DATA, Evaluation
+from rljob.vocabulary.enums import FailureReason
 
 MINUTE = 60.0
 HOUR = 3600.0

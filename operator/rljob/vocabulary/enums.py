@@ -1,11 +1,9 @@
-"""Closed vocabularies shared by spec, status and the pure layers."""
+"""Closed vocabularies of an RLJob's spec and status: the operator writes them (its pydantic
+models take them through rljob.api.enum_fields), the kubectl plugin reads them."""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
-
-from pydantic import Strict
 
 
 class RoleName(StrEnum):
@@ -178,13 +176,16 @@ class ConditionStatus(StrEnum):
     UNKNOWN = "Unknown"
 
 
-# Spec models are strict, and strict pydantic only takes enum instances: these aliases take the
-# plain strings that YAML and JSON carry.
-RoleNameField = Annotated[RoleName, Strict(False)]
-EngineField = Annotated[Engine, Strict(False)]
-LauncherField = Annotated[Launcher, Strict(False)]
-EngineExporterField = Annotated[EngineExporter, Strict(False)]
-WeightSyncField = Annotated[WeightSync, Strict(False)]
-FailureReasonField = Annotated[FailureReason, Strict(False)]
-FailureActionField = Annotated[FailureAction, Strict(False)]
-AddressingStyleField = Annotated[AddressingStyle, Strict(False)]
+class BottleneckRole(StrEnum):
+    """What bounds the trainer's step (the printer column shows it)."""
+
+    # Engines saturated while the trainer waits: add engines.
+    ROLLOUT = "Rollout"
+    # Engines unsaturated while the trainer waits: too few requests in flight.
+    ROLLOUT_CONCURRENCY = "RolloutConcurrency"
+    VERIFIER = "Verifier"
+    # The trainer's own compute: the rollout side is not the problem.
+    TRAINER = "Trainer"
+    WEIGHT_SYNC = "WeightSync"
+    # Too little of the window observed (no phase counters, a new attempt).
+    UNKNOWN = "Unknown"

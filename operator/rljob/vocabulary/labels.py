@@ -1,5 +1,6 @@
 """Every label and annotation key the operator writes or reads on Kubernetes objects, and the
-managed-by value it selects its children by. Fixed by docs/architecture.md section 2: changing one
+managed-by value it selects its children by (the kubectl plugin writes the request annotations).
+Fixed by docs/architecture.md section 2: changing one
 orphans live objects (their watches, selectors and spec hashes stop matching)."""
 
 from __future__ import annotations
