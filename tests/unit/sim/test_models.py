@@ -25,7 +25,7 @@ from rljob.sdk import metrics as rl_metrics
 from rljob.sdk import phase_time
 from rljob.sdk import progress as sdk_progress
 from rljob.sdk.progress import PHASES as SDK_PHASES
-from rljob.vocabulary.phases import CHECKPOINTING, WAITING_FOR_ROLLOUTS
+from rljob.vocabulary.phases import CHECKPOINTING, PHASES, WAITING_FOR_ROLLOUTS
 
 T0 = 1_800_000_000.0
 
@@ -70,6 +70,7 @@ def test_phase_names_are_the_sdks_and_the_detectors() -> None:
     assert models.PHASE_SECONDS == phase_time.PHASE_SECONDS
     assert models.STEP_PHASES == phase_time.STEP_PHASES
     assert models.COUNTED_PHASES == phase_time.COUNTED_PHASES
+    assert phase_time.COUNTED_PHASES == PHASES  # the SDK's own spelling is the vocabulary's
     assert set(phase_time.PHASE_SECONDS_OF.values()) <= set(models.COUNTED_PHASES)
 
 
