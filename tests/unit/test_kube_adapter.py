@@ -3,11 +3,21 @@ Foreground propagation (the API's default for Jobs orphans their pods)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rljob.adapters.kube import Kube, KubeError
+from rljob.adapters.kube import Kube, KubeError, connect
+
+KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters: [{name: bed, cluster: {server: "http://127.0.0.1:1"}}]
+users: [{name: bed, user: {token: t}}]
+contexts: [{name: bed, context: {cluster: bed, user: bed}}]
+current-context: bed
+"""
 
 
 class _Recorder(Kube):
@@ -117,3 +127,15 @@ async def test_a_pod_condition_is_a_strategic_merge_of_its_status(
 async def test_a_pod_condition_refused_otherwise_raises() -> None:
     with pytest.raises(KubeError):
         await _Recorder(fail_with=500).set_pod_condition("rl", "e-0", {"type": "x"})
+
+
+async def test_the_api_client_does_not_read_proxies_or_netrc_per_request(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    api = await connect(str(kubeconfig))
+    session = api.rest_client._create_pool_manager()  # what its first request would open
+    try:
+        assert session.trust_env is False
+    finally:
+        await session.close()
+        await api.close()  # type: ignore[no-untyped-call]

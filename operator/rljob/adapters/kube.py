@@ -65,6 +65,10 @@ async def connect(kubeconfig: str | None) -> ApiClient:
         config.load_incluster_config()
         api = ApiClient()
     api.user_agent = f"rljob-operator/{replica_identity()}"
+    # As kopf's own connections (its ConnectionInfo.trust_env is False): no proxy variables and
+    # no ~/.netrc for the API server, which kubernetes.aio would read on an executor thread for
+    # every request.
+    api.configuration.client_session_kwargs = {"trust_env": False}
     return api
 
 
