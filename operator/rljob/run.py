@@ -8,6 +8,7 @@ import kopf
 
 from rljob.observability import configure_logging, serve_metrics
 from rljob.runtime.allocator import hold_mmap_threshold, limit_malloc_arenas
+from rljob.runtime.garbage_collection import freeze_imports_and_relax_collection
 from rljob.runtime.runtime import RuntimeOptions
 
 
@@ -27,6 +28,7 @@ def run_operator(
     serve_metrics(metrics_port, metrics_address)
     import rljob.handlers  # noqa: F401 - registers the handlers with kopf
 
+    freeze_imports_and_relax_collection()
     kopf.run(
         standalone=True,
         # Patterns watch every namespace and the handlers keep those that match.

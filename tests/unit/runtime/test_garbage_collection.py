@@ -1,0 +1,35 @@
+"""The operator's collector settings: what the imports left alive is frozen, out of every
+collection's reach, and the thresholds are the operator's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from rljob.runtime.garbage_collection import OPERATOR_THRESHOLDS
+
+# In a fresh interpreter (the test process's own collector stays as it is): the import's objects
+# are frozen, a cycle made afterwards is still collected, and the thresholds are set.
+AFTER_IMPORTS = """
+import gc, weakref
+import rljob.handlers
+from rljob.runtime.garbage_collection import freeze_imports_and_relax_collection
+freeze_imports_and_relax_collection()
+class Node: pass
+node = Node(); node.self = node; alive = weakref.ref(node); del node
+gc.collect()
+print(gc.get_freeze_count() > 10_000, alive() is None, *gc.get_threshold())
+"""
+
+
+def test_the_imports_are_frozen_and_later_cycles_still_collected() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", AFTER_IMPORTS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    frozen, collected, *thresholds = done.stdout.split()
+    assert (frozen, collected) == ("True", "True")
+    assert tuple(map(int, thresholds)) == OPERATOR_THRESHOLDS
