@@ -45,6 +45,13 @@ SPEC_REJECTIONS = Counter(
     ["reason"],
 )
 
+GC_SECONDS = Counter(
+    "rljob_gc_seconds_total",
+    "CPU seconds of the Python cyclic garbage collector, by generation (0, 1, 2); the event loop "
+    "waits while it runs.",
+    ["generation"],
+)
+
 RECONCILE_WAKES = Counter(
     "rljob_reconcile_wakes_total",
     "What asked for a job's next reconcile pass, by cause (wakes before a pass starts share it): "

@@ -8,7 +8,10 @@ import kopf
 
 from rljob.observability import configure_logging, serve_metrics
 from rljob.runtime.allocator import hold_mmap_threshold, limit_malloc_arenas
-from rljob.runtime.garbage_collection import freeze_imports_and_relax_collection
+from rljob.runtime.garbage_collection import (
+    count_collection_seconds,
+    freeze_imports_and_relax_collection,
+)
 from rljob.runtime.runtime import RuntimeOptions
 
 
@@ -29,6 +32,7 @@ def run_operator(
     import rljob.handlers  # noqa: F401 - registers the handlers with kopf
 
     freeze_imports_and_relax_collection()
+    count_collection_seconds()
     kopf.run(
         standalone=True,
         # Patterns watch every namespace and the handlers keep those that match.

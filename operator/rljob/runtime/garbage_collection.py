@@ -1,20 +1,24 @@
 """The operator process's cyclic garbage collector: what was alive once the operator is imported
-is frozen, and the young generations are collected less often.
+is frozen, the young generations are collected less often, and every collection's CPU seconds are
+counted (rljob_gc_seconds_total{generation}).
 
 CPython's collector scans a generation each time enough container objects were allocated (700,
-then every tenth, then every hundredth with the old generation grown by a quarter). A health round
-at 500 jobs allocates hundreds of thousands of short-lived tuples, dictionaries and series, so
-the full collections came every few rounds and each traversed the whole heap: the modules,
-classes and pydantic schemas of the imports (most of the objects) and every job's state. They
-took about 15 % of the health loop's CPU and stalled the event loop for a quarter of a second
-each (bench/analysis.md). Objects alive after the imports are never garbage, so `gc.freeze`
-moves them where no collection looks; the larger thresholds let the round's transient objects
-die by reference count before a collection ever sees them. Cyclic garbage is still collected, by
-the young generations soon after it forms and by the full collection for what outlived them."""
+then every tenth, then every tenth again with the old generation grown by a quarter). A health
+round at 500 jobs decodes and parses tens of thousands of series, so collections came many times
+a round, and each full one traversed the whole heap: the modules, classes and pydantic schemas of
+the imports (most of the objects) and every job's state. Objects alive after the imports are
+never garbage, so `gc.freeze` moves them where no collection looks; the larger thresholds let a
+round's transient objects die by reference count before a collection sees them. Cyclic garbage
+is still collected, by the young generations soon after it forms and by the full collection for
+what outlived them. bench/analysis.md has the measurements."""
 
 from __future__ import annotations
 
 import gc
+import time
+from typing import Any
+
+from rljob.observability import GC_SECONDS
 
 # Container allocations between young collections, young collections between middle ones, and
 # middle collections between full ones (CPython's defaults: 700, 10, 10).
@@ -27,3 +31,18 @@ def freeze_imports_and_relax_collection() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*OPERATOR_THRESHOLDS)
+
+
+def count_collection_seconds() -> None:
+    """Adds each collection's CPU seconds to rljob_gc_seconds_total{generation}."""
+    by_generation = [GC_SECONDS.labels(generation=str(g)) for g in range(3)]
+    started = 0.0
+
+    def on_collection(phase: str, info: dict[str, Any]) -> None:
+        nonlocal started
+        if phase == "start":
+            started = time.thread_time()
+        else:
+            by_generation[info["generation"]].inc(time.thread_time() - started)
+
+    gc.callbacks.append(on_collection)

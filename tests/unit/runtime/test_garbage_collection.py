@@ -3,10 +3,13 @@ collection's reach, and the thresholds are the operator's."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 
-from rljob.runtime.garbage_collection import OPERATOR_THRESHOLDS
+from prometheus_client import REGISTRY
+
+from rljob.runtime.garbage_collection import OPERATOR_THRESHOLDS, count_collection_seconds
 
 # In a fresh interpreter (the test process's own collector stays as it is): the import's objects
 # are frozen, a cycle made afterwards is still collected, and the thresholds are set.
@@ -33,3 +36,21 @@ def test_the_imports_are_frozen_and_later_cycles_still_collected() -> None:
     frozen, collected, *thresholds = done.stdout.split()
     assert (frozen, collected) == ("True", "True")
     assert tuple(map(int, thresholds)) == OPERATOR_THRESHOLDS
+
+
+def test_each_collection_adds_its_seconds_to_its_generation() -> None:
+    count_collection_seconds()
+    try:
+        before = _full_collection_seconds()
+        cycles: list[list[object]] = [[] for _ in range(50_000)]
+        for one in cycles:
+            one.append(one)
+        del cycles
+        gc.collect()
+        assert _full_collection_seconds() > before
+    finally:
+        gc.callbacks.pop()
+
+
+def _full_collection_seconds() -> float:
+    return REGISTRY.get_sample_value("rljob_gc_seconds_total", {"generation": "2"}) or 0.0
