@@ -375,12 +375,30 @@ def _footprint(results: Results) -> list[str]:
         "## 3. Operator footprint (from /proc/<pid>, the operator process alone)",
         "",
         *table(("RLJobs", "RSS MiB", "peak RSS MiB", "CPU s/min", "% of a core"), rows),
+        *_counters(results),
         "Every other process of the bed over the same windows, CPU seconds per minute / RSS MiB",
         "(the whole machine's row is busy CPU of all cores / memory in use: what it shows beyond",
         "the bed is other load on the machine):",
         "",
         *table(("process", *(f"{s.size} jobs" for s in results.scale)), plane),
     ]
+
+
+def _counters(results: Results) -> list[str]:
+    """The operator's garbage collector and reconcile wakes over each size's window."""
+    lines = []
+    for size in results.scale:
+        counters, used = size.counters, size.usage.get(OPERATOR)
+        if counters is None or used is None:
+            continue
+        gc_per_minute = counters.gc_seconds * 60 / size.window
+        share = 100 * gc_per_minute / max(used.cpu_seconds_per_minute, 1e-9)
+        wakes = ", ".join(f"{c} {n:.0f}" for c, n in counters.wakes.items() if n) or "none"
+        lines.append(
+            f"- {size.size} jobs: the garbage collector took {gc_per_minute:.2f} CPU s/min "
+            f"({share:.0f} % of the operator's); reconcile wakes in the window: {wakes}."
+        )
+    return ["", *lines, ""] if lines else []
 
 
 def _usage_cell(used: Usage | None) -> str:

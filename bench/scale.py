@@ -77,6 +77,7 @@ class SizeResult:
     window: float  # seconds, a whole number of health intervals
     fill_seconds: float
     verdicts: Verdicts
+    counters: OperatorCounters | None = None  # over the window
 
     @property
     def intervals(self) -> float:
@@ -216,6 +217,37 @@ class QueryCounts:
         )
 
 
+# rljob_reconcile_wakes_total's causes (rljob.observability.RECONCILE_WAKES).
+WAKE_CAUSES = (
+    "rljob", "child", "finding", "diagnosis", "checkpoint", "engines", "takeover", "requeue",
+    "resync", "own_write",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class OperatorCounters:
+    """The operator's own counters: CPU seconds of its garbage collector, and what woke its
+    reconcile passes, by cause."""
+
+    gc_seconds: float
+    wakes: dict[str, float]
+
+    def __sub__(self, other: OperatorCounters) -> OperatorCounters:
+        wakes = {cause: n - other.wakes.get(cause, 0.0) for cause, n in self.wakes.items()}
+        return OperatorCounters(self.gc_seconds - other.gc_seconds, wakes)
+
+
+def read_counters(bed: BenchBed) -> OperatorCounters:
+    assert bed.operator is not None
+    url = bed.operator.metrics_url
+    gc_seconds = sum(metric_values(url, "rljob_gc_seconds_total"))
+    wakes = {
+        cause: sum(metric_values(url, "rljob_reconcile_wakes_total", f'cause="{cause}"'))
+        for cause in WAKE_CAUSES
+    }
+    return OperatorCounters(gc_seconds, wakes)
+
+
 def read_queries(bed: BenchBed) -> QueryCounts:
     assert bed.operator is not None and bed.fleet is not None
     prometheus = bed.fleet.prometheus.url + "/metrics"
@@ -276,6 +308,7 @@ class Quiet:
     writes: WriteCount
     usage: dict[str, Usage]
     queries: QueryCounts
+    counters: OperatorCounters
     started: dt.datetime
     ended: dt.datetime
 
@@ -285,16 +318,16 @@ def quiet_window(bed: BenchBed, seconds: float) -> Quiet:
     _await_mid_interval()
     bed.restart_profile()  # a profiled operator: the largest size's window is what is kept
     window = _Window({OPERATOR: bed.operator.process.pid, **bed.processes()})
-    before = read_queries(bed)
+    before, counted = read_queries(bed), read_counters(bed)
     window.observe()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(min(SAMPLE_EVERY, max(0.0, deadline - time.monotonic())))
         last = window.observe()
-    queries = read_queries(bed) - before
+    queries, counters = read_queries(bed) - before, read_counters(bed) - counted
     ended = dt.datetime.now(dt.UTC)
     writes = count_writes(bed.all_writes(), bed.operator.user, window.started, ended)
-    return Quiet(writes, window.usage(last), queries, window.started, ended)
+    return Quiet(writes, window.usage(last), queries, counters, window.started, ended)
 
 
 def status_changes(watcher: Watcher, since: dt.datetime, until: dt.datetime) -> Counter[str]:
@@ -350,4 +383,5 @@ def measure_size(
         window=window,
         fill_seconds=fill_seconds,
         verdicts=verdicts,
+        counters=quiet.counters,
     )

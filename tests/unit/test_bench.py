@@ -12,7 +12,7 @@ import pytest
 from bench import diagnosis, diagnosis_job, diagnosis_judge, operating_point, status_size
 from bench.procfs import Usage
 from bench.report import Results, per_job_slopes, render
-from bench.scale import OPERATOR, QueryCounts, SizeResult, Verdicts
+from bench.scale import OPERATOR, OperatorCounters, QueryCounts, SizeResult, Verdicts
 from bench.stats import growth, percentile, size_at
 from bench.writes import WriteCount, count_writes
 
@@ -141,6 +141,7 @@ def size_result(size: int, writes: int) -> SizeResult:
         window=180.0,
         fill_seconds=30.0,
         verdicts=Verdicts(size - 1, size, 420.0, WriteCount(420.0, Counter({"create events": 7}))),
+        counters=OperatorCounters(0.36, {"resync": size, "own_write": size, "child": 0.0}),
     )
 
 
@@ -203,6 +204,12 @@ def results(*sizes: SizeResult) -> Results:
             results(size_result(500, 0)),
             "| 500 | 499/500 | 420 s | 7 | create events x7 |",
             id="one-off-verdict-writes-apart",
+        ),
+        pytest.param(
+            results(size_result(500, 0)),
+            "- 500 jobs: the garbage collector took 0.12 CPU s/min (10 % of the operator's); "
+            "reconcile wakes in the window: resync 500, own_write 500.",
+            id="gc-share-and-wakes-by-cause",
         ),
     ],
 )
