@@ -37,7 +37,7 @@ from rljob.api import RoleName
 from rljob.api.durations import parse_duration
 from rljob.dev.controlplane import wait_until
 from rljob.dev.kubeapi import KubeApi
-from rljob.dev.scrape import metric_values
+from rljob.dev.scrape import metric_values, metric_values_by
 from rljob.reconcile.names import (
     role_child_name,
     rollout_headless_service_name,
@@ -217,13 +217,6 @@ class QueryCounts:
         )
 
 
-# rljob_reconcile_wakes_total's causes (rljob.observability.RECONCILE_WAKES).
-WAKE_CAUSES = (
-    "rljob", "child", "finding", "diagnosis", "checkpoint", "engines", "takeover", "requeue",
-    "resync", "own_write",
-)  # fmt: skip
-
-
 @dataclass(frozen=True)
 class OperatorCounters:
     """The operator's own counters: CPU seconds of its garbage collector, and what woke its
@@ -241,10 +234,7 @@ def read_counters(bed: BenchBed) -> OperatorCounters:
     assert bed.operator is not None
     url = bed.operator.metrics_url
     gc_seconds = sum(metric_values(url, "rljob_gc_seconds_total"))
-    wakes = {
-        cause: sum(metric_values(url, "rljob_reconcile_wakes_total", f'cause="{cause}"'))
-        for cause in WAKE_CAUSES
-    }
+    wakes = metric_values_by(url, "rljob_reconcile_wakes_total", "cause")
     return OperatorCounters(gc_seconds, wakes)
 
 
