@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from rljob.adapters.metrics.base import Collected, SourceError
+from rljob.adapters.metrics.base import Collected, Selectors, SourceError
 from rljob.adapters.metrics.direct import DirectSource
 from rljob.api import RLJob, parse_rljob
 from rljob.api.roles import GangEngines
@@ -352,7 +352,7 @@ class Operator:
         self.profile = profile
         self.rounds: list[Round] = []
 
-    async def _collect(self, queries: Mapping[Any, Mapping[str, set[str]]]) -> Collected:
+    async def _collect(self, queries: Mapping[Any, Selectors]) -> Collected:
         def resolve(namespace: str, name: str) -> str | None:
             return self.url if (namespace, name) == (NAMESPACE, POD) else None
 

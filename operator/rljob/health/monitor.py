@@ -33,7 +33,13 @@ from rljob.health.job_diagnosis import (
     diagnosis_span,
 )
 from rljob.health.monitor_engines import EngineGauges
-from rljob.health.profiles import TRAINER, VERIFIER, Signal, TrainerReading
+from rljob.health.profiles import (
+    OPTIONAL_ENGINE_SIGNALS,
+    TRAINER,
+    VERIFIER,
+    Signal,
+    TrainerReading,
+)
 from rljob.health.samples import MIN_SPACING_INTERVALS
 from rljob.vocabulary.enums import RoleName, WeightSync
 
@@ -181,6 +187,7 @@ class JobMonitor(Generic[S]):
         self.trainer_readings = {}
         self.backfill_pending = True
         self.backfill_attempts = 0
+        self._plan: tuple[tuple[object, ...], QueryPlan] | None = None
 
     @property
     def staleness(self) -> float:
@@ -313,29 +320,64 @@ class JobMonitor(Generic[S]):
     def has_targets(self) -> bool:
         return bool(self.rollout.pods or self.trainer_pods or self.verifier_pods)
 
-    def role_queries(self, targets: Targets) -> dict[str, dict[Signal, set[str]]]:
+    def query_plan(self, targets: Targets) -> QueryPlan:
+        """What this job asks for `targets`: built again only when the targets, the engine
+        profiles or the verifier change, not every round."""
+        key = (targets, self.rollout.metrics, self.gang.metrics, self.verifier is not None)
+        if self._plan is None or self._plan[0] != key:
+            self._plan = (key, QueryPlan.of(self._role_queries(targets)))
+        return self._plan[1]
+
+    def role_queries(self, targets: Targets) -> Mapping[str, Mapping[Signal, frozenset[str]]]:
         """Per role, the signals it needs and, for each, the pod names."""
-        wanted: dict[str, dict[Signal, set[str]]] = {}
+        return self.query_plan(targets).roles
+
+    def queries(self, targets: Targets) -> Mapping[Signal, frozenset[str]]:
+        """The signals this job needs and, for each, the pod names."""
+        return self.query_plan(targets).merged
+
+    def _role_queries(self, targets: Targets) -> dict[str, dict[Signal, frozenset[str]]]:
+        wanted: dict[str, dict[Signal, frozenset[str]]] = {}
         for group in self.engine_groups:
             pods = targets.engines(group.key)
             if pods and group.metrics is not None:
-                wanted[group.key] = {s: set(pods) for s in group.metrics.signals().values()}
+                wanted[group.key] = dict.fromkeys(group.metrics.signals().values(), frozenset(pods))
         if targets.trainer:
-            wanted[TRAINER_ROLE] = {s: set(targets.trainer) for s in TRAINER.signals().values()}
+            wanted[TRAINER_ROLE] = dict.fromkeys(
+                TRAINER.signals().values(), frozenset(targets.trainer)
+            )
         if targets.verifier and self.verifier is not None:
-            wanted[VERIFIER_ROLE] = {s: set(targets.verifier) for s in VERIFIER.signals().values()}
+            wanted[VERIFIER_ROLE] = dict.fromkeys(
+                VERIFIER.signals().values(), frozenset(targets.verifier)
+            )
         diagnosis = diagnosis_queries(targets.trainer, targets.verifier if self.verifier else ())
         if diagnosis:
-            wanted[DIAGNOSIS_ROLE] = diagnosis
+            wanted[DIAGNOSIS_ROLE] = {s: frozenset(pods) for s, pods in diagnosis.items()}
         return wanted
 
-    def queries(self, targets: Targets) -> dict[Signal, set[str]]:
-        """The signals this job needs and, for each, the pod names."""
-        merged: dict[Signal, set[str]] = {}
-        for signals in self.role_queries(targets).values():
+
+@dataclass(frozen=True, slots=True)
+class QueryPlan:
+    """One job's queries for one set of targets. `roles`: per role, each signal's pods;
+    `merged`: the same over all roles; `required`: the signals whose failure is the job's
+    source error; `optional`: those that are one only when the source says they failed (the
+    diagnosis's, nobody need export them, and OPTIONAL_ENGINE_SIGNALS)."""
+
+    roles: Mapping[str, Mapping[Signal, frozenset[str]]]
+    merged: Mapping[Signal, frozenset[str]]
+    required: tuple[Signal, ...]
+    optional: tuple[Signal, ...]
+
+    @classmethod
+    def of(cls, roles: Mapping[str, Mapping[Signal, frozenset[str]]]) -> QueryPlan:
+        merged: dict[Signal, frozenset[str]] = {}
+        for signals in roles.values():
             for signal, pods in signals.items():
-                merged.setdefault(signal, set()).update(pods)
-        return merged
+                merged[signal] = merged.get(signal, frozenset()) | pods
+        diagnosis = list(roles.get(DIAGNOSIS_ROLE, {}))
+        needed = {s for role, signals in roles.items() if role != DIAGNOSIS_ROLE for s in signals}
+        optional = diagnosis + [s for s in needed if s.name in OPTIONAL_ENGINE_SIGNALS]
+        return cls(roles, merged, tuple(needed - set(optional)), tuple(optional))
 
 
 def due_by_source(

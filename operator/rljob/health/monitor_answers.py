@@ -392,11 +392,8 @@ def job_error(
     """Why the job's source failed this round (any of its signals), or None when it answered."""
     if error is not None:
         return error
-    wanted = monitor.role_queries(targets)
-    optional = list(wanted.pop(DIAGNOSIS_ROLE, {}))
-    required = {signal for signals in wanted.values() for signal in signals}
-    optional += [s for s in required if s.name in OPTIONAL_ENGINE_SIGNALS]
-    return failure(required - set(optional), answers) or failure(optional, answers, optional=True)
+    plan = monitor.query_plan(targets)
+    return failure(plan.required, answers) or failure(plan.optional, answers, optional=True)
 
 
 def detector_values(evaluations: Iterable[Evaluation]) -> dict[str, float]:

@@ -81,7 +81,7 @@ def test_a_failed_diagnosis_query_blinds_no_other_detector() -> None:
 def test_diagnosis_series_nobody_exports_are_no_source_error() -> None:
     monitor = monitor_of(make_job("j"), PODS)
     answers = round_answers(10.0, 8.0, 2.0)
-    wanted = monitor.role_queries(monitor.targets())
+    wanted = dict(monitor.role_queries(monitor.targets()))
     diagnosis_only = set(wanted.pop(DIAGNOSIS_ROLE)) - {s for w in wanted.values() for s in w}
     assert {s.metric for s in diagnosis_only} >= {"rljob_trainer_phase_seconds_total"}
     partial = Answers({s: v for s, v in answers.data.items() if s not in diagnosis_only}, {})

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Point = tuple[float, float]
 Labels = tuple[tuple[str, str], ...]
@@ -37,6 +37,14 @@ class Signal:
     name: str
     metric: str
     matchers: Labels = ()
+    # Every round looks signals up in dicts thousands of times: the hash is taken once.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.name, self.metric, self.matchers)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(key) == value for key, value in self.matchers)
