@@ -32,6 +32,7 @@ def test_a_changed_engine_profile_builds_a_new_plan() -> None:
     monitor = monitor_of(job, [*ENGINES, TRAINER_POD])
     plan = monitor.query_plan(monitor.targets())
     names = {"generationTokensTotal": "my_tokens_total"}
+    assert job.spec.roles.rollout is not None
     rollout = job.spec.roles.rollout.model_copy(update={"metric_names": EngineMetricNames(**names)})
     roles = job.spec.roles.model_copy(update={"rollout": rollout})
     renamed = job.model_copy(update={"spec": job.spec.model_copy(update={"roles": roles})})
