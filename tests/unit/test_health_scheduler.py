@@ -5,6 +5,7 @@ evaluations handed to the caller."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -340,6 +341,24 @@ async def test_one_query_per_signal_for_all_due_jobs_of_a_source() -> None:
     assert shared.collects() == 5  # t=0, 5, 10, 15, 20
     assert bed.source("http://other-prom:9090").collects() == 5
     assert len(bed.recorder.calls) == 4 * 5
+
+
+async def test_the_collector_waits_while_a_round_runs() -> None:
+    bed = Bed()
+    job = make_job("job")
+    bed.scheduler.register(job, {"rollout": bed.add_engines(job, count=1)})
+    await bed.scheduler.tick()
+    source, seen = bed.source(), []
+    answer = source.collect
+
+    async def collect(queries: Queries, *, lookback: float, at: float) -> Collected:
+        seen.append(gc.isenabled())
+        return await answer(queries, lookback=lookback, at=at)
+
+    source.collect = collect  # type: ignore[method-assign]
+    await bed.run_until(5)
+    assert seen == [False]
+    assert gc.isenabled()
 
 
 async def test_signals_go_only_to_pods_of_the_roles_that_need_them() -> None:

@@ -10,12 +10,16 @@ the imports (most of the objects) and every job's state. Objects alive after the
 never garbage, so `gc.freeze` moves them where no collection looks; the larger thresholds let a
 round's transient objects die by reference count before a collection sees them. Cyclic garbage
 is still collected, by the young generations soon after it forms and by the full collection for
-what outlived them. bench/analysis.md has the measurements."""
+what outlived them. While a health round runs the collector is paused: the round's answers die
+by reference count when it ends, before any collection scans them (cyclic garbage made
+meanwhile waits for the round's end). bench/analysis.md has the measurements."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from rljob.observability import GC_SECONDS
@@ -31,6 +35,29 @@ def freeze_imports_and_relax_collection() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*OPERATOR_THRESHOLDS)
+
+
+class _Pauses:
+    """Rounds of several sources overlap: the collector runs again when the last one ends, and
+    only if it ran before the first began."""
+
+    depth = 0
+    resume = False
+
+
+@contextlib.contextmanager
+def collection_paused() -> Iterator[None]:
+    """No automatic collection inside the block (see the module docstring)."""
+    if _Pauses.depth == 0:
+        _Pauses.resume = gc.isenabled()
+        gc.disable()
+    _Pauses.depth += 1
+    try:
+        yield
+    finally:
+        _Pauses.depth -= 1
+        if _Pauses.depth == 0 and _Pauses.resume:
+            gc.enable()
 
 
 def count_collection_seconds() -> None:

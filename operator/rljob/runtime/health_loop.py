@@ -55,6 +55,7 @@ from rljob.health.monitor_answers import (
     job_error,
 )
 from rljob.health.monitor_engines import EngineGauges
+from rljob.runtime.garbage_collection import collection_paused
 from rljob.runtime.health_series import HealthSeries
 
 log = structlog.get_logger("rljob.health")
@@ -297,7 +298,11 @@ class HealthScheduler:
 
     async def _round(self, key: SourceKey | None, jobs: list[Monitor], now: float) -> None:
         """One round of one source: backfill its new jobs, one query per signal for all due
-        jobs, then feed, evaluate and report each job."""
+        jobs, then feed, evaluate and report each job; the collector waits for its end."""
+        with collection_paused():
+            await self._poll(key, jobs, now)
+
+    async def _poll(self, key: SourceKey | None, jobs: list[Monitor], now: float) -> None:
         targets = {monitor.uid: monitor.targets() for monitor in jobs}
         answers = Answers({}, {})
         error: str | None = NO_SOURCE if key is None else None

@@ -9,7 +9,11 @@ import sys
 
 from prometheus_client import REGISTRY
 
-from rljob.runtime.garbage_collection import OPERATOR_THRESHOLDS, count_collection_seconds
+from rljob.runtime.garbage_collection import (
+    OPERATOR_THRESHOLDS,
+    collection_paused,
+    count_collection_seconds,
+)
 
 # In a fresh interpreter (the test process's own collector stays as it is): the import's objects
 # are frozen, a cycle made afterwards is still collected, and the thresholds are set.
@@ -54,3 +58,32 @@ def test_each_collection_adds_its_seconds_to_its_generation() -> None:
 
 def _full_collection_seconds() -> float:
     return REGISTRY.get_sample_value("rljob_gc_seconds_total", {"generation": "2"}) or 0.0
+
+
+def test_overlapping_pauses_resume_the_collector_when_the_last_ends() -> None:
+    first, second = collection_paused(), collection_paused()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+def test_a_collector_disabled_before_the_pause_stays_disabled() -> None:
+    gc.disable()
+    try:
+        with collection_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_failing_block_still_resumes_the_collector() -> None:
+    try:
+        with collection_paused():
+            raise RuntimeError("the round failed")
+    except RuntimeError:
+        pass
+    assert gc.isenabled()
