@@ -325,59 +325,58 @@ class JobMonitor(Generic[S]):
         profiles or the verifier change, not every round."""
         key = (targets, self.rollout.metrics, self.gang.metrics, self.verifier is not None)
         if self._plan is None or self._plan[0] != key:
-            self._plan = (key, QueryPlan.of(self._role_queries(targets)))
+            self._plan = (key, QueryPlan.of(self.role_queries(targets)))
         return self._plan[1]
 
-    def role_queries(self, targets: Targets) -> Mapping[str, Mapping[Signal, frozenset[str]]]:
+    def role_queries(self, targets: Targets) -> dict[str, dict[Signal, frozenset[str]]]:
         """Per role, the signals it needs and, for each, the pod names."""
-        return self.query_plan(targets).roles
-
-    def queries(self, targets: Targets) -> Mapping[Signal, frozenset[str]]:
-        """The signals this job needs and, for each, the pod names."""
-        return self.query_plan(targets).merged
-
-    def _role_queries(self, targets: Targets) -> dict[str, dict[Signal, frozenset[str]]]:
         wanted: dict[str, dict[Signal, frozenset[str]]] = {}
         for group in self.engine_groups:
             pods = targets.engines(group.key)
             if pods and group.metrics is not None:
                 wanted[group.key] = dict.fromkeys(group.metrics.signals().values(), frozenset(pods))
         if targets.trainer:
-            wanted[TRAINER_ROLE] = dict.fromkeys(
-                TRAINER.signals().values(), frozenset(targets.trainer)
-            )
+            trainer = frozenset(targets.trainer)
+            wanted[TRAINER_ROLE] = dict.fromkeys(TRAINER.signals().values(), trainer)
         if targets.verifier and self.verifier is not None:
-            wanted[VERIFIER_ROLE] = dict.fromkeys(
-                VERIFIER.signals().values(), frozenset(targets.verifier)
-            )
+            verifier = frozenset(targets.verifier)
+            wanted[VERIFIER_ROLE] = dict.fromkeys(VERIFIER.signals().values(), verifier)
         diagnosis = diagnosis_queries(targets.trainer, targets.verifier if self.verifier else ())
         if diagnosis:
             wanted[DIAGNOSIS_ROLE] = {s: frozenset(pods) for s, pods in diagnosis.items()}
         return wanted
 
+    def queries(self, targets: Targets) -> dict[Signal, set[str]]:
+        """The signals this job needs and, for each, the pod names."""
+        merged: dict[Signal, set[str]] = {}
+        for pods, signals in self.query_plan(targets).asked:
+            for signal in signals:
+                merged.setdefault(signal, set()).update(pods)
+        return merged
+
 
 @dataclass(frozen=True, slots=True)
 class QueryPlan:
-    """One job's queries for one set of targets. `roles`: per role, each signal's pods;
-    `merged`: the same over all roles; `required`: the signals whose failure is the job's
-    source error; `optional`: those that are one only when the source says they failed (the
-    diagnosis's, nobody need export them, and OPTIONAL_ENGINE_SIGNALS)."""
+    """One job's queries for one set of targets, kept small (500 jobs keep one each): `asked`
+    pairs a set of pods with the signals asked of them; `required` are the signals whose
+    failure is the job's source error; `optional` those that are one only when the source
+    says they failed (the diagnosis's, nobody need export them, and OPTIONAL_ENGINE_SIGNALS)."""
 
-    roles: Mapping[str, Mapping[Signal, frozenset[str]]]
-    merged: Mapping[Signal, frozenset[str]]
+    asked: tuple[tuple[frozenset[str], tuple[Signal, ...]], ...]
     required: tuple[Signal, ...]
     optional: tuple[Signal, ...]
 
     @classmethod
     def of(cls, roles: Mapping[str, Mapping[Signal, frozenset[str]]]) -> QueryPlan:
-        merged: dict[Signal, frozenset[str]] = {}
+        by_pods: dict[frozenset[str], dict[Signal, None]] = {}
         for signals in roles.values():
             for signal, pods in signals.items():
-                merged[signal] = merged.get(signal, frozenset()) | pods
+                by_pods.setdefault(pods, {})[signal] = None
         diagnosis = list(roles.get(DIAGNOSIS_ROLE, {}))
         needed = {s for role, signals in roles.items() if role != DIAGNOSIS_ROLE for s in signals}
         optional = diagnosis + [s for s in needed if s.name in OPTIONAL_ENGINE_SIGNALS]
-        return cls(roles, merged, tuple(needed - set(optional)), tuple(optional))
+        asked = tuple((pods, tuple(signals)) for pods, signals in by_pods.items())
+        return cls(asked, tuple(needed - set(optional)), tuple(optional))
 
 
 def due_by_source(
@@ -402,8 +401,9 @@ def round_queries(
     queries: SignalQueries = {}
     for monitor in monitors:
         namespace = monitor.key[0]
-        for signal, pods in monitor.queries(targets[monitor.uid]).items():
-            queries.setdefault(signal, {}).setdefault(namespace, set()).update(pods)
+        for pods, signals in monitor.query_plan(targets[monitor.uid]).asked:
+            for signal in signals:
+                queries.setdefault(signal, {}).setdefault(namespace, set()).update(pods)
     return queries
 
 

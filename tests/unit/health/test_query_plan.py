@@ -24,7 +24,7 @@ def test_the_same_targets_reuse_the_plan_and_new_pods_build_a_new_one() -> None:
     replanned = monitor.query_plan(monitor.targets())
     assert replanned is not plan
     tokens = VLLM.signals()["generation_tokens"]
-    assert replanned.merged[tokens] == {"j-rollout-0", "j-rollout-2"}
+    assert monitor.queries(monitor.targets())[tokens] == {"j-rollout-0", "j-rollout-2"}
 
 
 def test_a_changed_engine_profile_builds_a_new_plan() -> None:
@@ -39,17 +39,17 @@ def test_a_changed_engine_profile_builds_a_new_plan() -> None:
     monitor.update(renamed, pods_by_role([*ENGINES, TRAINER_POD]), 1.0, PROM)
     replanned = monitor.query_plan(monitor.targets())
     assert replanned is not plan
-    assert "my_tokens_total" in {s.metric for s in replanned.merged}
+    assert "my_tokens_total" in {s.metric for _, signals in replanned.asked for s in signals}
 
 
 def test_required_signals_leave_out_the_diagnosis_and_the_optional_engine_signals() -> None:
     monitor = monitor_of(make_job("j"), [*ENGINES, TRAINER_POD])
     plan = monitor.query_plan(monitor.targets())
-    diagnosis = set(plan.roles[DIAGNOSIS_ROLE])
+    diagnosis = set(monitor.role_queries(monitor.targets())[DIAGNOSIS_ROLE])
     assert diagnosis <= set(plan.optional)
     assert ENGINE_POLICY_GENERATION in {s.name for s in plan.optional}
     assert not set(plan.required) & set(plan.optional)
-    everything = {s for signals in plan.roles.values() for s in signals}
+    everything = {s for _, signals in plan.asked for s in signals}
     assert set(plan.required) | set(plan.optional) == everything
 
 
