@@ -53,7 +53,7 @@ from rljob.health.profiles import (
     Series,
     Signal,
 )
-from rljob.runtime.health_loop import HealthScheduler
+from rljob.runtime.health_loop import BACKFILL_BATCH_JOBS, HealthScheduler
 from rljob.vocabulary.enums import FailureReason
 
 PROM = "http://prom:9090"
@@ -463,6 +463,19 @@ async def test_backfill_resumes_detection_after_an_operator_restart() -> None:
         assert sum(1 for kind, _ in bed.source().calls if kind == "history") == int(history)
     assert found[True] and found[True][0] <= 440 + 2 * 120
     assert found[False] == []
+
+
+async def test_a_restart_backfills_its_jobs_in_batches() -> None:
+    bed = Bed()
+    jobs = [make_job(f"job{i:02d}") for i in range(2 * BACKFILL_BATCH_JOBS + 1)]
+    for job in jobs:
+        bed.scheduler.register(job, {"rollout": bed.add_engines(job, count=1)})
+    await bed.scheduler.tick()
+    backfills = [queries for kind, queries in bed.source().calls if kind == "history"]
+    asked = [set().union(*next(iter(queries.values())).values()) for queries in backfills]
+    assert [len(pods) for pods in asked] == [BACKFILL_BATCH_JOBS, BACKFILL_BATCH_JOBS, 1]
+    assert set().union(*asked) == {f"job{i:02d}-rollout-0" for i in range(len(jobs))}
+    assert bed.source().collects() == 1  # then one round for all of them
 
 
 async def test_note_restart_starts_the_engine_over() -> None:
