@@ -46,6 +46,29 @@ async def test_passes_of_one_job_never_overlap_and_bursts_collapse() -> None:
     await workers.stop()
 
 
+async def test_at_most_max_passes_of_different_jobs_run_at_once() -> None:
+    running, most = 0, 0
+    release = asyncio.Event()
+
+    async def slow_pass(_: dict[str, Any]) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await release.wait()
+        running -= 1
+
+    workers = JobWorkers(slow_pass, max_passes=3)
+    for i in range(10):
+        workers.submit(_body(f"uid-{i}", f"job-{i}"))
+    await _until(lambda: running == 3)
+    await asyncio.sleep(0.05)
+    assert most == 3
+    release.set()
+    await _until(lambda: running == 0)
+    assert most == 3
+    await workers.stop()
+
+
 async def test_failing_pass_is_retried_and_forgotten_job_stops() -> None:
     calls = 0
 

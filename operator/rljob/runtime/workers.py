@@ -1,5 +1,9 @@
 """Single-flight work per RLJob: one asyncio task per job uid runs every reconcile pass of that
-job, whatever woke it (its own events, a child's event, a requeue deadline, the resync)."""
+job, whatever woke it (its own events, a child's event, a requeue deadline, the resync). At most
+`max_passes` passes of different jobs run at once, as controller-runtime's
+MaxConcurrentReconciles bounds a controller: when 500 jobs arrive together (a fleet applied, an
+operator restart, a takeover), each pass in flight holds its job's body, models and rendered
+children, and the heap they grow to stays resident after them."""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ PassResult = float | None  # seconds until the job wants another pass; None: onl
 PassFn = Callable[[Body], Awaitable[PassResult]]
 
 log = structlog.get_logger("rljob.workers")
+
+MAX_CONCURRENT_PASSES = 32
 
 
 @dataclass
@@ -48,8 +54,10 @@ class JobWorkers:
         run_pass: PassFn,
         resync_seconds: float = 300.0,
         max_error_backoff: float = 60.0,
+        max_passes: int = MAX_CONCURRENT_PASSES,
     ) -> None:
         self._run_pass = run_pass
+        self._slots = asyncio.Semaphore(max(1, max_passes))
         self._resync = resync_seconds
         self._max_error_backoff = max_error_backoff
         self._jobs: dict[str, _Job] = {}
@@ -143,7 +151,8 @@ class JobWorkers:
             if job.deleted:
                 return
             try:
-                delay = await self._run_pass(job.body)
+                async with self._slots:
+                    delay = await self._run_pass(job.body)
                 errors = 0
             except asyncio.CancelledError:
                 raise
