@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from rljob.runtime.workers import JobWorkers
+from rljob.runtime.workers import RESYNC_JITTER, JobWorkers
 
 
 def _body(uid: str, name: str = "job") -> dict[str, Any]:
@@ -67,6 +67,22 @@ async def test_at_most_max_passes_of_different_jobs_run_at_once() -> None:
     await _until(lambda: running == 0)
     assert most == 3
     await workers.stop()
+
+
+@pytest.mark.parametrize(
+    ("draw", "expected"),
+    [("lowest", 300.0), ("highest", 300.0 * (1 + RESYNC_JITTER))],
+    ids=["never-sooner-than-the-period", "at-most-a-tenth-later"],
+)
+def test_resyncs_spread_over_a_tenth_of_the_period(draw: str, expected: float) -> None:
+    def pick(low: float, high: float) -> float:
+        return low if draw == "lowest" else high
+
+    async def no_pass(_: dict[str, Any]) -> None:
+        return None
+
+    workers = JobWorkers(no_pass, resync_seconds=300.0, uniform=pick)
+    assert workers.resync_delay() == pytest.approx(expected)
 
 
 async def test_failing_pass_is_retried_and_forgotten_job_stops() -> None:

@@ -27,6 +27,9 @@ PassFn = Callable[[Body], Awaitable[PassResult]]
 log = structlog.get_logger("rljob.workers")
 
 MAX_CONCURRENT_PASSES = 32
+# Jobs applied together would resync together, every resync period, in one burst of passes and
+# status writes: each waits up to a tenth longer, so the bursts spread and stay spread.
+RESYNC_JITTER = 0.1
 
 
 @dataclass
@@ -55,8 +58,10 @@ class JobWorkers:
         resync_seconds: float = 300.0,
         max_error_backoff: float = 60.0,
         max_passes: int = MAX_CONCURRENT_PASSES,
+        uniform: Callable[[float, float], float] = random.uniform,
     ) -> None:
         self._run_pass = run_pass
+        self._uniform = uniform
         self._slots = asyncio.Semaphore(max(1, max_passes))
         self._resync = resync_seconds
         self._max_error_backoff = max_error_backoff
@@ -65,6 +70,11 @@ class JobWorkers:
 
     def __len__(self) -> int:
         return len(self._jobs)
+
+    def resync_delay(self) -> float:
+        """The wait for the next resync: the period, up to RESYNC_JITTER of it longer (never
+        shorter: a healthy job's progress refresh stays at most one write per period)."""
+        return self._resync * self._uniform(1.0, 1.0 + RESYNC_JITTER)
 
     def submit(self, body: Body) -> None:
         """Records the newest body of an RLJob and wakes its worker (starting it if new)."""
@@ -142,7 +152,7 @@ class JobWorkers:
                 return
             try:
                 await asyncio.wait_for(
-                    job.wake.wait(), timeout=self._resync if delay is None else delay
+                    job.wake.wait(), timeout=self.resync_delay() if delay is None else delay
                 )
             except TimeoutError:
                 if delay != 0.0:  # 0: the first pass, counted by the submit that started it
