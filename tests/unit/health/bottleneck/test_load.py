@@ -4,7 +4,6 @@ sleeping and paused time left out, saturation, the KV capacity estimate, verifie
 from __future__ import annotations
 
 import math
-import tracemalloc
 from collections.abc import Sequence
 
 import pytest
@@ -29,6 +28,7 @@ from rljob.health.bottleneck.load import (
     steady_in_flight,
 )
 from rljob.health.samples import EngineSample
+from tests.unit.allocations import bytes_kept
 
 
 def sample(
@@ -209,14 +209,12 @@ def test_a_full_engine_ring_keeps_each_interval_in_a_row_of_floats() -> None:
     samples = [sample(30.0 * i, 9000.0 * i, 8, 2, 0.5) for i in range(3 * capacity)]
     EngineLedger(interval=30.0, capacity=capacity).observe("warm-up", samples[0])
     ledger = EngineLedger(interval=30.0, capacity=capacity)
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+
+    def observe_all() -> None:
         for each in samples:
             ledger.observe("e0", each)
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+
+    _, held = bytes_kept(observe_all)
     (window,) = ledger.windows(now=samples[-1].t, window=900)
     assert window.tokens_per_second == pytest.approx(300.0)
     assert held / capacity < 11 * 8 * 1.25, held

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import tracemalloc
 from collections.abc import Mapping, Sequence
 
 import pytest
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 
 from rljob.health.bottleneck.phases import PhaseLedger, PhaseSample, _accrued, clean_sample
 from rljob.vocabulary.phases import PHASES
+from tests.unit.allocations import bytes_kept
 
 Sample = tuple[float, Mapping[str, float], float | None]
 
@@ -176,13 +176,7 @@ def test_a_full_ring_keeps_each_sample_in_a_few_floats() -> None:
     capacity = 77  # a 30 min window at a 30 s interval
     samples = steady(20.0, 10.0, count=3 * capacity)
     ledger(samples[:3])  # the first use's one-off allocations are not the ring's
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        full = ledger(samples, capacity=capacity)
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    full, held = bytes_kept(lambda: ledger(samples, capacity=capacity))
     assert full.pods() == ["trainer-0"]
     assert held / capacity < 200, held
 
