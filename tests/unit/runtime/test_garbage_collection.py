@@ -7,6 +7,7 @@ import gc
 import subprocess
 import sys
 
+import pytest
 from prometheus_client import REGISTRY
 
 from rljob.runtime.garbage_collection import (
@@ -81,9 +82,6 @@ def test_a_collector_disabled_before_the_pause_stays_disabled() -> None:
 
 
 def test_a_failing_block_still_resumes_the_collector() -> None:
-    try:
-        with collection_paused():
-            raise RuntimeError("the round failed")
-    except RuntimeError:
-        pass
+    with pytest.raises(RuntimeError), collection_paused():
+        raise RuntimeError("the round failed")
     assert gc.isenabled()
