@@ -13,10 +13,11 @@ from bench.detection import CONFIG as DRIFT
 from bench.detection import ScenarioResult, Summary
 from bench.procfs import Usage
 from bench.recovery import RecoveryResult
-from bench.scale import MACHINE, OPERATOR, SizeResult
+from bench.scale import MACHINE, OPERATOR, URGENCIES, SizeResult
 from bench.scrape import TARGET_ENDPOINTS_PER_SECOND, ScrapeResult
 from bench.stats import growth, percentile, size_at, slope
 from bench.writes import allowed_per_minute
+from rljob.dev.scrape import HistogramReading
 from rljob.health.profiles import TRAINER, VLLM
 from rljob.health.profiles.diagnosis import DIAGNOSIS
 
@@ -316,7 +317,47 @@ def _latency(results: Results) -> list[str]:
         "the arrival of the watch event that completes them. Seconds.",
         "",
         *table(("RLJobs", "probes", "p50", "p99", "max", "timed out"), rows),
+        *_probe_waits(results),
     ]
+
+
+def _probe_waits(results: Results) -> list[str]:
+    """Where a probe's time went inside the operator: a held event loop, or a queue for the
+    pass slots (a new job's pass is `user`, a repair's `event`, a resync's `resync`)."""
+    rows = [
+        (
+            s.size,
+            f"{w.lag.count:.0f}",
+            f"{w.lag.over(0.1):.0f} / {w.lag.over(1):.0f}",
+            _upto(w.lag.worst()),
+            *(_queue_wait(w.queue[u]) for u in URGENCIES),
+        )
+        for s in results.scale
+        if (w := s.waits) is not None
+    ]
+    if not rows:
+        return []
+    return [
+        "",
+        "The operator while the probes ran: its event loop's lag (a reading a second), and the",
+        "wait of a woken reconcile pass for one of the bounded pass slots, by urgency (passes,",
+        "mean wait, the largest wait's histogram bucket). Seconds.",
+        "",
+        *table(
+            ("RLJobs", "lag readings", "lag > 0.1 / > 1 s", "worst lag", *URGENCIES),
+            rows,
+        ),
+    ]
+
+
+def _upto(bound: float) -> str:
+    return "-" if math.isnan(bound) else f"<= {bound:g}"
+
+
+def _queue_wait(wait: HistogramReading) -> str:
+    if not wait.count:
+        return "none"
+    return f"{wait.count:.0f}, {wait.mean():.3f}, {_upto(wait.worst())}"
 
 
 def _writes(results: Results) -> list[str]:

@@ -37,7 +37,7 @@ from rljob.api import RoleName
 from rljob.api.durations import parse_duration
 from rljob.dev.controlplane import wait_until
 from rljob.dev.kubeapi import KubeApi
-from rljob.dev.scrape import metric_values, metric_values_by
+from rljob.dev.scrape import HistogramReading, histogram_reading, metric_values, metric_values_by
 from rljob.reconcile.names import (
     role_child_name,
     rollout_headless_service_name,
@@ -78,6 +78,7 @@ class SizeResult:
     fill_seconds: float
     verdicts: Verdicts
     counters: OperatorCounters | None = None  # over the window
+    waits: ProbeWaits | None = None  # while the probes ran
 
     @property
     def intervals(self) -> float:
@@ -238,6 +239,32 @@ def read_counters(bed: BenchBed) -> OperatorCounters:
     return OperatorCounters(gc_seconds, wakes)
 
 
+URGENCIES = ("user", "event", "resync")  # rljob.runtime.pass_slots.Urgency, lower-cased
+
+
+@dataclass(frozen=True)
+class ProbeWaits:
+    """What the operator's work waited on: its event loop's lag (a reading a second) and, by
+    urgency, the wait of a woken pass for one of the bounded pass slots."""
+
+    lag: HistogramReading
+    queue: dict[str, HistogramReading]
+
+    def __sub__(self, other: ProbeWaits) -> ProbeWaits:
+        queue = {u: wait - other.queue[u] for u, wait in self.queue.items()}
+        return ProbeWaits(self.lag - other.lag, queue)
+
+
+def read_waits(bed: BenchBed) -> ProbeWaits:
+    assert bed.operator is not None
+    url = bed.operator.metrics_url
+    queue = "rljob_reconcile_queue_seconds"
+    return ProbeWaits(
+        histogram_reading(url, "rljob_event_loop_lag_seconds"),
+        {u: histogram_reading(url, queue, f'urgency="{u}"') for u in URGENCIES},
+    )
+
+
 def read_queries(bed: BenchBed) -> QueryCounts:
     assert bed.operator is not None and bed.fleet is not None
     prometheus = bed.fleet.prometheus.url + "/metrics"
@@ -354,7 +381,9 @@ def measure_size(
     fill_seconds = time.monotonic() - started
     log(f"  {fleet.fleet + fleet.probes} jobs Ready after {fill_seconds:.0f}s; probing")
     probes = size - fleet.fleet - fleet.probes
+    waited = read_waits(fleet.bed)
     latencies = run(_probe_all(fleet, watcher, probes))
+    waits = read_waits(fleet.bed) - waited
     fleet.wait_ready()
     time.sleep(settings.settle)
     verdicts = await_verdicts(fleet.bed, settings.verdict_timeout)
@@ -374,4 +403,5 @@ def measure_size(
         fill_seconds=fill_seconds,
         verdicts=verdicts,
         counters=quiet.counters,
+        waits=waits,
     )

@@ -60,6 +60,20 @@ RECONCILE_WAKES = Counter(
     ["cause"],
 )
 
+RECONCILE_QUEUE_SECONDS = Histogram(
+    "rljob_reconcile_queue_seconds",
+    "From the wake that asked for a reconcile pass to the pass getting one of the bounded slots, "
+    "by urgency: user (a new or changed spec, a deletion), event, resync.",
+    ["urgency"],
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+EVENT_LOOP_LAG = Histogram(
+    "rljob_event_loop_lag_seconds",
+    "How late a one-second timer of the operator's event loop ran: work that holds the loop "
+    "delays every watch event, pass and health round behind it.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+
 
 # Health signals and detectors (rljob.adapters.metrics, rljob.runtime.health_loop). Labels are
 # bounded: source is prometheus|direct, signal a fixed quantity name (never a metric name, which

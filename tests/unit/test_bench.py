@@ -12,11 +12,12 @@ import pytest
 from bench import diagnosis, diagnosis_job, diagnosis_judge, operating_point, status_size
 from bench.procfs import Usage
 from bench.report import Results, per_job_slopes, render
-from bench.scale import OPERATOR, OperatorCounters, QueryCounts, SizeResult, Verdicts
+from bench.scale import OPERATOR, OperatorCounters, ProbeWaits, QueryCounts, SizeResult, Verdicts
 from bench.stats import growth, percentile, size_at
 from bench.writes import WriteCount, count_writes
 
 from rljob.dev.audit import AuditWrite
+from rljob.dev.scrape import HistogramReading
 from rljob.dev.sim.models.concurrency import knee_truth
 from rljob.dev.sim.profiles import EngineProfile
 
@@ -142,6 +143,14 @@ def size_result(size: int, writes: int) -> SizeResult:
         fill_seconds=30.0,
         verdicts=Verdicts(size - 1, size, 420.0, WriteCount(420.0, Counter({"create events": 7}))),
         counters=OperatorCounters(0.36, {"resync": size, "own_write": size, "child": 0.0}),
+        waits=ProbeWaits(
+            lag=HistogramReading({0.1: 28.0, 1.0: 29.0, 2.5: 30.0, math.inf: 30.0}, 3.5),
+            queue={
+                "user": HistogramReading({0.01: 3.0, math.inf: 3.0}, 0.006),
+                "event": HistogramReading({0.5: 1.0, 5.0: 2.0, math.inf: 2.0}, 4.0),
+                "resync": HistogramReading({}, 0.0),
+            },
+        ),
     )
 
 
@@ -179,6 +188,11 @@ def results(*sizes: SizeResult) -> Results:
             results(size_result(50, 0), size_result(500, 0)),
             "| 500 | 3 | 0.30 | 0.40 | 0.40 | 0 |",
             id="latency-row",
+        ),
+        pytest.param(
+            results(size_result(500, 0)),
+            "| 500 | 30 | 2 / 1 | <= 2.5 | 3, 0.002, <= 0.01 | 2, 2.000, <= 5 | none |",
+            id="what-the-probes-waited-on",
         ),
         pytest.param(
             results(size_result(50, 0), size_result(500, 600)),

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from rljob.dev.scrape import metric_values, metric_values_by
+from rljob.dev.scrape import HistogramReading, histogram_reading, metric_values, metric_values_by
 
 
 def _page() -> bytes:
@@ -23,9 +25,9 @@ def _page() -> bytes:
     return generate_latest(registry)
 
 
-@pytest.fixture
-def url() -> Iterator[str]:
-    page = _page()
+@contextlib.contextmanager
+def _serving(page: bytes) -> Iterator[str]:
+    """The URL of a /metrics endpoint on loopback that serves `page`."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -46,6 +48,12 @@ def url() -> Iterator[str]:
         server.server_close()
 
 
+@pytest.fixture
+def url() -> Iterator[str]:
+    with _serving(_page()) as served:
+        yield served
+
+
 def test_values_of_a_name_whole_and_by_matcher(url: str) -> None:
     assert sum(metric_values(url, "rljob_gc_seconds_total")) == 0.75
     assert metric_values(url, "rljob_reconcile_wakes_total", 'cause="resync"') == [500.0]
@@ -57,3 +65,24 @@ def test_values_summed_by_a_label_in_page_order(url: str) -> None:
         "own_write": 462.0,
     }
     assert metric_values_by(url, "rljob_missing_total", "cause") == {}
+
+
+def test_a_histogram_read_from_a_page_and_differenced() -> None:
+    registry = CollectorRegistry()
+    waits = Histogram(
+        "rljob_reconcile_queue_seconds", "Waits.", ["urgency"], buckets=(0.1, 1), registry=registry
+    )
+    for seconds in (0.05, 0.5):
+        waits.labels("user").observe(seconds)
+    waits.labels("resync").observe(9)
+    before = _served(generate_latest(registry), "user")
+    waits.labels("user").observe(3)
+    after = _served(generate_latest(registry), "user")
+    assert (before.count, before.worst(), before.over(0.1)) == (2, 1.0, 1)
+    window = after - before
+    assert (window.count, window.mean(), window.worst()) == (1, 3.0, math.inf)
+
+
+def _served(page: bytes, urgency: str) -> HistogramReading:
+    with _serving(page) as url:
+        return histogram_reading(url, "rljob_reconcile_queue_seconds", f'urgency="{urgency}"')

@@ -69,6 +69,32 @@ async def test_at_most_max_passes_of_different_jobs_run_at_once() -> None:
     await workers.stop()
 
 
+async def test_a_new_job_passes_ahead_of_the_passes_already_waiting() -> None:
+    """One slot, held; nine seen jobs wait for their passes; a new job arrives last and runs
+    first, because its user waits (controller-runtime's priority queue does the same)."""
+    release, order = asyncio.Event(), []
+
+    async def held_pass(body: dict[str, Any]) -> None:
+        order.append(body["metadata"]["name"])
+        await release.wait()
+
+    workers = JobWorkers(held_pass, max_passes=1)
+    seen = {"generation": 1}
+    for i in range(10):
+        body = _body(f"uid-{i}", f"seen-{i}")
+        workers.submit(
+            {**body, "metadata": {**body["metadata"], **seen}, "status": {"observedGeneration": 1}}
+        )
+    await _until(lambda: order == ["seen-0"])
+    fresh = _body("uid-new", "new")
+    workers.submit({**fresh, "metadata": {**fresh["metadata"], **seen}})
+    await asyncio.sleep(0.05)
+    release.set()
+    await _until(lambda: len(order) == 11)
+    assert order[:2] == ["seen-0", "new"]
+    await workers.stop()
+
+
 @pytest.mark.parametrize(
     ("draw", "expected"),
     [("lowest", 300.0), ("highest", 300.0 * (1 + RESYNC_JITTER))],

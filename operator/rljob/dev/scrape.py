@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import urllib.request
+from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -31,3 +33,46 @@ def _lines(url: str) -> list[str]:
     with urllib.request.urlopen(url, timeout=5) as resp:
         page: bytes = resp.read()
     return page.decode().splitlines()
+
+
+@dataclass(frozen=True)
+class HistogramReading:
+    """One histogram's cumulative bucket counts (upper bound -> count) and sum, as read."""
+
+    buckets: dict[float, float]
+    total: float
+
+    def __sub__(self, other: HistogramReading) -> HistogramReading:
+        buckets = {le: n - other.buckets.get(le, 0.0) for le, n in self.buckets.items()}
+        return HistogramReading(buckets, self.total - other.total)
+
+    @property
+    def count(self) -> float:
+        return self.buckets.get(math.inf, 0.0)
+
+    def mean(self) -> float:
+        return self.total / self.count if self.count else math.nan
+
+    def worst(self) -> float:
+        """The upper bound of the bucket that holds the largest observation (nan: none)."""
+        return min((le for le, n in self.buckets.items() if n >= self.count > 0), default=math.nan)
+
+    def over(self, bound: float) -> float:
+        """Observations above `bound` (one of the bucket bounds)."""
+        return self.count - self.buckets.get(bound, 0.0)
+
+
+def histogram_reading(url: str, name: str, *matchers: str) -> HistogramReading:
+    """The histogram `name`, summed over the series whose line contains every matcher."""
+    buckets: dict[float, float] = {}
+    total = 0.0
+    for line in _lines(url):
+        if not all(m in line for m in matchers):
+            continue
+        value = float(line.rsplit(" ", 1)[1])
+        if line.startswith(f"{name}_bucket{{"):
+            le = float(line.split('le="', 1)[1].split('"', 1)[0])
+            buckets[le] = buckets.get(le, 0.0) + value
+        elif line.startswith((f"{name}_sum{{", f"{name}_sum ")):
+            total += value
+    return HistogramReading(buckets, total)

@@ -25,6 +25,7 @@ from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.reconcile.progress import StepSample, progress_reading, step_rate, step_window
 from rljob.reconcile.reach import Allowlist
 from rljob.runtime.health_loop import HealthScheduler
+from rljob.runtime.loop_lag import watch_loop_lag
 from rljob.runtime.memory import JobMemory, Memories
 from rljob.runtime.passes import Passes
 from rljob.runtime.workers import JobWorkers
@@ -109,6 +110,7 @@ class Runtime:
         self.workers = JobWorkers(self.passes.run, resync_seconds=options.resync_seconds)
         self._health_task: asyncio.Task[None] | None = None
         self._prune_task: asyncio.Task[None] | None = None
+        self._lag_task: asyncio.Task[None] | None = None
 
     def _allowlist(self, options: RuntimeOptions) -> Allowlist:
         """The platform's allowlist plus the operator's own default source and S3 endpoint."""
@@ -135,6 +137,7 @@ class Runtime:
         runtime.leadership.start(runtime._elected)
         runtime._health_task = asyncio.create_task(runtime.health.run(), name="rljob:health")
         runtime._prune_task = asyncio.create_task(runtime._prune_loop(), name="rljob:prune")
+        runtime._lag_task = asyncio.create_task(watch_loop_lag(), name="rljob:loop-lag")
         return runtime
 
     async def _prune_loop(self) -> None:
@@ -146,7 +149,7 @@ class Runtime:
         return await self.passes.run(body)
 
     async def stop(self) -> None:
-        for task in (self._health_task, self._prune_task):
+        for task in (self._health_task, self._prune_task, self._lag_task):
             if task is not None:
                 task.cancel()
         await self.leadership.stop()

@@ -3,7 +3,8 @@ job, whatever woke it (its own events, a child's event, a requeue deadline, the 
 `max_passes` passes of different jobs run at once, as controller-runtime's
 MaxConcurrentReconciles bounds a controller: when 500 jobs arrive together (a fleet applied, an
 operator restart, a takeover), each pass in flight holds its job's body, models and rendered
-children, and the heap they grow to stays resident after them."""
+children, and the heap they grow to stays resident after them. A freed slot goes to the most
+urgent waiting pass (rljob.runtime.pass_slots): a user's new or changed job first."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +20,7 @@ from typing import Any
 import structlog
 
 from rljob.observability import RECONCILE_WAKES
+from rljob.runtime.pass_slots import PassSlots, Urgency
 
 Body = dict[str, Any]
 JobKey = tuple[str, str]  # (namespace, name)
@@ -41,6 +44,9 @@ class _Job:
     deleted: bool = False
     # The resourceVersion of our own settled write: its watch event wakes no pass.
     settled_version: str | None = None
+    # The most urgent wake since the last pass started, and when the first of them came.
+    urgency: Urgency = Urgency.RESYNC
+    woken_at: float | None = None
 
     @property
     def body(self) -> Body:
@@ -62,7 +68,7 @@ class JobWorkers:
     ) -> None:
         self._run_pass = run_pass
         self._uniform = uniform
-        self._slots = asyncio.Semaphore(max(1, max_passes))
+        self._slots = PassSlots(max_passes)
         self._resync = resync_seconds
         self._max_error_backoff = max_error_backoff
         self._jobs: dict[str, _Job] = {}
@@ -91,7 +97,7 @@ class JobWorkers:
             if _version(body) == job.settled_version:
                 RECONCILE_WAKES.labels("own_write").inc()  # counted, but no pass
                 return
-        _wake(job, "rljob")
+        _wake(job, "rljob", Urgency.USER if user_waits(body) else Urgency.EVENT)
 
     def refresh(self, body: Body, *, settled: bool = False) -> None:
         """A newer body we got back from our own write: use it without waiting for the watch.
@@ -107,11 +113,11 @@ class JobWorkers:
         pass of that job soon."""
         uid = self._uids.get(key)
         if uid is not None and uid in self._jobs:
-            _wake(self._jobs[uid], cause)
+            _wake(self._jobs[uid], cause, Urgency.EVENT)
 
     def wake_all(self) -> None:
         for job in self._jobs.values():
-            _wake(job, "takeover")
+            _wake(job, "takeover", Urgency.RESYNC)
 
     def forget(self, body: Body) -> None:
         """The RLJob is gone: stop its worker after any pass in progress."""
@@ -156,12 +162,16 @@ class JobWorkers:
                 )
             except TimeoutError:
                 if delay != 0.0:  # 0: the first pass, counted by the submit that started it
-                    RECONCILE_WAKES.labels("resync" if delay is None else "requeue").inc()
+                    resync = delay is None
+                    urgency = Urgency.RESYNC if resync else Urgency.EVENT
+                    _wake(job, "resync" if resync else "requeue", urgency)
             job.wake.clear()
             if job.deleted:
                 return
+            urgency, woken_at = job.urgency, job.woken_at or time.monotonic()
+            job.urgency, job.woken_at = Urgency.RESYNC, None
             try:
-                async with self._slots:
+                async with self._slots.slot(urgency, woken_at):
                     delay = await self._run_pass(job.body)
                 errors = 0
             except asyncio.CancelledError:
@@ -172,9 +182,20 @@ class JobWorkers:
                 log.exception("reconcile pass failed; retrying", uid=uid, retry_in=round(delay, 1))
 
 
-def _wake(job: _Job, cause: str) -> None:
+def _wake(job: _Job, cause: str, urgency: Urgency) -> None:
     RECONCILE_WAKES.labels(cause).inc()
+    job.urgency = min(job.urgency, urgency)
+    if job.woken_at is None:
+        job.woken_at = time.monotonic()
     job.wake.set()
+
+
+def user_waits(body: Body) -> bool:
+    """A user waits on this body: its spec is not yet observed (a new job or a changed spec)
+    or it is being deleted."""
+    meta = body.get("metadata") or {}
+    observed = (body.get("status") or {}).get("observedGeneration")
+    return bool(meta.get("deletionTimestamp")) or meta.get("generation") != observed
 
 
 def _version(body: Body) -> str | None:
