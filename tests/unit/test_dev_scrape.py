@@ -83,6 +83,16 @@ def test_a_histogram_read_from_a_page_and_differenced() -> None:
     assert (window.count, window.mean(), window.worst()) == (1, 3.0, math.inf)
 
 
+def test_a_histogram_without_labels_is_read_from_a_whole_page() -> None:
+    registry = CollectorRegistry()
+    lag = Histogram("rljob_event_loop_lag_seconds", "Lag.", buckets=(0.1,), registry=registry)
+    Counter("rljob_gc_seconds", "GC.", ["generation"], registry=registry).labels("0").inc()
+    lag.observe(0.5)
+    with _serving(generate_latest(registry)) as url:
+        reading = histogram_reading(url, "rljob_event_loop_lag_seconds")
+    assert (reading.count, reading.over(0.1), reading.total) == (1, 1, 0.5)
+
+
 def _served(page: bytes, urgency: str) -> HistogramReading:
     with _serving(page) as url:
         return histogram_reading(url, "rljob_reconcile_queue_seconds", f'urgency="{urgency}"')

@@ -67,12 +67,15 @@ def histogram_reading(url: str, name: str, *matchers: str) -> HistogramReading:
     buckets: dict[float, float] = {}
     total = 0.0
     for line in _lines(url):
+        bucket = line.startswith(f"{name}_bucket{{")
+        if not (bucket or line.startswith((f"{name}_sum{{", f"{name}_sum "))):
+            continue
         if not all(m in line for m in matchers):
             continue
         value = float(line.rsplit(" ", 1)[1])
-        if line.startswith(f"{name}_bucket{{"):
+        if bucket:
             le = float(line.split('le="', 1)[1].split('"', 1)[0])
             buckets[le] = buckets.get(le, 0.0) + value
-        elif line.startswith((f"{name}_sum{{", f"{name}_sum ")):
+        else:
             total += value
     return HistogramReading(buckets, total)
