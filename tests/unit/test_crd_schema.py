@@ -105,6 +105,7 @@ def test_printer_columns() -> None:
     columns = {c["name"]: (c["type"], c["jsonPath"]) for c in version()["additionalPrinterColumns"]}
     assert columns == {
         "Phase": ("string", ".status.phase"),
+        "Queue": ("string", ".status.queue.state"),
         "Step": ("integer", ".status.progress.step"),
         "Restarts": ("integer", ".status.restarts.total"),
         "Bottleneck": ("string", ".status.bottleneck.role"),

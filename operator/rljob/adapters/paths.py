@@ -13,6 +13,10 @@ _PLURALS: dict[tuple[str, str], str] = {
     ("v1", "Node"): "nodes",
     (f"{GROUP}/{VERSION}", "RLJob"): PLURAL,
     ("coordination.k8s.io/v1", "Lease"): "leases",
+    ("kueue.x-k8s.io/v1beta2", "Workload"): "workloads",
+    ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"): "resourceflavors",
+    ("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass"): "workloadpriorityclasses",
+    ("scheduling.k8s.io/v1", "PriorityClass"): "priorityclasses",
 }
 _API_VERSIONS = {kind: api_version for api_version, kind in _PLURALS}
 

@@ -27,6 +27,12 @@ _METADATA_NAME_MAX_LENGTH = 253
 
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {
+        "name": "Queue",
+        "type": "string",
+        "jsonPath": ".status.queue.state",
+        "description": "Kueue's admission of a queued job: Pending, Admitted, Evicted, Finished.",
+    },
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts.total"},
     {

@@ -27,6 +27,7 @@ from rljob.vocabulary.enums import (
     FailureAction,
     FailureReason,
     JobPhase,
+    QueueState,
     RoleName,
 )
 
@@ -380,6 +381,27 @@ class HealthStatus(StatusModel):
     )
 
 
+class QueueStatus(StatusModel):
+    """Kueue's admission of the job, from its Workload (docs/kueue.md): the pods of a job
+    that is not admitted do not exist, and an eviction stops them as a suspension does."""
+
+    workload: Name = Field(description="The job's Workload (kueue.x-k8s.io/v1beta2).")
+    local_queue: Name = Field(description="The LocalQueue its kueue.x-k8s.io/queue-name names.")
+    state: QueueState = Field(description="Pending, Admitted, Evicted or Finished.")
+    cluster_queue: Name | None = Field(
+        default=None, description="The ClusterQueue that admitted it."
+    )
+    reason: Annotated[str, Field(max_length=128)] | None = Field(
+        default=None, description="Kueue's reason (e.g. Preempted, PodsReadyTimeout)."
+    )
+    message: Message = optional_text("Kueue's words: why it waits, or why it was evicted.")
+    since: datetime = Field(description="When it entered this state.")
+    deactivated: bool = Field(
+        default=False,
+        description="The operator set the Workload's spec.active to false for spec.suspend.",
+    )
+
+
 class RLJobStatus(StatusModel):
     """What the operator observed and did."""
 
@@ -426,6 +448,9 @@ class RLJobStatus(StatusModel):
     suspension: PolicySuspension | None = Field(
         default=None,
         description="Set while the failure policy holds the job suspended (action Suspend).",
+    )
+    queue: QueueStatus | None = Field(
+        default=None, description="Kueue's admission, for a job with a queue-name label."
     )
     last_resume_request: ResumeRequest | None = Field(
         default=None, description="Last rljob.io/resume-request handled."

@@ -12,6 +12,7 @@ write fails (409) decided nothing that happened.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -21,6 +22,7 @@ from rljob.api import (
     RLJob,
     RLJobStatus,
 )
+from rljob.reconcile.admission import PodSetInfo
 from rljob.reconcile.attempt_start import with_attempt_start
 from rljob.reconcile.bottleneck import bottleneck_event, with_bottleneck
 from rljob.reconcile.checkpoint_status import with_latest
@@ -43,6 +45,7 @@ from rljob.reconcile.progress import (
     engine_policy_env,
     with_progress,
 )
+from rljob.reconcile.queue import QueuePass, admission_conflict, queue_pass
 from rljob.reconcile.remedy import Remedy, with_status
 from rljob.reconcile.remedy import remedy as choose_remedy
 from rljob.reconcile.serving import disruption_reports
@@ -50,6 +53,7 @@ from rljob.reconcile.steps import Step, execution_steps
 from rljob.reconcile.suspended import suspended
 from rljob.reconcile.suspension import handle_resume
 from rljob.reconcile.unfinished import timed_out
+from rljob.vocabulary.kueue import FAILED_TO_START
 
 NO_SOURCE_MESSAGE = (
     "health detection is off: no metrics source (set spec.health.source, or give the operator "
@@ -82,9 +86,32 @@ class Decision:
 
 def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
     """`observed`: every object with the job's name label; what the RLJob does not own (a
-    leftover of a deleted namesake) is set apart first and never read as the job's."""
-    now = inputs.now
+    leftover of a deleted namesake) is set apart first and never read as the job's. A queued
+    job's Workload is read first: until Kueue admits it, it is held as a suspended one is."""
     observed, leftovers = owned_by(observed, job.metadata.uid or "", recorded_jobs(job))
+    queued = queue_pass(job, observed.pods, inputs.queue, inputs.now)
+    job = with_status(job, queued.status)
+    decision = _decide(job, observed, replace(inputs, leftovers=leftovers), queued.infos)
+    return _with_workload_steps(decision, queued, inputs, ended=_finished(job))
+
+
+def _with_workload_steps(
+    decision: Decision, queued: QueuePass, inputs: PassInputs, *, ended: bool
+) -> Decision:
+    """The Workload's writes after the pass's own; a job this pass ended tells its Workload."""
+    steps = queued.steps
+    if not ended and decision.plan.status.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
+        ended_status = decision.plan.status
+        final = with_status(decision.job, ended_status)
+        steps = queue_pass(final, decision.observed.pods, inputs.queue, inputs.now).steps
+    return replace(decision, steps=(*decision.steps, *steps))
+
+
+def _decide(
+    job: RLJob, observed: Observed, inputs: PassInputs, admission: Mapping[str, PodSetInfo]
+) -> Decision:
+    now = inputs.now
+    leftovers = inputs.leftovers
     readings = with_stopped_engines(inputs.engine_readings, observed.pods, now)
     inputs = replace(inputs, engine_readings=readings, leftovers=leftovers)
     diagnosed = job.status.bottleneck
@@ -104,6 +131,7 @@ def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
         engine_readings=inputs.engine_readings,
         lost_nodes=lost_nodes(job, inputs.node_states, now),
         default_store=inputs.default_store,
+        admission=admission,
     )
     events: list[EventSpec] = []
     if (changed := bottleneck_event(diagnosed, job.status.bottleneck)) is not None:
@@ -112,6 +140,10 @@ def decide(job: RLJob, observed: Observed, inputs: PassInputs) -> Decision:
         events.append(_continued_event(job))
     if _finished(job) or suspended(job):
         return _decided(job, observed, inputs, extras, events, turn=turn, watch=False, notes=notes)
+    if (conflict := admission_conflict(job, admission)) is not None:
+        refused = with_status(job, _failed(job, conflict.message(), now, FAILED_TO_START))
+        events.append(EventSpec("Warning", FAILED_TO_START, conflict.message()))
+        return _decided(refused, observed, inputs, extras, events, watch=False)
     job = with_status(job, _signals(job, inputs))
     remedy = choose_remedy(job, observed, inputs)
     if remedy.fail is not None:
@@ -280,10 +312,11 @@ def _signals(job: RLJob, inputs: PassInputs) -> RLJobStatus:
     return with_condition(job.status, state, inputs.now, job.metadata.generation)
 
 
-def _failed(job: RLJob, message: str, now: datetime) -> RLJobStatus:
+def _failed(job: RLJob, message: str, now: datetime, reason: str = "FailurePolicy") -> RLJobStatus:
     """A decided FailJob ends the job wherever it came from: phase Failed, the journal closed,
-    and the children stopped as for any finished job."""
-    state = ConditionState.of("Failed", True, "FailurePolicy", message)
+    and the children stopped as for any finished job. `reason`: FailurePolicy, or Kueue's
+    FailedToStart for an admission its pods cannot take."""
+    state = ConditionState.of("Failed", True, reason, message)
     status = with_condition(job.status, state, now, job.metadata.generation)
     return status.model_copy(
         update={

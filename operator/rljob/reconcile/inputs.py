@@ -16,6 +16,7 @@ from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.nodes import NodeStates
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.progress import ProgressReading
+from rljob.reconcile.queue import QueueInputs
 
 
 @dataclass(frozen=True)
@@ -43,3 +44,5 @@ class PassInputs:
     leftovers: Observed = field(default_factory=Observed)
     # The operator's own S3 endpoint: trainer pods of a job that names none write there.
     default_store: DefaultStore = field(default_factory=DefaultStore)
+    # A queued job's Workload and what it needs; None: the operator runs without Kueue.
+    queue: QueueInputs | None = None

@@ -22,6 +22,7 @@ from rljob.api import (
     ConditionType,
     FailureReason,
     JobPhase,
+    QueueState,
     RLJob,
     RoleName,
     parse_duration,
@@ -41,12 +42,19 @@ RESUME_VERSION_ENV = "RLJOB_RESUME_VERSION"
 END_REASON_MAX_LENGTH = 64
 SUCCEEDED_END = "Succeeded"
 SUSPENDED_END = "Suspended"
+EVICTED_END = "Evicted"  # by Kueue: status.queue says why (preemption, a timeout, ...)
 JOB_DELETED_END = "JobDeleted"
 RESTART_REQUESTED_END = "RestartRequested"
 FAIL_JOB_END = "FailJob"
 # Ends after which the next attempt is not the failure policy's gang restart.
 NOT_RESTARTED_ENDS = frozenset(
-    {SUSPENDED_END, JOB_DELETED_END, RESTART_REQUESTED_END, FailureReason.UNSCHEDULABLE.value}
+    {
+        SUSPENDED_END,
+        EVICTED_END,
+        JOB_DELETED_END,
+        RESTART_REQUESTED_END,
+        FailureReason.UNSCHEDULABLE.value,
+    }
 )
 TRAINER_FAILED = "TrainerFailed"
 
@@ -89,6 +97,7 @@ class TrainerDecision:
     failure: TrainerFailure | None = None
     message: str = ""
     replaced: str = ""  # the previous attempt's Job, deleted outside the operator: this one follows
+    end: str = ""  # why a stopped attempt ends, when the state alone does not say
 
     @property
     def stopped(self) -> bool:
@@ -140,7 +149,13 @@ def decide_trainer(
             TrainerState.FAILED, attempt, job=live, failure=failure, message=failure.message
         )
     if suspended(job):
-        return TrainerDecision(TrainerState.SUSPENDED, attempt, message=suspended_because(job))
+        evicted = job.status.queue is not None and job.status.queue.state == QueueState.EVICTED
+        return TrainerDecision(
+            TrainerState.SUSPENDED,
+            attempt,
+            message=suspended_because(job),
+            end=EVICTED_END if evicted else SUSPENDED_END,
+        )
     observed = without_lost(observed, lost_nodes)
     if is_true(status.conditions, ConditionType.SUSPENDED) and _started(job, attempt, current):
         return _next_attempt(job, observed, attempt + 1, now)
@@ -350,7 +365,7 @@ def _end_reason(decision: TrainerDecision) -> str | None:
     if decision.state == TrainerState.FAILED and decision.failure is not None:
         return decision.failure.reason[:END_REASON_MAX_LENGTH]
     if decision.state == TrainerState.SUSPENDED:
-        return SUSPENDED_END
+        return decision.end or SUSPENDED_END
     if decision.state == TrainerState.TIMED_OUT:
         return FailureReason.UNSCHEDULABLE.value
     return None

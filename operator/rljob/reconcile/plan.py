@@ -21,6 +21,7 @@ from typing import Any
 from rljob.api import ActionKind, RLJob, RLJobStatus, RoleName
 from rljob.api.durations import parse_duration
 from rljob.checkpoint_protocol.layout import DefaultStore
+from rljob.reconcile.admission import PodSetInfo
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec, transition_events
 from rljob.reconcile.lifecycle import (
@@ -98,6 +99,8 @@ class ReconcileExtras:
     lost_nodes: frozenset[str] = frozenset()
     # Where a job naming no endpoint is kept: the operator's own S3 store.
     default_store: DefaultStore = field(default_factory=DefaultStore)
+    # Kueue's admission of a queued job, by role (rljob.reconcile.queue).
+    admission: Mapping[str, PodSetInfo] = field(default_factory=dict)
 
 
 def reconcile(
@@ -151,6 +154,7 @@ def render_context(
         finished=decision.finished,
         renamed=frozenset(job.status.renamed),
         default_store=extras.default_store,
+        admission=extras.admission,
     )
 
 

@@ -26,10 +26,11 @@ from rljob.checkpoint_protocol.layout import (
     DefaultStore,
 )
 from rljob.reconcile import names, pods
+from rljob.reconcile.admission import AdmissionConflict, PodSetInfo, admission_key, merge_admission
 from rljob.reconcile.launchers import Launch, LaunchInputs, launch
 from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.pods import PodInputs, container_ports, pod_template, probes, serving_port
-from rljob.reconcile.spec_hash import service_hash, serving_role_hash, trainer_hash
+from rljob.reconcile.spec_hash import service_hash, serving_role_hash, spec_hash, trainer_hash
 from rljob.reconcile.suspended import suspended
 from rljob.vocabulary.labels import ATTEMPT_LABEL, COMPLETION_INDEX_ANNOTATION, SPEC_HASH_ANNOTATION
 
@@ -100,6 +101,8 @@ class RenderContext:
     renamed: frozenset[str] = frozenset()  # status.renamed: scopes named by the fallback name
     # The operator's own S3 store, for a job naming no endpoint.
     default_store: DefaultStore = field(default_factory=DefaultStore)
+    # Kueue's admission of a queued job, by role: merged into the role's pods.
+    admission: Mapping[str, PodSetInfo] = field(default_factory=dict)
 
     @property
     def names(self) -> names.ChildNames:
@@ -229,6 +232,7 @@ def _deployment(
             readiness_gates=pods.readiness_gates(role_name, role),
         )
     )
+    template, digest = _admitted(template, digest, role_name, ctx)
     spec = {
         "replicas": 0 if scaled_to_zero else role.replicas,
         "selector": {"matchLabels": ctx.names.selector(role_name)},
@@ -285,6 +289,7 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
             avoid_nodes=ctx.avoid_nodes,
         )
     )
+    template, digest = _admitted(template, digest, RoleName.TRAINER, ctx)
     spec = {
         "completionMode": "Indexed",
         "completions": role.nodes,
@@ -301,6 +306,21 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
     return _child(
         ctx, "Job", "batch/v1", name, RoleName.TRAINER, digest=digest, labels=labels, spec=spec
     )
+
+
+def _admitted(
+    template: dict[str, Any], digest: str, role_name: RoleName, ctx: RenderContext
+) -> tuple[dict[str, Any], str]:
+    """The role's pod template with Kueue's admission merged in, and a spec hash that moves
+    with it (a new admission re-applies the role). A conflict was refused before rendering
+    (rljob.reconcile.decide); one found here leaves the template as the spec made it."""
+    info = ctx.admission.get(role_name.value)
+    if info is None:
+        return template, digest
+    merged = merge_admission(role_name.value, template, info)
+    if isinstance(merged, AdmissionConflict):
+        return template, digest
+    return merged, spec_hash({"spec": digest, "admission": admission_key(info)})
 
 
 def _with_engine_port(role: TrainerRole, ports: list[dict[str, Any]]) -> list[dict[str, Any]]:

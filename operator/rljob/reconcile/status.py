@@ -10,6 +10,7 @@ from datetime import datetime
 from rljob.api import (
     ConditionType,
     JobPhase,
+    QueueState,
     RestartsStatus,
     RLJob,
     RLJobStatus,
@@ -34,6 +35,7 @@ from rljob.reconcile.names import ROLE_ORDER
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.roster import engine_roster
 from rljob.reconcile.suspects import active_suspects, suspect_in_use_state, suspect_ttl
+from rljob.reconcile.suspended import queue_holds
 
 NOT_SUSPENDED = "spec.suspend is false and the failure policy holds no suspension"
 _STOPPED_PHASE = {
@@ -259,10 +261,19 @@ def _suspended_state(job: RLJob, decision: TrainerDecision) -> ConditionState:
     RewardHackingSuspected) and the message how to resume."""
     kind = ConditionType.SUSPENDED.value
     if decision.state == TrainerState.SUSPENDED:
-        held = job.status.suspension
         message = f"every pod removed, job state and checkpoints kept: {decision.message}"
-        return ConditionState.of(kind, True, held.reason.value if held else "Suspended", message)
+        return ConditionState.of(kind, True, _suspended_reason(job), message)
     return ConditionState.of(kind, False, "NotSuspended", NOT_SUSPENDED)
+
+
+def _suspended_reason(job: RLJob) -> str:
+    """The policy's finding, else Kueue's (Queued, or the eviction's reason), else the user's."""
+    held, queue = job.status.suspension, job.status.queue
+    if held is not None:
+        return held.reason.value
+    if queue_holds(queue) and queue is not None:
+        return (queue.reason or "Evicted") if queue.state == QueueState.EVICTED else "Queued"
+    return "Suspended"
 
 
 def _pods_scheduled_state(

@@ -28,6 +28,7 @@ from rljob.reconcile.journal import journaled_event, pod_to_delete, role_to_roll
 from rljob.reconcile.nodes import GONE, OUT_OF_SERVICE_TAINT, UNKNOWN, UNREAD, NodeState, NodeStates
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.plan import Plan
+from rljob.reconcile.queue import WorkloadStep
 from rljob.reconcile.remediation import stuck_pods
 from rljob.reconcile.suspension import suspended_event
 
@@ -121,6 +122,7 @@ Step = (
     | WriteMarker
     | ApplyRetention
     | DeleteRLJob
+    | WorkloadStep
 )
 
 

@@ -21,6 +21,13 @@ from rljob.api import API_VERSION, KIND, InFlightAction, RLJob
 from rljob.crashpoints import crash_point
 from rljob.reconcile.gate import DRAINING, RESTARTED
 from rljob.reconcile.journal import JOURNALED_EVENT_REASONS
+from rljob.reconcile.queue import (
+    CreateWorkload,
+    DeleteWorkload,
+    PatchWorkloadStatus,
+    ReleaseWorkload,
+    UpdateWorkloadSpec,
+)
 from rljob.reconcile.steps import (
     ApplyChild,
     ApplyRetention,
@@ -34,6 +41,7 @@ from rljob.reconcile.steps import (
     WriteMarker,
 )
 from rljob.runtime.memory import JobMemory
+from rljob.vocabulary import kueue
 from rljob.vocabulary.labels import (
     POLICY_CURRENT_GATE,
     RENDER_MARKER_ANNOTATION,
@@ -164,6 +172,65 @@ async def _delete_rljob(step: DeleteRLJob, ctx: Context) -> None:
     await ctx.kube.delete(API_VERSION, KIND, meta["namespace"], meta["name"], meta["uid"])
 
 
+def _workload_path(ctx: Context, name: str | None = None) -> str:
+    return object_path(kueue.API_VERSION, "Workload", ctx.namespace, name)
+
+
+async def _create_workload(step: CreateWorkload, ctx: Context) -> None:
+    """Created, never applied: a Workload is the queue's record, and one already there (a pass
+    that ran before its watch event) is the same Workload (409 is success)."""
+    try:
+        await ctx.kube.request("post", _workload_path(ctx), step.body)
+    except KubeError as exc:
+        if not exc.conflict:
+            raise
+
+
+async def _update_workload_spec(step: UpdateWorkloadSpec, ctx: Context) -> None:
+    body = {"metadata": {"resourceVersion": step.resource_version}, "spec": step.spec}
+    await _guarded_patch(ctx, _workload_path(ctx, step.name), body)
+
+
+async def _patch_workload_status(step: PatchWorkloadStatus, ctx: Context) -> None:
+    body = {"metadata": {"resourceVersion": step.resource_version}, "status": step.status}
+    await _guarded_patch(ctx, _workload_path(ctx, step.name) + "/status", body)
+
+
+async def _release_workload(step: ReleaseWorkload, ctx: Context) -> None:
+    """Kueue's finalizer removed (the list replaced, guarded by the resourceVersion)."""
+    path = _workload_path(ctx, step.name)
+    try:
+        held = await ctx.kube.request("get", path)
+    except KubeError as exc:
+        if exc.not_found:
+            return
+        raise
+    finalizers = [
+        f for f in held["metadata"].get("finalizers") or [] if f != kueue.RESOURCE_IN_USE_FINALIZER
+    ]
+    body = {
+        "metadata": {
+            "resourceVersion": held["metadata"]["resourceVersion"],
+            "finalizers": finalizers,
+        }
+    }
+    await _guarded_patch(ctx, path, body)
+
+
+async def _delete_workload(step: DeleteWorkload, ctx: Context) -> None:
+    await ctx.kube.delete(kueue.API_VERSION, "Workload", ctx.namespace, step.name, step.uid)
+
+
+async def _guarded_patch(ctx: Context, path: str, body: dict[str, Any]) -> None:
+    """A merge patch that loses to any write since the Workload was read (409): the next
+    pass reads it again and decides afresh; a Workload gone (404) needs nothing."""
+    try:
+        await ctx.kube.request("patch", path, body, content_type="application/merge-patch+json")
+    except KubeError as exc:
+        if not (exc.conflict or exc.not_found):
+            raise
+
+
 Applier = Callable[[Any, Context], Awaitable[None]]
 APPLIERS: dict[type, Applier] = {
     CrashPoint: _crash_point,
@@ -175,6 +242,11 @@ APPLIERS: dict[type, Applier] = {
     ApplyChild: _apply,
     ApplyRetention: _retention,
     DeleteRLJob: _delete_rljob,
+    CreateWorkload: _create_workload,
+    UpdateWorkloadSpec: _update_workload_spec,
+    PatchWorkloadStatus: _patch_workload_status,
+    ReleaseWorkload: _release_workload,
+    DeleteWorkload: _delete_workload,
 }
 
 

@@ -135,6 +135,17 @@ class JobPhase(StrEnum):
     FAILED = "Failed"
 
 
+class QueueState(StrEnum):
+    """Where Kueue has a queued job (its kueue.x-k8s.io/queue-name label): waiting for quota,
+    admitted (its pods may run), evicted (its pods stop; it waits to be admitted again) or
+    finished (its Workload is done)."""
+
+    PENDING = "Pending"
+    ADMITTED = "Admitted"
+    EVICTED = "Evicted"
+    FINISHED = "Finished"
+
+
 class ActionKind(StrEnum):
     """A multi-step side effect journaled in status.inFlight before it starts."""
 
