@@ -5,6 +5,8 @@
 #   kwok: kwok
 #   s3:   versitygw (the S3-compatible server)
 #   helm: helm (chart lint, template and install tests)
+#   kueue: kueue (Kueue's controller manager) and kueue-config/ (its CRDs and webhook manifests,
+#          copied from the module: the bed installs them)
 # Each tool has its own cache key (its go.mod/go.sum, this script and `go version`): a hit
 # builds nothing, a changed key rebuilds only that tool. Concurrent runs wait on a lock.
 set -euo pipefail
@@ -16,8 +18,10 @@ exec 9>"$cache_root/build.lock"
 flock 9
 
 go_version=$(go version)
-tool_key() { # tool_key TOOL: the cache key of one wrapper module
-  { cat "$here/$1/go.mod" "$here/$1/go.sum" "$here/build.sh"; echo "$go_version"; } | sha256sum | cut -c1-16
+tool_key() { # tool_key TOOL: the cache key of one wrapper module and how it is built (its
+  # build function and the shared Go settings), so editing one tool's build rebuilds that tool
+  { cat "$here/$1/go.mod" "$here/$1/go.sum"; declare -f "build_$1"
+    echo "$GOTOOLCHAIN $CGO_ENABLED $GOFLAGS $go_version"; } | sha256sum | cut -c1-16
 }
 
 build_kube() { # build_kube OUT
@@ -57,6 +61,16 @@ build_helm() { # helm with its version and the Kubernetes minor of its client-go
   (cd "$here/helm" && go build -trimpath -ldflags "$ld" -o "$1/helm" helm.sh/helm/v3/cmd/helm)
 }
 
+build_kueue() { # kueue's manager, and the manifests the bed installs from the same module
+  local dir
+  (cd "$here/kueue" && go build -trimpath -ldflags "-s -w" -o "$1/kueue" sigs.k8s.io/kueue/cmd/kueue)
+  dir=$(cd "$here/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
+  mkdir -p "$1/kueue-config/crds"
+  cp "$dir"/config/components/crd/bases/*.yaml "$1/kueue-config/crds/"
+  cp "$dir/config/components/webhook/manifests.yaml" "$1/kueue-config/webhooks.yaml"
+  chmod -R u+w "$1/kueue-config"
+}
+
 progress() { # progress TOOL PID START: a line a minute while a build runs; its exit status
   local tool=$1 pid=$2 start=$3 ticks=0
   while kill -0 "$pid" 2>/dev/null; do
@@ -94,12 +108,12 @@ build_started=$(date +%s)
 build_one kube &
 kube_pid=$!
 failed=0
-for tool in kwok s3 helm; do build_one "$tool" || failed=1; done
+for tool in kwok s3 helm kueue; do build_one "$tool" || failed=1; done
 wait "$kube_pid" || failed=1
 [ "$failed" -eq 0 ] || { echo "tools: a build failed (above)" >&2; exit 1; }
 echo "tools: ready in $(( $(date +%s) - build_started ))s" >&2
 keys=""
-for tool in kube kwok s3 helm; do keys="$keys $tool-$(tool_key "$tool")"; done
+for tool in kube kwok s3 helm kueue; do keys="$keys $tool-$(tool_key "$tool")"; done
 
 bin="$cache_root/bin/$(echo "$keys" | sha256sum | cut -c1-16)"
 if [ ! -f "$bin/.complete" ]; then

@@ -51,6 +51,7 @@ def _run(args: argparse.Namespace) -> int:
         lease_namespace=args.leader_election_namespace,
         default_source=_default_source(args),
         allowlist=_allowlist(args),
+        kueue=args.kueue,
     )
     return run_operator(
         options,
@@ -180,6 +181,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--leader-election-namespace",
         help="hold a Lease there so that only one replica acts (default: off, one replica)",
+    )
+    run.add_argument(
+        "--kueue",
+        action="store_true",
+        help="Kueue queues the cluster's work: a job labelled kueue.x-k8s.io/queue-name runs "
+        "only once its Workload is admitted (Kueue configured with RLJob.v1alpha1.rljob.io "
+        "under integrations.externalFrameworks; docs/kueue.md)",
     )
     _add_source_flags(run)
     _add_allowlist_flags(run)

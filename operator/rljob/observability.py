@@ -55,7 +55,7 @@ GC_SECONDS = Counter(
 RECONCILE_WAKES = Counter(
     "rljob_reconcile_wakes_total",
     "What asked for a job's next reconcile pass, by cause (wakes before a pass starts share it): "
-    "rljob, child, finding, diagnosis, checkpoint, engines, takeover, requeue, resync; "
+    "rljob, child, finding, diagnosis, checkpoint, engines, workload, takeover, requeue, resync; "
     "own_write: the watch event of a write whose pass had nothing left to do (no pass).",
     ["cause"],
 )

@@ -29,7 +29,10 @@ def run_operator(
     if options.kubeconfig:
         os.environ["KUBECONFIG"] = options.kubeconfig  # read by kopf's kubeconfig login
     serve_metrics(metrics_port, metrics_address)
-    import rljob.handlers  # noqa: F401 - registers the handlers with kopf
+    import rljob.handlers
+
+    if options.kueue:
+        import rljob.kueue_handlers  # noqa: F401 - Workloads and ResourceFlavors too
 
     freeze_imports_and_relax_collection()
     count_collection_seconds()

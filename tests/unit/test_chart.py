@@ -367,6 +367,15 @@ def test_namespaced_mode_grants_the_same_rules_where_they_apply(namespaced: list
     assert sorted(map(json.dumps, granted)) == sorted(map(json.dumps, rules))
 
 
+def test_kueue_enabled_adds_its_rules_and_the_flag(helm: Path) -> None:
+    objects = render(helm, {"kueue.enabled": "true"})
+    kueue_rules = yaml.safe_load((CHART / "files" / "rbac-rules-kueue.yaml").read_text())
+    role = one(objects, "ClusterRole", RELEASE)
+    assert role["rules"] == [r for r in file_rules() if not is_lease_rule(r)] + kueue_rules
+    assert "--kueue" in operator_container(objects)["args"]
+    assert "--kueue" not in operator_container(render(helm, {}))["args"]
+
+
 def test_rules_are_least_privilege() -> None:
     rules = file_rules()
     for rule in rules:

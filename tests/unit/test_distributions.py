@@ -19,7 +19,7 @@ from tests.unit import wheels
 OWNED = {
     "rljob-operator": {
         "adapters", "api", "checkpoints", "cli.py", "crashpoints.py", "handlers.py", "health",
-        "observability.py", "reconcile", "run.py", "runtime", "version.py",
+        "kueue_handlers.py", "observability.py", "reconcile", "run.py", "runtime", "version.py",
     },
     "rljob-sdk": {"checkpoint_protocol", "sdk", "signatures.py"},
     "rljob-vocabulary": {"vocabulary"},

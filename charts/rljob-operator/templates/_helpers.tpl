@@ -70,9 +70,13 @@ Call with (dict "context" $ "classes" (list ...)); prints the rules of those cla
 list in file order, or nothing.
 */}}
 {{- define "rljob-operator.rules" -}}
-{{- $clusterScoped := list "customresourcedefinitions" "nodes" }}
+{{- $clusterScoped := list "customresourcedefinitions" "nodes" "resourceflavors" "workloadpriorityclasses" "priorityclasses" }}
 {{- $picked := list }}
-{{- range $rule := .context.Files.Get "files/rbac-rules.yaml" | fromYamlArray }}
+{{- $rules := .context.Files.Get "files/rbac-rules.yaml" | fromYamlArray }}
+{{- if .context.Values.kueue.enabled }}
+{{- $rules = concat $rules (.context.Files.Get "files/rbac-rules-kueue.yaml" | fromYamlArray) }}
+{{- end }}
+{{- range $rule := $rules }}
 {{- $class := "namespaced" }}
 {{- range $rule.resources }}{{ if has . $clusterScoped }}{{ $class = "cluster" }}{{ end }}{{ end }}
 {{- if has "leases" $rule.resources }}{{ $class = "leases" }}{{ end }}

@@ -45,6 +45,15 @@ def job_key(body: Body) -> JobKey | None:
     return (meta.get("namespace", ""), job) if job else None
 
 
+def workload_owner(body: Body) -> JobKey | None:
+    """The RLJob that controls a Kueue Workload, from its controller ownerReference."""
+    meta = body.get("metadata", {})
+    for owner in meta.get("ownerReferences") or ():
+        if owner.get("controller") and owner.get("kind") == "RLJob" and owner.get("name"):
+            return meta.get("namespace", ""), owner["name"]
+    return None
+
+
 def _time(value: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 

@@ -27,19 +27,19 @@ OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}"
 FIELD_MANAGER = "rljob-dev"
 
 
-def rbac_rules() -> list[dict[str, Any]]:
-    """The chart's rules (charts/rljob-operator/files/rbac-rules.yaml), one source of truth."""
-    repo_file = (
-        Path(__file__).resolve().parents[3]
-        / "charts"
-        / "rljob-operator"
-        / "files"
-        / "rbac-rules.yaml"
-    )
+def rbac_rules(*, kueue: bool = False) -> list[dict[str, Any]]:
+    """The chart's rules (charts/rljob-operator/files/rbac-rules.yaml), one source of truth;
+    `kueue`: with the rules its kueue.enabled adds (rbac-rules-kueue.yaml)."""
+    names = ("rbac-rules.yaml", "rbac-rules-kueue.yaml") if kueue else ("rbac-rules.yaml",)
+    return [rule for name in names for rule in _chart_rules(name)]
+
+
+def _chart_rules(name: str) -> list[dict[str, Any]]:
+    repo_file = Path(__file__).resolve().parents[3] / "charts" / "rljob-operator" / "files" / name
     text = (
         repo_file.read_text()
         if repo_file.exists()
-        else resources.files("rljob.dev").joinpath("rbac-rules.yaml").read_text()
+        else resources.files("rljob.dev").joinpath(name).read_text()
     )
     rules: list[dict[str, Any]] = yaml.safe_load(text)
     return rules
@@ -79,9 +79,11 @@ def _object(api_version: str, kind: str, name: str, namespace: str | None = None
     return {"apiVersion": api_version, "kind": kind, "metadata": meta}
 
 
-def _identity_objects() -> list[tuple[str, dict[str, Any]]]:
+def _identity_objects(*, kueue: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    """The operator's ServiceAccount bound to the chart's rules; `kueue`: another account, with
+    the rules kueue.enabled adds too, so the default operator's identity stays as it is."""
     rbac = "/apis/rbac.authorization.k8s.io/v1"
-    ns, sa = OPERATOR_NAMESPACE, OPERATOR_ACCOUNT
+    ns, sa = OPERATOR_NAMESPACE, f"{OPERATOR_ACCOUNT}-kueue" if kueue else OPERATOR_ACCOUNT
     role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": sa}
     return [
         (
@@ -102,7 +104,7 @@ def _identity_objects() -> list[tuple[str, dict[str, Any]]]:
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "ClusterRole",
                 "metadata": {"name": sa},
-                "rules": rbac_rules(),
+                "rules": rbac_rules(kueue=kueue),
             },
         ),
         (
@@ -127,11 +129,13 @@ def service_account_token(api: KubeApi, namespace: str, account: str) -> str:
     return token
 
 
-def operator_kubeconfig(api: KubeApi, run: RunDir, path: Path) -> Path:
-    """A token kubeconfig for the operator's ServiceAccount, bound to exactly the chart's rules."""
-    for object_path, body in _identity_objects():
+def operator_kubeconfig(api: KubeApi, run: RunDir, path: Path, *, kueue: bool = False) -> Path:
+    """A token kubeconfig for the operator's ServiceAccount, bound to exactly the chart's rules
+    (with `kueue`, those of a chart installed with kueue.enabled)."""
+    for object_path, body in _identity_objects(kueue=kueue):
         api.apply(object_path, body, field_manager=FIELD_MANAGER)
-    token = service_account_token(api, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT)
+    account = f"{OPERATOR_ACCOUNT}-kueue" if kueue else OPERATOR_ACCOUNT
+    token = service_account_token(api, OPERATOR_NAMESPACE, account)
     return write_kubeconfig(run, api.creds.server, token=token, path=path)
 
 
@@ -164,13 +168,16 @@ def start_operator(
     *extra: str,
     env: dict[str, str] | None = None,
     watch: Sequence[str] = (),
+    kueue: bool = False,
 ) -> OperatorProcess:
     """Starts `rljob run` under the operator's ServiceAccount and waits for its liveness probe;
-    `watch`: only these namespaces or patterns (default: every namespace)."""
+    `watch`: only these namespaces or patterns (default: every namespace); `kueue`: as a chart
+    installed with kueue.enabled (`--kueue`, and the rules that adds)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    kubeconfig = operator_kubeconfig(api, run, workdir / "operator.kubeconfig")
+    kubeconfig = operator_kubeconfig(api, run, workdir / "operator.kubeconfig", kueue=kueue)
     scope = [f"--namespace={each}" for each in watch]
-    return launch_operator(kubeconfig, workdir, *scope, *extra, env=env)
+    flags = ["--kueue"] if kueue else []
+    return launch_operator(kubeconfig, workdir, *scope, *flags, *extra, env=env)
 
 
 def launch_operator(

@@ -165,3 +165,23 @@ def generate(root: Path) -> PKIPaths:
         path.write_bytes(data)
         path.chmod(0o600)
     return paths
+
+
+def serving_pair(paths: PKIPaths, common_name: str, crt: Path, key: Path) -> None:
+    """A serving certificate for 127.0.0.1 signed by the bed's CA (a webhook the API server
+    calls by URL trusts it through the configuration's caBundle, the CA)."""
+    ca = x509.load_pem_x509_certificate(paths.ca_crt.read_bytes())
+    ca_key = serialization.load_pem_private_key(paths.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError("the bed's CA key is not an EC key")
+    san = x509.SubjectAlternativeName(
+        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    )
+    cert, private = _leaf(
+        ca_key, ca.subject, _name(common_name), ExtendedKeyUsageOID.SERVER_AUTH, san
+    )
+    crt.parent.mkdir(parents=True, exist_ok=True)
+    key.parent.mkdir(parents=True, exist_ok=True)
+    crt.write_bytes(cert)
+    key.write_bytes(private)
+    key.chmod(0o600)

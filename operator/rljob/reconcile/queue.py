@@ -134,12 +134,11 @@ class _Pass:
         return any(not pod.terminal for pod in self.pods)
 
     def decide(self) -> QueuePass:
-        name = self.said.workload
-        bodies = [w for w in self.inputs.workloads if _name(w) == name]
+        name, uid = self.said.workload, self.job.metadata.uid or ""
+        ours = [w for w in self.inputs.workloads if controller_uid(w) == uid]
+        bodies = [w for w in ours if _name(w) == name]
         # Another Workload this job controls (an older name): Kueue deletes extras (845-1015).
-        extras = tuple(
-            DeleteWorkload(_name(w), _uid(w)) for w in self.inputs.workloads if _name(w) != name
-        )
+        extras = tuple(DeleteWorkload(_name(w), _uid(w)) for w in ours if _name(w) != name)
         if not bodies:
             return self._absent(extras)
         body = bodies[0]
@@ -351,6 +350,14 @@ def _counts(body: Mapping[str, Any]) -> dict[str, int]:
         str(p.get("name")): int(p.get("count") or 0)
         for p in (body.get("spec") or {}).get("podSets") or []
     }
+
+
+def controller_uid(body: Mapping[str, Any]) -> str:
+    """The uid of the Workload's controller ownerReference ("" without one)."""
+    for owner in (body.get("metadata") or {}).get("ownerReferences") or ():
+        if owner.get("controller"):
+            return str(owner.get("uid", ""))
+    return ""
 
 
 def _name(body: Mapping[str, Any]) -> str:

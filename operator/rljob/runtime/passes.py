@@ -44,6 +44,7 @@ from rljob.runtime.execute import Context, ensure_leading, execute
 from rljob.runtime.gather import Gatherer
 from rljob.runtime.health_loop import HealthScheduler
 from rljob.runtime.memory import JobMemory, Memories, patch_digest
+from rljob.runtime.queue_reader import QueueReader
 
 log = structlog.get_logger("rljob.runtime")
 STALE_RETRY_SECONDS = 0.2
@@ -70,6 +71,7 @@ class Passes:
         observed: Callable[[JobKey], Observed],
         refresh: Refresh,
         allowlist: Allowlist,
+        queue: QueueReader | None = None,
     ) -> None:
         self.kube = kube
         self.allowlist = allowlist
@@ -80,6 +82,7 @@ class Passes:
         self.observed = observed
         self.refresh = refresh
         self.gatherer = Gatherer(kube, checkpoints)
+        self.queue = queue  # None: the operator runs without Kueue
 
     async def run(self, body: dict[str, Any]) -> float | None:
         if not self.leadership.acting():
@@ -137,6 +140,8 @@ class Passes:
         if summaries is not None:
             inputs = replace(inputs, engine_summaries=tuple(summaries))
         inputs = replace(inputs, bottleneck=self.health.bottleneck(memory.key))
+        if self.queue is not None:
+            inputs = replace(inputs, queue=await self.queue.inputs(job, memory.key))
         decision = decide(job, everything, inputs)
         self._watch(decision, memory)
         status = with_accepted(decision.plan.status, decision.job, now)

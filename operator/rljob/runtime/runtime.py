@@ -19,6 +19,7 @@ from rljob.adapters.observe import JobKey, observed_from
 from rljob.health.evaluation import CHECKPOINT_STEP_EVIDENCE, Evaluation
 from rljob.health.monitor_engines import EngineGauges, readings_moved
 from rljob.observability import JOB_SERIES, JOBS_BY_PHASE, TRAINER_STEP, TRAINER_STEP_RATE
+from rljob.reconcile.admission import Flavor
 from rljob.reconcile.bottleneck import advice_moved
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
@@ -28,10 +29,12 @@ from rljob.runtime.health_loop import HealthScheduler
 from rljob.runtime.loop_lag import watch_loop_lag
 from rljob.runtime.memory import JobMemory, Memories
 from rljob.runtime.passes import Passes
+from rljob.runtime.queue_reader import QueueReader
 from rljob.runtime.workers import JobWorkers
 
 CHILD_INDEXES = ("deployments_idx", "replicasets_idx", "jobs_idx", "services_idx", "pods_idx")
 RLJOB_INDEX = "rljobs_idx"
+WORKLOAD_INDEX, FLAVOR_INDEX = "workloads_idx", "resourceflavors_idx"  # with --kueue
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class RuntimeOptions:
     default_source: SourceKey | None = None
     # The Prometheus URLs, S3 endpoints and buckets jobs may name (rljob.reconcile.reach).
     allowlist: Allowlist = field(default_factory=Allowlist)
+    # Kueue runs the cluster's queues: a job with the kueue.x-k8s.io/queue-name label waits for
+    # its Workload's admission (docs/kueue.md).
+    kueue: bool = False
 
     @property
     def clusterwide(self) -> bool:
@@ -106,6 +112,7 @@ class Runtime:
             observed=self.observed,
             refresh=self._refresh,
             allowlist=self._allowlist(options),
+            queue=QueueReader(kube, self._workloads, self._flavors) if options.kueue else None,
         )
         self.workers = JobWorkers(self.passes.run, resync_seconds=options.resync_seconds)
         self._health_task: asyncio.Task[None] | None = None
@@ -159,7 +166,7 @@ class Runtime:
     def bind_indexes(self, kwargs: Mapping[str, Any]) -> None:
         """kopf hands its indexes to handlers only; keep a reference for the workers."""
         if not self._indexes:
-            names = (*CHILD_INDEXES, RLJOB_INDEX)
+            names = (*CHILD_INDEXES, RLJOB_INDEX, WORKLOAD_INDEX, FLAVOR_INDEX)
             self._indexes = {name: kwargs[name] for name in names if name in kwargs}
 
     def observed(self, key: JobKey) -> Observed:
@@ -174,6 +181,16 @@ class Runtime:
         ]
         pods: list[ObservedPod] = values("pods_idx")
         return observed_from(children, pods, values("replicasets_idx"))
+
+    def _workloads(self, key: JobKey) -> list[Mapping[str, Any]]:
+        index = self._indexes.get(WORKLOAD_INDEX)
+        return list(index.get(key, ())) if index is not None else []
+
+    def _flavors(self) -> dict[str, Flavor]:
+        index = self._indexes.get(FLAVOR_INDEX)
+        if index is None:
+            return {}
+        return {name: next(iter(flavors)) for name, flavors in index.items() if flavors}
 
     def submit(self, body: dict[str, Any]) -> None:
         self.workers.submit(body)

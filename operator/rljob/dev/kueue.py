@@ -1,0 +1,205 @@
+"""Kueue in the bed: its controller manager (built from sigs.k8s.io/kueue by tools/build.sh) as a
+host process beside the control plane, its CRDs and webhooks from the same module, the RLJob
+kind under integrations.externalFrameworks (docs/kueue.md).
+
+Kueue runs outside the cluster, so its webhooks are registered by `url:` on 127.0.0.1 with a
+serving certificate from the bed's CA, its internal certificate management off. Three things
+of Kueue v0.17.0 shape this (kubernetes-sigs/kueue at 4d5f7ff):
+- with internal certificates off, the manager reads a metrics certificate from the fixed path
+  /etc/kueue/metrics/certs and exits without one (cmd/kueue/main.go:205-222): the bed writes one;
+- leader election defaults to on (apis/config/v1beta2/defaults.go:84): the bed turns it off;
+- VisibilityOnDemand (on by default) serves an aggregated API the bed does not wire: off.
+Its webhooks and its job management are limited to namespaces labelled KUEUE_NAMESPACE_LABEL,
+so the bed's other tests, sharing the control plane, never meet Kueue."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rljob.dev import pki
+from rljob.dev.controlplane import wait_until
+from rljob.dev.kubeapi import KubeApi
+from rljob.dev.processes import Managed, free_ports, spawn, tail, terminate
+from rljob.dev.rundir import RunDir
+from rljob.vocabulary import kueue
+
+KUEUE_NAMESPACE_LABEL = "rljob.io/kueue-bed"
+METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # cmd/kueue/main.go:205, fixed upstream
+FIELD_MANAGER = "rljob-bed"
+_CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+_ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+def kueue_config(
+    *, webhook_port: int, health_port: int, metrics_port: int, cert_dir: Path, external: bool
+) -> dict[str, Any]:
+    """The manager's Configuration (config.kueue.x-k8s.io/v1beta2; the file is decoded
+    strictly, pkg/config/config.go:57). `external`: RLJob listed as an external framework."""
+    selector = {"matchLabels": {KUEUE_NAMESPACE_LABEL: "true"}}
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": "kueue-system",
+        "leaderElection": {"leaderElect": False},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
+        "internalCertManagement": {"enable": False},
+        "featureGates": {"VisibilityOnDemand": False},
+        "manageJobsWithoutQueueName": True,
+        "managedJobsNamespaceSelector": selector,
+        "waitForPodsReady": {
+            "timeout": "5m",
+            "recoveryTimeout": "3m",
+            "blockAdmission": False,
+            "requeuingStrategy": {
+                "timestamp": "Eviction",
+                "backoffBaseSeconds": 5,
+                "backoffMaxSeconds": 30,
+            },
+        },
+        "integrations": {
+            "frameworks": ["batch/job", "deployment"],
+            "externalFrameworks": [kueue.EXTERNAL_FRAMEWORK] if external else [],
+        },
+    }
+
+
+def webhook_configurations(
+    manifests: str, port: int, ca_bundle: bytes
+) -> list[tuple[str, dict[str, Any]]]:
+    """Kueue's webhook configurations (config/components/webhook/manifests.yaml) aimed at the
+    host process by URL, limited to the bed's Kueue namespaces: (API path, body) each."""
+    found = []
+    for doc in yaml.safe_load_all(manifests):
+        if not doc:
+            continue
+        body = copy.deepcopy(doc)
+        body["metadata"] = {"name": f"kueue-{doc['metadata']['name']}"}
+        for hook in body.get("webhooks") or []:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {
+                "url": f"https://127.0.0.1:{port}{path}",
+                "caBundle": base64.b64encode(ca_bundle).decode(),
+            }
+            hook["namespaceSelector"] = {"matchLabels": {KUEUE_NAMESPACE_LABEL: "true"}}
+        plural = "mutatingwebhookconfigurations"
+        if body["kind"] == "ValidatingWebhookConfiguration":
+            plural = "validatingwebhookconfigurations"
+        found.append((f"{_ADMISSION}/{plural}/{body['metadata']['name']}", body))
+    return found
+
+
+class KueueManager:
+    """Kueue's controller manager for one run folder of the bed."""
+
+    def __init__(self, run: RunDir, bin_dir: Path, *, external: bool = True) -> None:
+        self.run = run
+        self.bin_dir = bin_dir
+        self.config_dir = bin_dir / "kueue-config"
+        self.dir = run.root / "kueue"
+        self.external = external
+        self.proc: Managed | None = None
+        self.health_port = 0
+        self.webhooks: list[str] = []  # the API paths of its webhook configurations
+
+    def start(self, api: KubeApi, timeout: float = 120.0) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._install_crds(api)
+        webhook, self.health_port, metrics = free_ports(3)
+        certs = self.dir / "webhook"
+        pki.serving_pair(self.run.pki, "kueue-webhook", certs / "tls.crt", certs / "tls.key")
+        _write_metrics_certs(self.run)
+        config = kueue_config(
+            webhook_port=webhook,
+            health_port=self.health_port,
+            metrics_port=metrics,
+            cert_dir=certs,
+            external=self.external,
+        )
+        path = self.dir / "config.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        argv = [
+            str(self.bin_dir / "kueue"),
+            f"--config={path}",
+            f"--kubeconfig={self.run.kubeconfig}",
+            "--zap-log-level=2",
+        ]
+        self.proc = spawn("kueue", argv, self.run.logs)
+        self._await_ready(timeout)
+        manifests = (self.config_dir / "webhooks.yaml").read_text()
+        ca = self.run.pki.ca_crt.read_bytes()
+        for api_path, body in webhook_configurations(manifests, webhook, ca):
+            api.apply(api_path, body, field_manager=FIELD_MANAGER)
+            self.webhooks.append(api_path)
+
+    def stop(self, api: KubeApi) -> None:
+        """Its webhooks go first: left behind, they would refuse what they cover (Fail)."""
+        for api_path in self.webhooks:
+            api.delete(api_path)
+        self.webhooks.clear()
+        if self.proc is not None:
+            terminate(self.proc.pid)
+            self.proc = None
+
+    @property
+    def log(self) -> Path:
+        return self.run.logs / "kueue.log"
+
+    def _install_crds(self, api: KubeApi) -> None:
+        names = []
+        for crd_file in sorted((self.config_dir / "crds").glob("*.yaml")):
+            body = yaml.safe_load(crd_file.read_text())
+            name = body["metadata"]["name"]
+            api.apply(f"{_CRDS}/{name}", body, field_manager=FIELD_MANAGER)
+            names.append(name)
+
+        def established() -> bool:
+            return all(_established(api.get(f"{_CRDS}/{name}")) for name in names)
+
+        wait_until(established, 60, "Kueue's CRDs to be Established")
+
+    def _await_ready(self, timeout: float) -> None:
+        proc = self.proc
+        assert proc is not None
+        url = f"http://127.0.0.1:{self.health_port}/readyz"
+
+        def ready() -> bool:
+            if proc.process.poll() is not None:
+                raise RuntimeError(
+                    f"kueue exited with {proc.process.returncode}:\n{tail(proc.log)}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    return bool(resp.status == 200)
+            except OSError:
+                return False
+
+        wait_until(ready, timeout, "Kueue's manager to be ready")
+
+
+def _established(crd: dict[str, Any]) -> bool:
+    conditions = crd.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+def _write_metrics_certs(run: RunDir) -> None:
+    """The pair Kueue's manager insists on reading at its fixed path (main.go:205-222)."""
+    try:
+        pki.serving_pair(
+            run.pki, "kueue-metrics", METRICS_CERTS / "tls.crt", METRICS_CERTS / "tls.key"
+        )
+    except PermissionError as exc:
+        raise RuntimeError(
+            f"Kueue v0.17.0 reads its metrics certificate from {METRICS_CERTS} whenever its "
+            f"internal certificate management is off, and this user cannot write there: {exc}"
+        ) from exc
+
+
+__all__ = ["KUEUE_NAMESPACE_LABEL", "KueueManager", "kueue_config", "webhook_configurations"]
