@@ -38,8 +38,10 @@ from rljob.adapters.observe import (
     observed_from,
     summarize_child,
     summarize_pod,
+    workload_owner,
 )
 from rljob.api import API_VERSION, KIND, PLURAL
+from rljob.reconcile.admission import Flavor
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
 from rljob.vocabulary.labels import (
     ATTEMPT_LABEL,
@@ -58,7 +60,7 @@ FOREGROUND = "foregroundDeletion"
 TEMPLATE_HASH_LABEL = "pod-template-hash"
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 TRAINER_CONTAINER = "trainer"
-WATCHED_KINDS = ("RLJob", "Deployment", "Job", "Service", "Pod")
+WATCHED_KINDS = ("RLJob", "Deployment", "Job", "Service", "Pod", "Workload")
 CHILD_KINDS = ("Deployment", "Job", "Service")
 # The journaled actions (status.inFlight.kind) that restart something, the policy's or the user's.
 RESTART_KINDS = frozenset({"RestartPod", "RestartRole", "RestartRoleInTurn", "RestartTrainerGang"})
@@ -70,13 +72,16 @@ _PLURALS = {
     "pods": ("v1", "Pod"),
     "events": ("v1", "Event"),
     PLURAL: (API_VERSION, KIND),
+    "workloads": ("kueue.x-k8s.io/v1beta2", "Workload"),  # with --kueue (model/queueing.py)
 }
 _PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+/[^/]+))/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?$"
 )
 _NODE_PATH = re.compile(r"^/api/v1/nodes/(?P<name>[^/?]+)$")
-_GENERATION_KINDS = frozenset({"RLJob", "Deployment", "Job"})
+# The ResourceFlavors a Kueue in the model admits on (the fake scheduler ignores node labels).
+FLAVORS = {"h100": Flavor({"gpu.type": "h100"}, ({"key": "gpu", "operator": "Exists"},))}
+_GENERATION_KINDS = frozenset({"RLJob", "Deployment", "Job", "Workload"})
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 PODGC_QUARANTINE = dt.timedelta(seconds=40)  # pkg/controller/podgc/gc_controller.go @v1.36.3
 
@@ -1306,13 +1311,20 @@ class Index:
         stream.cursor += len(events)
         for ref, body in events:
             managed = body is not None and (
-                kind == KIND or (body["metadata"].get("labels") or {}).get(MANAGED_BY_LABEL)
+                kind in (KIND, "Workload")
+                or (body["metadata"].get("labels") or {}).get(MANAGED_BY_LABEL)
             )
             if managed and body is not None:
                 stream.shown[ref] = body
             else:
                 stream.shown.pop(ref, None)
         return bool(events)
+
+    def workload(self) -> JSON | None:
+        """The Workload the watch shows (the model has one job, so one at most that lives)."""
+        shown = self._streams["Workload"].shown.values()
+        live = [b for b in shown if not b["metadata"].get("deletionTimestamp")]
+        return clone(live[0]) if live else None
 
     def rljob(self, name: str) -> JSON | None:
         body = self._streams[KIND].shown.get((KIND, NAMESPACE, name))
@@ -1328,7 +1340,7 @@ class Index:
         children = [c for kind in CHILD_KINDS for c in self.children(kind, key)]
         return observed_from(children, self.pods(key))
 
-    def kopf_indexes(self) -> dict[str, Mapping[JobKey, list[Any]]]:
+    def kopf_indexes(self) -> dict[str, Mapping[Any, list[Any]]]:
         """The kopf indexes the operator's handlers declare, as views of this index."""
         return {
             "rljobs_idx": _RLJobView(self),
@@ -1336,6 +1348,8 @@ class Index:
             "jobs_idx": _KindView(self, "Job"),
             "services_idx": _KindView(self, "Service"),
             "pods_idx": _KindView(self, "Pod"),
+            "workloads_idx": _WorkloadView(self),
+            "resourceflavors_idx": {name: [flavor] for name, flavor in FLAVORS.items()},
         }
 
     def _shown(self, kind: str, key: JobKey) -> list[JSON]:
@@ -1360,6 +1374,30 @@ class _KindView(Mapping[JobKey, list[Any]]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+class _WorkloadView(Mapping[JobKey, list[Any]]):
+    """The Workload index (rljob.kueue_handlers): the RLJob that controls it -> its bodies."""
+
+    def __init__(self, index: Index) -> None:
+        self._index = index
+
+    def _by_owner(self) -> dict[JobKey, list[JSON]]:
+        found: dict[JobKey, list[JSON]] = {}
+        for body in self._index._streams["Workload"].shown.values():
+            key = workload_owner(body)
+            if key is not None:
+                found.setdefault(key, []).append(clone(body))
+        return found
+
+    def __getitem__(self, key: JobKey) -> list[Any]:
+        return self._by_owner()[key]
+
+    def __iter__(self) -> Iterator[JobKey]:
+        return iter(sorted(self._by_owner()))
+
+    def __len__(self) -> int:
+        return len(self._by_owner())
 
 
 class _RLJobView(Mapping[JobKey, list[str]]):

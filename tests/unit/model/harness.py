@@ -93,12 +93,15 @@ class _Lease(Leadership):
         return self._cluster.lease_holder == self.identity
 
 
-def make_runtime(cluster: Cluster, s3: FakeS3, identity: str) -> Runtime:
+def make_runtime(
+    cluster: Cluster, s3: FakeS3, identity: str, options: RuntimeOptions | None = None
+) -> Runtime:
     """A fresh operator process (replica `identity`, electing its leader on the model's Lease):
     nothing survives from an earlier one but cluster and S3."""
     checkpoints = Checkpoints()
     checkpoints._clients = FakeClients(s3)
-    runtime = Runtime(cluster, RuntimeOptions(), _Lease(cluster, identity), checkpoints=checkpoints)
+    lease = _Lease(cluster, identity)
+    runtime = Runtime(cluster, options or RuntimeOptions(), lease, checkpoints=checkpoints)
     runtime.workers = _Bodies()
     runtime.bind_indexes(cluster.index.kopf_indexes())
     return runtime

@@ -30,6 +30,7 @@ from rljob.checkpoint_protocol.layout import CheckpointLocation, KeyKind, Versio
 from rljob.checkpoint_protocol.models import AttemptMarker
 from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
 from rljob.reconcile.engine_readings import EngineReading
+from rljob.runtime.runtime import RuntimeOptions
 from rljob.vocabulary.labels import ATTEMPT_LABEL as ATTEMPT
 from rljob.vocabulary.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUEST
 from rljob.vocabulary.labels import RESTARTED_AT_ANNOTATION as RESTARTED_AT
@@ -248,6 +249,8 @@ class ActionEngine(RuleBasedStateMachine):
 
     CHECKS: ClassVar[frozenset[str]] = ALL_CHECKS
     GATED: ClassVar[bool] = False  # weightSync Gated: engines drain and rejoin behind the gate
+    # How each operator process is started (test_kueue_model's runs with --kueue).
+    OPTIONS: ClassVar[RuntimeOptions] = RuntimeOptions()
 
     def __init__(self) -> None:
         super().__init__()
@@ -289,6 +292,10 @@ class ActionEngine(RuleBasedStateMachine):
     def teardown(self) -> None:
         self._patches.close()
 
+    def job_body(self) -> JSON:
+        """The RLJob this machine's user creates (and creates again)."""
+        return job_body(gated=self.GATED)
+
     def _start_operator(self, *, lease: bool = True) -> harness.Operator:
         """A fresh operator process: it keeps nothing of the one before, and its watches start
         with a list. With `lease`, it takes the leader Lease at once (the one before is gone)."""
@@ -299,14 +306,14 @@ class ActionEngine(RuleBasedStateMachine):
         self.shown: JSON | None = self.cluster.index.rljob(NAME)
         if lease:
             self.cluster.move_lease_after_writes(0, identity)
-        return harness.make_runtime(self.cluster, self.s3, identity)
+        return harness.make_runtime(self.cluster, self.s3, identity, self.OPTIONS)
 
     # -- the world -------------------------------------------------------------------------------
 
     @initialize()
     def user_applies_the_rljob(self) -> None:
         """The job is created and runs: every sequence starts from a running job."""
-        self.uid = self.cluster.create(job_body(gated=self.GATED))["metadata"]["uid"]
+        self.uid = self.cluster.create(self.job_body())["metadata"]["uid"]
         for _ in range(6):
             self._round()
 
@@ -576,7 +583,7 @@ class ActionEngine(RuleBasedStateMachine):
         """The same name again, maybe before the old children were collected: a new uid. With
         the checkpoint store its attempts continue after the old markers; without, they number
         from 1 again, the old trainer Jobs' names."""
-        body = job_body(gated=self.GATED)
+        body = self.job_body()
         if not store:
             body["spec"].pop("checkpoint", None)
         self.uid = self.cluster.create(body)["metadata"]["uid"]
