@@ -185,6 +185,28 @@ def test_a_queued_job_runs_once_kueue_admits_it(
     )
 
 
+def test_a_job_whose_queue_does_not_exist_says_so(
+    cluster: Cluster, kueue_operator: OperatorProcess, queued_namespace: str
+) -> None:
+    ns = queued_namespace
+    body = _queued_job("lost")
+    body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "nowhere"
+    apply_rljob(cluster, ns, body)
+
+    def said() -> dict[str, Any] | None:
+        queue = (get_rljob(cluster, ns, "lost").get("status") or {}).get("queue") or {}
+        return queue if "nowhere" in queue.get("message", "") else None
+
+    # Kueue's words: "LocalQueue nowhere doesn't exist" (workload_controller.go:603)
+    queue = wait_for(said, 60, "the job to say its LocalQueue does not exist")
+    assert (queue["state"], queue["reason"], queue["localQueue"]) == (
+        "Pending",
+        "Inadmissible",
+        "nowhere",
+    )
+    assert _pods(cluster, ns) == []
+
+
 def _refused(cluster: Cluster, namespace: str, workload: dict[str, Any]) -> str:
     """Kueue's validating webhook answers for this namespace: a copy of the operator's Workload
     asking for the `pods` resource (Kueue's own, workload_webhook.go:165-174) is refused."""

@@ -61,6 +61,14 @@ class WorkloadState:
         """The Evicted condition while it holds (workload.go:1399 IsEvicted)."""
         return self.conditions[kueue.EVICTED] if self.holds(kueue.EVICTED) else None
 
+    def pending_reason(self) -> str:
+        """Kueue's reason for the wait (Pending: no room yet; Inadmissible: e.g. a LocalQueue
+        that does not exist, workload_controller.go:603), or Queued before it said any."""
+        reserved = self.conditions.get(kueue.QUOTA_RESERVED)
+        if reserved is not None and reserved.status != "True" and reserved.reason:
+            return reserved.reason
+        return "Queued"
+
     def pending_message(self) -> str:
         """Why the Workload waits, in Kueue's words: QuotaReserved False carries the scheduler's
         reason (e.g. insufficient quota, a LocalQueue that does not exist)."""

@@ -218,7 +218,7 @@ class _Pass:
         if conditions is not None:
             steps.append(PatchWorkloadStatus(state.name, version, {"conditions": conditions}))
         if not state.admitted:
-            reason = "Queued" if state.active else "Deactivated"
+            reason = state.pending_reason() if state.active else "Deactivated"
             status = self.said.status(QueueState.PENDING, reason, state.pending_message())
             return QueuePass(status, tuple(steps))
         infos = admission_infos(state, self.inputs.flavors)

@@ -84,6 +84,7 @@ def test_a_queue_without_quota_says_why_in_kueues_words() -> None:
     run(w, kueue)
     queue = w.job.status.queue
     assert queue is not None and "insufficient quota" in queue.message
+    assert queue.reason == "Pending"  # Kueue's reason, as its QuotaReserved condition says
     suspended = next(c for c in w.job.status.conditions if c.type == "Suspended")
     assert (suspended.status, suspended.reason) == ("True", "Queued")
 
