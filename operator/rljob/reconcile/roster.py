@@ -101,4 +101,8 @@ def _required(
     if pod.restart_count != before.restarts:
         return target, pod.restart_count
     kept = before.required_generation
+    if kept is None and pod.policy_current:
+        # It passed its gate when nothing was required: a target filled in now would claim it
+        # had to report a generation it never needed (and shows an open gate below it).
+        return None, pod.restart_count
     return (target if kept is None else kept), pod.restart_count

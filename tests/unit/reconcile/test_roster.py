@@ -127,6 +127,8 @@ def was(state: EngineState, required: int | None, restarts: int = 0) -> EngineMe
         pytest.param({}, was(S, 3), 9, was(S, 3), id="keeps-its-target-while-it-stays"),
         pytest.param({"ready": False}, was(J, None), 9, was(J, 9),
                      id="nothing-known-when-it-joined:-this-pass's-target"),
+        pytest.param({"policy_current": True}, was(S, None), 9, was(S, None),
+                     id="passed-its-gate-with-nothing-required:-nothing-filled-in-later"),
         pytest.param({"ready": False, "restart_count": 1}, was(J, 3), 9, was(J, 9, 1),
                      id="a-restart-behind-a-closed-gate-counts-and-refixes"),
         pytest.param({"policy_current": True, "restart_count": 1}, was(S, 3), 9, was(J, 9, 0),
