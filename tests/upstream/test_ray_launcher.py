@@ -105,6 +105,18 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def worker_ports_base(taken: list[int]) -> int:
+    """The first of the nodes' worker port ranges (50 ports a node): below the kernel's
+    ephemeral range, where `free_ports` picks the nodes' other ports. A range that reached into
+    it once held the runtime env agent's port, and the worker node never started."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    span = NODES * 50
+    slots = max(1, (low - 20000) // span)
+    base = 20000 + (os.getpid() % slots) * span
+    assert not any(base <= port < base + span for port in taken), (base, taken)
+    return base
+
+
 def host_address(venv: Path) -> str:
     """The address Ray itself gives a node on this machine (it replaces a 127.0.0.1
     --node-ip-address by it), standing for every pod's IP and the head's name."""
@@ -159,7 +171,7 @@ class RayPair:
         }
         self.envs: list[dict[str, str]] = []
         self.procs: list[subprocess.Popen[bytes]] = []
-        worker_base = 20000 + (os.getpid() % 400) * 100
+        worker_base = worker_ports_base(ports)
         address = host_address(venv)
         for index in range(NODES):
             command, rendered = rendered_pod(index)
