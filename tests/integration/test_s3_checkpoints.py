@@ -711,3 +711,25 @@ def test_cli(s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
     digest = hashlib.sha256(b"{}").hexdigest()
     code, text = run("show", location.version_uri(VersionId(10, 1)), "--json")
     assert code == 0 and digest in text
+
+
+# -- the bed's server --------------------------------------------------------------------------
+
+
+def test_a_server_whose_port_was_taken_after_it_was_picked_moves_to_another(
+    s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    """Free ports are free only when picked: a concurrent process that binds one first made
+    versitygw exit ("address already in use") and a CI run fail. A first start moves on."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    server = S3Server(tmp_path, s3_bucket.server.binary.parent, port, name="versitygw-moved")
+    try:
+        server.start()
+        assert server.port != port
+        server.create_bucket("moved")
+    finally:
+        server.stop()
+        taken.close()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rljob.dev.controlplane import wait_until
-from rljob.dev.processes import Managed, ServerProcess, spawn, tail
+from rljob.dev.processes import Managed, ServerProcess, free_ports, spawn, tail
 
 if TYPE_CHECKING:
     from rljob.checkpoint_protocol.s3.transport import StoreEndpoint
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 BINARY = "versitygw"
 ACCESS_KEY = "rljob-dev"
 HEALTH_PATH = "/health"
+# versitygw exits with this when its port was taken after it was picked (a bind race).
+PORT_TAKEN = "address already in use"
+PORT_TRIES = 3
 REGION = "us-east-1"
 
 
@@ -77,6 +80,7 @@ class S3Server(ServerProcess):
         self.name = name
         self.process: Managed | None = None
         self._client: Any = None
+        self._started = False
 
     @property
     def endpoint(self) -> str:
@@ -124,11 +128,27 @@ class S3Server(ServerProcess):
         ]
 
     def start(self, timeout: float = 30.0) -> None:
-        """Starts the server and waits until its health endpoint answers."""
+        """Starts the server and waits until its health endpoint answers. A first start whose
+        port another process took since it was picked (free ports are free only when picked)
+        moves to another free port, at most PORT_TRIES times; a restart keeps its port."""
         if not self.binary.exists():
             raise S3ServerError(f"{self.binary} is missing: run tools/build.sh")
         for folder in (self.data_dir, self.meta_dir, self.log_dir):
             folder.mkdir(parents=True, exist_ok=True)
+        first = not self._started
+        for _ in range(PORT_TRIES if first else 1):
+            try:
+                self._start_once(timeout)
+                break
+            except S3ServerError as exc:
+                if not (first and PORT_TAKEN in str(exc)):
+                    raise
+                self.port = free_ports(1)[0]
+        else:
+            raise S3ServerError(f"{BINARY}: every port tried was taken ({PORT_TRIES} tries)")
+        self._started = True
+
+    def _start_once(self, timeout: float) -> None:
         env = {"ROOT_ACCESS_KEY_ID": self.access_key, "ROOT_SECRET_ACCESS_KEY": self.secret_key}
         self.process = spawn(self.name, self.argv(), self.log_dir, env=env)
         try:
