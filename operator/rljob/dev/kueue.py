@@ -148,10 +148,6 @@ class KueueManager:
             terminate(self.proc.pid)
             self.proc = None
 
-    @property
-    def log(self) -> Path:
-        return self.run.logs / "kueue.log"
-
     def _install_crds(self, api: KubeApi) -> None:
         names = []
         for crd_file in sorted((self.config_dir / "crds").glob("*.yaml")):

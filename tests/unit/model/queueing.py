@@ -114,7 +114,6 @@ class QueueChecks:
         self.cluster = cluster
         self.recorded: dict[str, list[str]] = {check: [] for check in CHECKS}
         self.cursor = 0
-        self.seen: Mapping[str, Any] | None = None  # the Workload as the pass's watch showed it
         self.previous_status: Mapping[str, Any] = {}
         cluster.status_observers.append(self._status_written)
 
@@ -123,14 +122,13 @@ class QueueChecks:
 
     def after_pass(self, seen: Mapping[str, Any] | None) -> None:
         """`seen`: the Workload as the pass's watch showed it (nothing delivers during a pass)."""
-        self.seen = seen
         if admitted(seen):
             return
         for write in self.cluster.log[self.cursor :]:
             if write.actor.startswith("operator") and _creates_pods(write):
                 self.recorded[NO_POD_WITHOUT_ADMISSION].append(
                     f"{write.verb} {write.kind}/{write.name} while the Workload the pass saw "
-                    f"was not admitted: {_said(self.seen)}"
+                    f"was not admitted: {_said(seen)}"
                 )
 
     def _status_written(self, job: Mapping[str, Any]) -> None:
