@@ -21,7 +21,8 @@ ROLE_LABEL = "rljob.io/role"
 
 
 def example(name: str = "rljob-minimal", **spec_changes: Any) -> dict[str, Any]:
-    body: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    docs = yaml.safe_load_all((EXAMPLES / f"{name}.yaml").read_text())
+    body: dict[str, Any] = next(d for d in docs if d and d.get("kind") == "RLJob")
     body["spec"].update(copy.deepcopy(spec_changes))
     return body
 

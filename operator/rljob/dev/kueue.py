@@ -37,10 +37,18 @@ _ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
 
 def kueue_config(
-    *, webhook_port: int, health_port: int, metrics_port: int, cert_dir: Path, external: bool
+    *,
+    webhook_port: int,
+    health_port: int,
+    metrics_port: int,
+    cert_dir: Path,
+    external: bool,
+    pods_ready_timeout: str = "5m",
 ) -> dict[str, Any]:
     """The manager's Configuration (config.kueue.x-k8s.io/v1beta2; the file is decoded
-    strictly, pkg/config/config.go:57). `external`: RLJob listed as an external framework."""
+    strictly, pkg/config/config.go:57). `external`: RLJob listed as an external framework;
+    `pods_ready_timeout`: how long an admitted Workload may go without PodsReady before Kueue
+    evicts it."""
     selector = {"matchLabels": {KUEUE_NAMESPACE_LABEL: "true"}}
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -55,7 +63,7 @@ def kueue_config(
         "manageJobsWithoutQueueName": True,
         "managedJobsNamespaceSelector": selector,
         "waitForPodsReady": {
-            "timeout": "5m",
+            "timeout": pods_ready_timeout,
             "recoveryTimeout": "3m",
             "blockAdmission": False,
             "requeuingStrategy": {
@@ -99,8 +107,11 @@ def webhook_configurations(
 class KueueManager:
     """Kueue's controller manager for one run folder of the bed."""
 
-    def __init__(self, run: RunDir, bin_dir: Path, *, external: bool = True) -> None:
+    def __init__(
+        self, run: RunDir, bin_dir: Path, *, external: bool = True, pods_ready_timeout: str = "5m"
+    ) -> None:
         self.run = run
+        self.pods_ready_timeout = pods_ready_timeout
         self.bin_dir = bin_dir
         self.config_dir = bin_dir / "kueue-config"
         self.dir = run.root / "kueue"
@@ -122,6 +133,7 @@ class KueueManager:
             metrics_port=metrics,
             cert_dir=certs,
             external=self.external,
+            pods_ready_timeout=self.pods_ready_timeout,
         )
         path = self.dir / "config.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -207,6 +207,12 @@ class _Pass:
         version, now = _version(body), self.said.now
         steps: list[WorkloadStep] = list(extras)
         evicted = state.evicted
+        if evicted is not None and not state.quota_reserved:
+            # Kueue keeps Evicted True until it reserves quota again (workload.go:849-867,
+            # SetQuotaReservation): the pods are gone and the quota given back, so it queues.
+            message = f"evicted ({evicted.reason}: {evicted.message}); {state.pending_message()}"
+            status = self.said.status(QueueState.PENDING, state.pending_reason(), message)
+            return QueuePass(status, tuple(steps))
         if evicted is not None:
             status = self.said.status(QueueState.EVICTED, evicted.reason, evicted.message)
             patch = None if self.running else released(body, state, now)

@@ -89,7 +89,8 @@ def test_an_eviction_stops_the_job_and_a_readmission_starts_the_next_attempt() -
         machine.world_settles(rounds=6)
         machine.invariants_hold()
         status = machine.cluster.peek(KIND, NAME)["status"]  # type: ignore[index]
-        assert status["queue"]["state"] == "Evicted"
+        assert status["queue"]["state"] == "Pending", "its quota given back, it queues again"
+        assert status["queue"]["message"].startswith("evicted (Preempted: "), status["queue"]
         assert not [
             j for j in machine.cluster.view("Job") if not j["metadata"].get("deletionTimestamp")
         ]

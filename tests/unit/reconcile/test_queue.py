@@ -124,12 +124,20 @@ def test_an_eviction_suspends_the_job_and_gives_the_quota_back_once_its_pods_are
     status = w.job.status
     assert status.restarts is None or status.restarts.counted == 0
     assert status.attempts[-1].end_reason == EVICTED_END
+    assert status.queue is not None and (status.queue.state, status.queue.reason) == (
+        QueueState.EVICTED,
+        "Preempted",
+    )
     w.gone()
     w.pods.clear()
     run(w, kueue)
     assert kueue.conditions()["QuotaReserved"] == ("False", "Pending")
     assert kueue.conditions()["Requeued"] == ("True", "Preempted")
     assert "admission" not in kueue.only()["status"]
+    run(w, kueue)  # Evicted stays True until Kueue reserves quota again: the job queues
+    queue = w.job.status.queue
+    assert queue is not None and queue.state == QueueState.PENDING
+    assert queue.message.startswith("evicted (Preempted: Preempted to accommodate"), queue
     kueue.admit()
     resumed = run(w, kueue)
     assert trainer_job_name(w.name, 2) in pod_bearing(resumed)
