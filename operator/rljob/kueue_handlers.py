@@ -1,6 +1,7 @@
 """kopf routing for Kueue, registered only when the operator runs with `--kueue`: the Workloads
-RLJobs control (Kueue's Owns(&Workload{}), reconciler.go:1709) wake their job, and the
-ResourceFlavors an admission names are kept to merge their node labels and tolerations."""
+RLJobs control (Kueue's Owns(&Workload{}), reconciler.go:1709) wake their job, or are released
+when their RLJob is gone (rljob.adapters.workloads), and the ResourceFlavors an admission names
+are kept to merge their node labels and tolerations."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import kopf
 
 from rljob.adapters.observe import workload_owner
+from rljob.adapters.workloads import release_if_orphaned
 from rljob.handlers import in_scope
 from rljob.reconcile.admission import flavor_of
 from rljob.runtime.runtime import Runtime
@@ -49,5 +51,7 @@ async def workload_changed(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> N
     runtime: Runtime = memo["runtime"]
     runtime.bind_indexes(kwargs)
     key = workload_owner(body)
-    if key is not None:
+    if key is None:
+        return
+    if not await release_if_orphaned(runtime.kube, body):
         runtime.workers.wake(key, "workload")

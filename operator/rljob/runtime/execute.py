@@ -17,6 +17,7 @@ from rljob.adapters.events import post_event
 from rljob.adapters.kube import Kube, KubeError
 from rljob.adapters.observe import controller_uid
 from rljob.adapters.paths import api_version_of, object_path
+from rljob.adapters.workloads import drop_in_use_finalizer
 from rljob.api import API_VERSION, KIND, InFlightAction, RLJob
 from rljob.crashpoints import crash_point
 from rljob.reconcile.gate import DRAINING, RESTARTED
@@ -197,24 +198,7 @@ async def _patch_workload_status(step: PatchWorkloadStatus, ctx: Context) -> Non
 
 
 async def _release_workload(step: ReleaseWorkload, ctx: Context) -> None:
-    """Kueue's finalizer removed (the list replaced, guarded by the resourceVersion)."""
-    path = _workload_path(ctx, step.name)
-    try:
-        held = await ctx.kube.request("get", path)
-    except KubeError as exc:
-        if exc.not_found:
-            return
-        raise
-    finalizers = [
-        f for f in held["metadata"].get("finalizers") or [] if f != kueue.RESOURCE_IN_USE_FINALIZER
-    ]
-    body = {
-        "metadata": {
-            "resourceVersion": held["metadata"]["resourceVersion"],
-            "finalizers": finalizers,
-        }
-    }
-    await _guarded_patch(ctx, path, body)
+    await drop_in_use_finalizer(ctx.kube, ctx.namespace, step.name)
 
 
 async def _delete_workload(step: DeleteWorkload, ctx: Context) -> None:
