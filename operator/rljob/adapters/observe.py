@@ -148,6 +148,7 @@ def summarize_pod(body: Body) -> ObservedPod:
         node=spec.get("nodeName", "") or "",
         phase=status.get("phase", "Unknown") or "Unknown",
         ready=_condition(status, "Ready").get("status") == "True",
+        containers_ready=_condition(status, "ContainersReady").get("status") == "True",
         restart_count=sum(int(c.get("restartCount", 0) or 0) for c in containers),
         unschedulable_message=str(scheduled.get("message", ""))[:_MESSAGE_LIMIT]
         if unschedulable

@@ -66,6 +66,9 @@ class ObservedPod:
     # When its main container last (re)started: a reading taken before describes a process gone.
     started_at: datetime | None = None
     owner_uid: str = ""  # its controller's uid: its Job's, or its ReplicaSet's; "": none
+    # Every container passes its readiness probe (ContainersReady): a Gated engine not Ready
+    # with this True waits only for its readiness gate, the weights.
+    containers_ready: bool = False
 
     @property
     def terminal(self) -> bool:

@@ -32,6 +32,7 @@ from rljob.reconcile.lifecycle import (
     decide_trainer,
 )
 from rljob.reconcile.observed import Observed, ObservedChild
+from rljob.reconcile.placement import serving_held
 from rljob.reconcile.render import (
     DEFAULT_MASTER_PORT,
     DesiredChild,
@@ -114,7 +115,7 @@ def reconcile(
     extras = extras or ReconcileExtras()
     now = now.replace(microsecond=0)
     decision = decide_trainer(job, observed, now, extras.trainer_hold, extras.lost_nodes)
-    desired = render_children(job, render_context(job, decision, extras, now))
+    desired = render_children(job, render_context(job, observed, decision, extras, now))
     apply = _to_apply(desired, observed, decision)
     status = build_status(
         job,
@@ -139,7 +140,11 @@ def reconcile(
 
 
 def render_context(
-    job: RLJob, decision: TrainerDecision, extras: ReconcileExtras, now: datetime
+    job: RLJob,
+    observed: Observed,
+    decision: TrainerDecision,
+    extras: ReconcileExtras,
+    now: datetime,
 ) -> RenderContext:
     suspects = active_suspects(job.status.suspect_nodes, now, suspect_ttl(job))
     return RenderContext(
@@ -155,6 +160,7 @@ def render_context(
         renamed=frozenset(job.status.renamed),
         default_store=extras.default_store,
         admission=extras.admission,
+        serving_held=serving_held(job, observed, decision.attempt),
     )
 
 

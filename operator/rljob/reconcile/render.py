@@ -103,6 +103,8 @@ class RenderContext:
     default_store: DefaultStore = field(default_factory=DefaultStore)
     # Kueue's admission of a queued job, by role: merged into the role's pods.
     admission: Mapping[str, PodSetInfo] = field(default_factory=dict)
+    # Serving roles wait at zero replicas for the trainer's ranks to be placed (placement.py).
+    serving_held: bool = False
 
     @property
     def names(self) -> names.ChildNames:
@@ -207,7 +209,7 @@ def _deployment(
     job: RLJob, role_name: RoleName, role: ServingRole, ctx: RenderContext
 ) -> DesiredChild:
     image = _image(job, role)
-    scaled_to_zero = suspended(job) or ctx.finished
+    scaled_to_zero = suspended(job) or ctx.finished or ctx.serving_held
     policy_env = ctx.policy_env if role_name == RoleName.ROLLOUT else {}
     # A new generation alone never rolls the engines: it rides along whenever the template
     # is applied for another reason (engines load the newest version from the URI anyway).

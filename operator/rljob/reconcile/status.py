@@ -25,6 +25,7 @@ from rljob.reconcile.conditions import (
     merge_conditions,
 )
 from rljob.reconcile.engine_readings import EngineReading
+from rljob.reconcile.gate import awaiting_gate
 from rljob.reconcile.lifecycle import (
     TERMINAL_PHASES,
     TrainerDecision,
@@ -143,7 +144,10 @@ def _ready(job: RLJob, observed: Observed, decision: TrainerDecision, role: Role
     deployment = next(
         (c for c in observed.children if c.kind == "Deployment" and c.role == role.value), None
     )
-    return deployment.ready_replicas if deployment is not None else 0
+    ready = deployment.ready_replicas if deployment is not None else 0
+    if role == RoleName.ROLLOUT:  # a Gated engine waiting only for weights counts as ready
+        ready += sum(1 for pod in awaiting_gate(job, observed) if pod.containers_ready)
+    return ready
 
 
 def _role_counts(roles: RolesStatus) -> list[tuple[str, RoleStatus]]:

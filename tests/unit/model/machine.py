@@ -36,7 +36,7 @@ from rljob.vocabulary.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUES
 from rljob.vocabulary.labels import RESTARTED_AT_ANNOTATION as RESTARTED_AT
 from rljob.vocabulary.labels import RESUME_REQUEST_ANNOTATION as RESUME_REQUEST
 from rljob.vocabulary.labels import ROLE_LABEL as ROLE
-from tests.unit.model import bounds, drain, harness, in_turn, nodes, suspension
+from tests.unit.model import bounds, drain, harness, in_turn, nodes, placement, suspension
 from tests.unit.model.cluster import (
     RESTART_KINDS,
     TEMPLATE_HASH_LABEL,
@@ -98,7 +98,7 @@ ALL_CHECKS = frozenset(
     {ONE_ATTEMPT, NEXT_ATTEMPT, NO_DOUBLE_DELETE, LEDGER, FAILED_STOPS, FAILJOB_FAILS,
      RESUMES_NEWEST, KEEPS_LINEAGE, WITHIN_MAX_UNAVAILABLE, NO_PROGRESS_COUNTS_POLICY,
      FORGETS_DELETED, LEASED_WRITES, SOFT_SUSPECTS, *in_turn.CHECKS, *suspension.CHECKS,
-     *drain.CHECKS, *nodes.CHECKS, *bounds.CHECKS}
+     *drain.CHECKS, *nodes.CHECKS, *bounds.CHECKS, *placement.CHECKS}
 )  # fmt: skip
 FAIL_THE_JOB = "fail the job"  # how the failure policy's decision message ends for FailJob
 # The failure policy's note when gang restarts made no progress (policy/choose.py).
@@ -288,6 +288,7 @@ class ActionEngine(RuleBasedStateMachine):
         self.drains = drain.DrainChecks(self.cluster, NAME, self.readings)
         self.node_checks = nodes.NodeChecks(self.cluster, NAME)
         self.bound_checks = bounds.BoundChecks(self.cluster, NAME)
+        self.placement = placement.PlacementChecks(self.cluster, KEY)
 
     def teardown(self) -> None:
         self._patches.close()
@@ -665,6 +666,10 @@ class ActionEngine(RuleBasedStateMachine):
                 check: partial(_nothing_recorded, *[self.suspension.faults(check)])
                 for check in suspension.CHECKS
             },
+            **{
+                check: partial(_nothing_recorded, self.placement.faults(check))
+                for check in placement.CHECKS
+            },
         }
         for name in sorted(self.CHECKS):
             checks[name]()
@@ -896,6 +901,7 @@ class ActionEngine(RuleBasedStateMachine):
         lost = self.node_checks.before_pass(leading=runtime.leadership.acting())
         overdue = self.bound_checks.before_pass(leading=runtime.leadership.acting())
         changed = self.cluster.index.deliver()
+        gang = self.placement.before_pass()
         if KIND in changed:
             self._watch_delivered(deleted_events=True)
         shown = self.cluster.index.rljob(NAME)
@@ -919,6 +925,7 @@ class ActionEngine(RuleBasedStateMachine):
         self.drains.after_pass(draining)
         self.node_checks.after_pass(lost)
         self.bound_checks.after_pass(overdue)
+        self.placement.after_pass(gang)
         after, jobs = self.cluster.peek(KIND, NAME), self.cluster.view("Job")
         ttl = dt.timedelta(seconds=parse_duration(SUSPECT_NODE_TTL))
         self.suspect_faults += suspect_faults(before, after, jobs, self.clock.now, ttl)

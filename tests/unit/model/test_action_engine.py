@@ -120,7 +120,8 @@ KIND = "RLJob"
         pytest.param([NCCL_FAILS, ("world_settles", {"rounds": 6})], 2, 1, "Running",
                      id="gang-restart-after-an-nccl-timeout"),
         pytest.param([("user_sets_suspend", {"suspend": True}), SETTLE, SETTLE,
-                      ("user_sets_suspend", {"suspend": False}), SETTLE, SETTLE, SETTLE],
+                      # resumed: the ranks bound first, then the engines (a gang that fits)
+                      ("user_sets_suspend", {"suspend": False}), ("world_settles", {"rounds": 5})],
                      2, 0, "Running", id="suspend-and-resume"),
         pytest.param([OOM_KILLED, SETTLE, OOM_KILLED, SETTLE, SETTLE, SETTLE], 1, 1, "Running",
                      id="serving-pod-restarted-after-two-oom-kills"),
@@ -160,7 +161,9 @@ KIND = "RLJob"
         pytest.param([("controllers_step", {}), ("user_sets_suspend", {"suspend": True}),
                       ("world_settles", {"rounds": 3}), ("user_sets_suspend", {"suspend": False}),
                       ("next_write_fails", {"status": 409}), ("operator_passes", {}),
-                      ("operator_restarts", {"dies_before_write": 2}),
+                      # the resume pass journals attempt 2, then creates its Job (its serving
+                      # roles wait for the ranks): the crash falls between the two
+                      ("operator_restarts", {"dies_before_write": 1}),
                       ("user_sets_suspend", {"suspend": True}), SETTLE,
                       ("user_sets_suspend", {"suspend": False}), ("world_settles", {"rounds": 6})],
                      2, 0, "Running", id="attempt-journaled-then-crashed-then-suspended-is-kept"),

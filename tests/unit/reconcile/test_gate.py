@@ -342,3 +342,18 @@ def test_a_gate_that_can_never_open_is_said_in_degraded(
     assert (degraded.reason == "PolicyGateWithoutSignals") is said
     assert ("rljob.io/policy-current" in degraded.message) is said
     assert not opened(decision)
+
+
+@pytest.mark.parametrize(
+    ("containers_ready", "ready"),
+    [(True, 5), (False, 4)],
+    ids=["waiting-only-for-weights-counts-as-ready", "containers-not-ready-do-not-count"],
+)
+def test_ready_counts_a_gated_engine_that_waits_only_for_its_weights(
+    containers_ready: bool, ready: int
+) -> None:
+    w = gated_world()
+    joining(w, containers_ready=containers_ready)
+    roles = decide_now(w).plan.status.roles
+    assert roles is not None and roles.rollout is not None
+    assert roles.rollout.ready == ready

@@ -189,12 +189,18 @@ class World:
                             del self.pods[name]
 
     def ready(self) -> None:
-        """Every Deployment's pods are ready and every live trainer Job's ranks run."""
+        """Every live trainer Job's ranks run and every Deployment's pods are ready; serving
+        roles held at zero for the ranks (reconcile/placement.py) are first scaled up by the
+        operator's pass that sees the ranks bound."""
+        jobs = [c for c in self.children.values() if c.kind == "Job" and not c.deleting]
+        for child in jobs:
+            self.start_ranks(child.attempt or 1)
+        deployments = [c for c in self.children.values() if c.kind == "Deployment"]
+        if jobs and deployments and not any(c.replicas for c in deployments):
+            self.step()
         for key, child in self.children.items():
             if child.kind == "Deployment":
                 self.children[key] = dataclasses.replace(child, ready_replicas=child.replicas)
-            elif child.kind == "Job" and not child.deleting:
-                self.start_ranks(child.attempt or 1)
 
     def start_ranks(self, attempt: int, *, scheduled: int | None = None, message: str = "") -> None:
         """Creates the attempt's rank pods; the first `scheduled` get a node and run."""
