@@ -3,8 +3,10 @@ operator believed:
 
 - a-lost-trainer-rank-leads-to-a-new-attempt: once a rank of the current attempt has sat on a
   lost node (its Node gone, or not answering for the job's nodeLostTimeout) for that timeout plus
-  the failure policy's longest backoff, at most ACTING_PASSES passes of the leader on caught-up
-  watches that wrote without a fault begin with that attempt still current while the job runs;
+  the failure policy's longest backoff (a rank on a Node deleted outright counts once it shows
+  it: not Ready, or terminating, as PodGC leaves it), at most ACTING_PASSES passes of the leader
+  on caught-up watches that wrote without a fault begin with that attempt still current while
+  the job runs;
 - a-pod-is-force-deleted-only-where-nothing-runs-it: the operator deletes a pod with grace 0
   only when its Node is gone, or does not answer and carries node.kubernetes.io/out-of-service
   (a kubelet cut off by a partition may still run the rank);
@@ -129,7 +131,10 @@ class NodeChecks:
                 continue  # a deleted namesake's leftover
             if pod["status"]["phase"] in ("Succeeded", "Failed"):
                 continue
-            since = self._lost_since(pod["spec"].get("nodeName"))
+            node = pod["spec"].get("nodeName")
+            if node in self.cluster.gone_nodes and _unmarked(pod):
+                continue  # no sign on the pod yet: PodGC's force delete is the operator's cue
+            since = self._lost_since(node)
             if since is not None and self.cluster.clock.now - since >= bound:
                 return f"{job['metadata']['uid']}/a{attempt}"
         return None
@@ -148,3 +153,12 @@ class NodeChecks:
                 f"(Ready {self.cluster.nodes.get(node)}, out of service: "
                 f"{node in self.cluster.out_of_service})"
             )
+
+
+def _unmarked(pod: Mapping[str, Any]) -> bool:
+    """Still Ready and not terminating: a Node deleted outright leaves its pods so until PodGC
+    force-deletes them (after its quarantine); the operator reads the node of a rank only once
+    the rank shows a sign (rljob.reconcile.nodes.nodes_to_read)."""
+    conditions = pod["status"].get("conditions") or []
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return ready and not pod["metadata"].get("deletionTimestamp")
