@@ -110,7 +110,8 @@ def _apply_kueue(
     meta = {"name": name, **({"namespace": namespace} if namespace else {})}
     body = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": meta, **fields}
     scope = f"/namespaces/{namespace}" if namespace else ""
-    cluster.api.apply(f"{KUEUE}{scope}/{kind.lower()}s/{name}", body, field_manager="test")
+    plural = kind.lower() + ("es" if kind.endswith("s") else "s")
+    cluster.api.apply(f"{KUEUE}{scope}/{plural}/{name}", body, field_manager="test")
 
 
 @pytest.fixture
@@ -367,6 +368,7 @@ def test_a_preempted_job_saves_waits_and_resumes_from_its_newest_checkpoint(
     checkpoint = {"uri": f"s3://{s3_bucket.name}/ckpt", "addressingStyle": "path"}
     low = _prioritised_job("grpo-low", "low", "rl-low", checkpoint=checkpoint)
     with QuotaWatch(cluster, ns, "grpo-low") as watch:
+        said.mark("low applied")
         apply_rljob(cluster, ns, low)
         wait_for(lambda: _in_state(cluster, ns, "grpo-low", "Admitted"), 60, "grpo-low admitted")
         said.mark("low admitted (borrowing the lender's GPUs)")
