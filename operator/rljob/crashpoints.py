@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-CrashHook = Callable[[str], None]
+CrashHook = Callable[[str, str], None]  # (point, the namespace of the job at it; "": unknown)
 
 GANG_RESTART_CRASH_POINTS = (
     "gang-restart:journaled",
@@ -41,6 +41,6 @@ def install_crash_hook(hook: CrashHook | None) -> None:
     _installed[:] = [] if hook is None else [hook]
 
 
-def crash_point(name: str) -> None:
+def crash_point(name: str, namespace: str = "") -> None:
     for hook in _installed:
-        hook(name)
+        hook(name, namespace)

@@ -17,7 +17,7 @@ from rljob.crashpoints import (
     POD_RESTART_CRASH_POINTS,
     ROLE_RESTART_CRASH_POINTS,
 )
-from rljob.dev.crash_entry import CRASH_POINT_ENV
+from rljob.dev.crash_entry import crash_env
 from rljob.dev.kubeapi import ApiError
 from rljob.dev.scrape import metric_values
 from tests.helpers import wait_for
@@ -204,7 +204,7 @@ def test_sigkill_at_a_crash_point_resumes_the_gang_restart_exactly_once(
     with trainer_pod_history(cluster, namespace) as history:
         apply_rljob(cluster, namespace, _spec(s3_bucket))
         wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
-        operator.restart(env={CRASH_POINT_ENV: point})
+        operator.restart(env=crash_env(point, namespace))
         fail_rank0(cluster, namespace, NAME)
         wait_for(
             lambda: operator.current.process.poll() is not None,
@@ -300,7 +300,7 @@ def _oom_twice(
     """OOM-kills the pod's container twice in place, with the operator set to die at
     `crash_at` meanwhile (then restarted), if given; `settled`: see _restart_after_the_crash."""
     if crash_at is not None:
-        operator.restart(env={CRASH_POINT_ENV: crash_at})
+        operator.restart(env=crash_env(crash_at, namespace))
     path = f"/api/v1/namespaces/{namespace}/pods/{pod}"
     oom = {"sim.rljob.io/fail-exit-code": "137", "sim.rljob.io/fail-reason": "OOMKilled"}
     for restarts in (1, 2):
@@ -377,7 +377,7 @@ def test_sigkill_after_the_attempt_marker_creates_the_attempt_once(
 ) -> None:
     """Killed between writing attempt 1's marker and recording it: the restarted operator
     starts the same attempt (the marker rewritten, not a second attempt) and one Job."""
-    operator.restart(env={CRASH_POINT_ENV: "attempt:marker-written"})
+    operator.restart(env=crash_env("attempt:marker-written", namespace))
     apply_rljob(cluster, namespace, _spec(s3_bucket))
     _restart_after_the_crash(operator, "attempt:marker-written")
     job = wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
@@ -401,7 +401,7 @@ def test_sigkill_halfway_through_retention_loses_no_eligible_checkpoint(
     writer = _writer(s3_bucket, namespace, attempt=1)
     for step in (10, 20, 30):
         _commit(writer, step)
-    operator.restart(env={CRASH_POINT_ENV: "retention:manifests-deleted"})
+    operator.restart(env=crash_env("retention:manifests-deleted", namespace))
     fail_rank0(cluster, namespace, NAME)
     _restart_after_the_crash(operator, "retention:manifests-deleted")
 

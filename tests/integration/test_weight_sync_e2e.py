@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from rljob.crashpoints import DRAIN_CRASH_POINTS
-from rljob.dev.crash_entry import CRASH_POINT_ENV
+from rljob.dev.crash_entry import crash_env
 from rljob.dev.prometheus import PrometheusServer
 from rljob.dev.scrape import metric_values
 from rljob.dev.sim.launcher import Simulator
@@ -171,7 +171,7 @@ def _drift_restart(
     apply_rljob(cluster, namespace, _job(prometheus.url, weight_sync))
     before, engines = _steady(cluster, namespace, operator, driver)
     if crash_at is not None:
-        operator.restart(env={CRASH_POINT_ENV: crash_at})
+        operator.restart(env=crash_env(crash_at, namespace))
     victim = sorted(engines)[0]
     simulator.client().inject("drift", namespace=namespace, pod=victim, drop=0.3)
     if crash_at is not None:

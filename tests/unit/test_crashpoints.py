@@ -130,3 +130,16 @@ def test_no_product_module_mentions_the_arming_variable() -> None:
         if CRASH_POINT_ENV.encode() in path.read_bytes()
     ]
     assert mentions == []
+
+
+@pytest.mark.parametrize(
+    ("reached_in", "fires"),
+    [("rl-a", True), ("rl-b", False), ("", True)],
+    ids=["its-namespace", "another-namespace", "namespace-unknown"],
+)
+def test_a_point_armed_for_a_namespace_fires_only_there(
+    reached_in: str, fires: bool, kills: list[tuple[int, int]]
+) -> None:
+    arm(crash_entry.crash_env("gang-restart:journaled", "rl-a"))
+    crash_point("gang-restart:journaled", reached_in)
+    assert kills == ([(os.getpid(), signal.SIGKILL)] if fires else [])

@@ -14,14 +14,23 @@ from rljob import cli
 from rljob.crashpoints import CRASH_POINTS, CrashHook, install_crash_hook
 
 CRASH_POINT_ENV = "RLJOB_TEST_CRASH_POINT"
+# Only a job of this namespace reaches the armed point (a test's own): a job another test left
+# in a namespace being deleted must not kill the operator the test restarts.
+CRASH_NAMESPACE_ENV = "RLJOB_TEST_CRASH_NAMESPACE"
 
 
-def sigkill_at(armed: str) -> CrashHook:
+def crash_env(point: str, namespace: str) -> dict[str, str]:
+    """The environment that arms `point` for the jobs of `namespace` only."""
+    return {CRASH_POINT_ENV: point, CRASH_NAMESPACE_ENV: namespace}
+
+
+def sigkill_at(armed: str, namespace: str = "") -> CrashHook:
     """A hook that SIGKILLs this process each time the armed point is reached (no cleanup, as a
-    node loss would)."""
+    node loss would); with `namespace`, only by a job of that namespace (or where none is
+    known)."""
 
-    def hook(name: str) -> None:
-        if name == armed:
+    def hook(name: str, reached_in: str) -> None:
+        if name == armed and (not namespace or reached_in in ("", namespace)):
             os.kill(os.getpid(), signal.SIGKILL)
 
     return hook
@@ -35,7 +44,7 @@ def arm(environ: Mapping[str, str]) -> str | None:
         return None
     if armed not in CRASH_POINTS:
         raise SystemExit(f"{CRASH_POINT_ENV}={armed!r} is not one of {', '.join(CRASH_POINTS)}")
-    install_crash_hook(sigkill_at(armed))
+    install_crash_hook(sigkill_at(armed, environ.get(CRASH_NAMESPACE_ENV, "")))
     return armed
 
 

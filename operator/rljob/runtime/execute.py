@@ -73,7 +73,7 @@ class Context:
 
 
 async def _crash_point(step: CrashPoint, ctx: Context) -> None:
-    crash_point(step.name)
+    crash_point(step.name, ctx.namespace)
 
 
 async def _post_event(step: PostEvent, ctx: Context) -> None:
