@@ -41,6 +41,7 @@ from tests.unit.reconcile.world import example_body, with_role
 TOP = Path(__file__).resolve().parents[2]
 NODES = 2
 START_TIMEOUT = 90.0
+PAIR_STARTS = 3  # a worker node that dies while starting is started again (pair_factory)
 RUN_TIMEOUT = 150.0
 DRIVER = """\
 import os, sys, time
@@ -223,6 +224,18 @@ class RayPair:
         )
         return probe.returncode == 0
 
+    def worker_started(self, timeout: float) -> bool:
+        """The worker node passes its readiness check (False: it died first; True as well
+        when it is still starting at `timeout`, for the test to judge)."""
+        deadline = time.monotonic() + timeout
+        while not self.ready(1):
+            if self.procs[1].poll() is not None:
+                return False
+            if time.monotonic() > deadline:
+                return True
+            time.sleep(0.5)
+        return True
+
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not all(self.ready(i) for i in range(NODES)):
@@ -259,12 +272,23 @@ class RayPair:
 
 @pytest.fixture
 def pair_factory(tmp_path: Path, torch_venv: Path) -> Iterator[Any]:
+    """A pair whose worker node came up. Its ports are picked free and released before Ray
+    binds them, so another process may take one meanwhile (a worker raylet once died so in
+    CI): a worker node that dies while starting is started again, with fresh ports."""
     made: list[RayPair] = []
 
     def make(mode: str) -> RayPair:
-        pair = RayPair(tmp_path, torch_venv, mode)
-        made.append(pair)
-        return pair
+        for start in range(1, PAIR_STARTS + 1):
+            workdir = tmp_path / f"start{start}"
+            workdir.mkdir()
+            pair = RayPair(workdir, torch_venv, mode)
+            made.append(pair)
+            if pair.worker_started(START_TIMEOUT):
+                return pair
+            pair.close()
+        pytest.fail(
+            f"the worker node died while starting {PAIR_STARTS} times:\n{pair.log(1)[-4000:]}"
+        )
 
     yield make
     for pair in made:
