@@ -53,5 +53,5 @@ async def workload_changed(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> N
     key = workload_owner(body)
     if key is None:
         return
-    if not await release_if_orphaned(runtime.kube, body):
+    if not await release_if_orphaned(runtime.kube, body, key):
         runtime.workers.wake(key, "workload")

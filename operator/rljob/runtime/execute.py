@@ -17,7 +17,7 @@ from rljob.adapters.events import post_event
 from rljob.adapters.kube import Kube, KubeError
 from rljob.adapters.observe import controller_uid
 from rljob.adapters.paths import api_version_of, object_path
-from rljob.adapters.workloads import drop_in_use_finalizer
+from rljob.adapters.workloads import drop_in_use_finalizer, guarded_patch
 from rljob.api import API_VERSION, KIND, InFlightAction, RLJob
 from rljob.crashpoints import crash_point
 from rljob.reconcile.gate import DRAINING, RESTARTED
@@ -189,12 +189,12 @@ async def _create_workload(step: CreateWorkload, ctx: Context) -> None:
 
 async def _update_workload_spec(step: UpdateWorkloadSpec, ctx: Context) -> None:
     body = {"metadata": {"resourceVersion": step.resource_version}, "spec": step.spec}
-    await _guarded_patch(ctx, _workload_path(ctx, step.name), body)
+    await guarded_patch(ctx.kube, _workload_path(ctx, step.name), body)
 
 
 async def _patch_workload_status(step: PatchWorkloadStatus, ctx: Context) -> None:
     body = {"metadata": {"resourceVersion": step.resource_version}, "status": step.status}
-    await _guarded_patch(ctx, _workload_path(ctx, step.name) + "/status", body)
+    await guarded_patch(ctx.kube, _workload_path(ctx, step.name) + "/status", body)
 
 
 async def _release_workload(step: ReleaseWorkload, ctx: Context) -> None:
@@ -203,16 +203,6 @@ async def _release_workload(step: ReleaseWorkload, ctx: Context) -> None:
 
 async def _delete_workload(step: DeleteWorkload, ctx: Context) -> None:
     await ctx.kube.delete(kueue.API_VERSION, "Workload", ctx.namespace, step.name, step.uid)
-
-
-async def _guarded_patch(ctx: Context, path: str, body: dict[str, Any]) -> None:
-    """A merge patch that loses to any write since the Workload was read (409): the next
-    pass reads it again and decides afresh; a Workload gone (404) needs nothing."""
-    try:
-        await ctx.kube.request("patch", path, body, content_type="application/merge-patch+json")
-    except KubeError as exc:
-        if not (exc.conflict or exc.not_found):
-            raise
 
 
 Applier = Callable[[Any, Context], Awaitable[None]]
