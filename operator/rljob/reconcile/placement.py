@@ -13,7 +13,8 @@ operator restart decides the same (docs/architecture.md, "A gang that fits")."""
 
 from __future__ import annotations
 
-from rljob.api import RLJob, RoleName
+from rljob.api import RLJob
+from rljob.reconcile.lifecycle import trainer_pods
 from rljob.reconcile.observed import Observed
 
 
@@ -26,11 +27,4 @@ def serving_held(job: RLJob, observed: Observed, attempt: int) -> bool:
 
 def placed_ranks(observed: Observed, attempt: int) -> int:
     """Ranks of the attempt's trainer bound to a node and not going away."""
-    return sum(
-        1
-        for pod in observed.pods
-        if pod.role == RoleName.TRAINER.value
-        and pod.attempt == attempt
-        and pod.node
-        and not (pod.terminal or pod.deleting)
-    )
+    return sum(1 for pod in trainer_pods(observed, attempt) if pod.node and not pod.terminal)
