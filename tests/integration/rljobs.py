@@ -134,6 +134,26 @@ SERVICES = "/api/v1/namespaces/{ns}/services"
 PODS = "/api/v1/namespaces/{ns}/pods"
 
 
+def trainer_env(
+    cluster: Cluster,
+    namespace: str,
+    attempt: int,
+    *,
+    job: str = "grpo-minimal",
+    timeout: float = 60,
+) -> dict[str, str]:
+    """The env of the trainer Job of `job`'s attempt, once the operator has created it."""
+
+    def created() -> dict[str, Any] | None:
+        name = f"{job}-trainer-a{attempt}"
+        jobs = children(cluster, namespace, JOBS, job)
+        return next((j for j in jobs if j["metadata"]["name"] == name), None)
+
+    trainer = wait_for(created, timeout, f"{job}'s trainer Job of attempt {attempt}")
+    env = trainer["spec"]["template"]["spec"]["containers"][0]["env"]
+    return {e["name"]: e.get("value", "") for e in env}
+
+
 NCCL_WATCHDOG = (
     "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=41, OpType=ALLREDUCE) "
     "ran for 600000 milliseconds before timing out."

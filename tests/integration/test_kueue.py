@@ -31,7 +31,6 @@ from tests.helpers import quiet_for, wait_for
 from tests.integration.conftest import Cluster, Operator, delete_namespace
 from tests.integration.rljobs import (
     JOB_LABEL,
-    JOBS,
     PODS,
     apply_rljob,
     children,
@@ -39,6 +38,7 @@ from tests.integration.rljobs import (
     example,
     get_rljob,
     rljob_path,
+    trainer_env,
     wait_condition,
     wait_phase,
 )
@@ -402,7 +402,7 @@ def test_a_preempted_job_saves_waits_and_resumes_from_its_newest_checkpoint(
 
         # grpo-high's user suspends it: spec.active false, Kueue evicts it, its quota returns.
         cluster.api.merge_patch(rljob_path(ns, "grpo-high"), {"spec": {"suspend": True}})
-        env = _trainer_env(cluster, ns, "grpo-low", attempt=2)
+        env = trainer_env(cluster, ns, 2, job="grpo-low", timeout=90)
         said.mark("low re-admitted, attempt 2 created")
         wait_condition(cluster, ns, "grpo-low", "Ready", timeout=90)
         said.mark("low Ready again")
@@ -417,16 +417,6 @@ def test_a_preempted_job_saves_waits_and_resumes_from_its_newest_checkpoint(
 
 def _live_pods(cluster: Cluster, namespace: str, job: str) -> list[dict[str, Any]]:
     return [p for p in _pods(cluster, namespace) if _job_of(p) == job and not _ended(p)]
-
-
-def _trainer_env(cluster: Cluster, namespace: str, job: str, attempt: int) -> dict[str, str]:
-    def created() -> dict[str, Any] | None:
-        jobs = children(cluster, namespace, JOBS, job)
-        return next((j for j in jobs if j["metadata"]["name"].endswith(f"-a{attempt}")), None)
-
-    trainer = wait_for(created, 90, f"{job}'s trainer Job of attempt {attempt}")
-    env = trainer["spec"]["template"]["spec"]["containers"][0]["env"]
-    return {e["name"]: e.get("value", "") for e in env}
 
 
 @dataclass

@@ -19,13 +19,13 @@ from tests.integration.rljobs import (
     fail_rank0,
     get_rljob,
     kubectl,
+    trainer_env,
     wait_condition,
 )
 from tests.integration.s3_fixtures import S3Bucket
 from tests.integration.test_operator_checkpoints import (
     _commit,
     _restart_trainer,
-    _trainer_env,
     _writer,
 )
 from tests.integration.test_remediation import NAME, _assert_one_attempt_at_a_time, _spec
@@ -48,7 +48,7 @@ def test_a_trainer_job_deleted_by_hand_starts_the_next_attempt_from_the_newest_c
         )
         _commit(_writer(s3_bucket, namespace, attempt=1), 50)
         kubectl(cluster, "delete", "job", "-n", namespace, f"{NAME}-trainer-a1", "--wait=false")
-        env = _trainer_env(cluster, namespace, 2)
+        env = trainer_env(cluster, namespace, 2)
         job = wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
     _assert_one_attempt_at_a_time(history, attempts={"1", "2"})
     assert env["RLJOB_RESUME_STEP"] == "50"
@@ -73,7 +73,7 @@ def test_a_manual_restart_during_a_gang_restart_starts_one_attempt_after_it(
         fail_rank0(cluster, namespace, NAME)
         wait_for(lambda: _restarts(cluster, namespace) == 1, 60, "the gang restart's journal")
         _restart_trainer(cluster, namespace, "during-gang")
-        env = _trainer_env(cluster, namespace, 3)
+        env = trainer_env(cluster, namespace, 3)
         job = wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
     _assert_one_attempt_at_a_time(history, attempts={"1", "2", "3"})
     assert env["RLJOB_RESUME_STEP"] == "50", "attempt 3 resumes in attempt 2's lineage"

@@ -22,6 +22,7 @@ from tests.integration.rljobs import (
     get_rljob,
     kubectl,
     rljob_path,
+    trainer_env,
     wait_condition,
 )
 from tests.integration.s3_fixtures import S3Bucket
@@ -48,20 +49,6 @@ def _commit(writer: CheckpointWriter, step: int) -> None:
         version.write_bytes("optim/rank0.pt", b"state" * 100)
 
 
-def _trainer_env(cluster: Cluster, namespace: str, attempt: int) -> dict[str, str]:
-    def job() -> dict[str, Any] | None:
-        found = [
-            j
-            for j in children(cluster, namespace, JOBS, NAME)
-            if j["metadata"]["name"].endswith(f"-a{attempt}")
-        ]
-        return found[0] if found else None
-
-    created = wait_for(job, 60, f"the trainer Job of attempt {attempt}")
-    env = created["spec"]["template"]["spec"]["containers"][0]["env"]
-    return {e["name"]: e.get("value", "") for e in env}
-
-
 def _restart_trainer(cluster: Cluster, namespace: str, nonce: str) -> None:
     annotations = {"rljob.io/restart-request": f"trainer/{nonce}"}
     cluster.api.merge_patch(rljob_path(namespace, NAME), {"metadata": {"annotations": annotations}})
@@ -73,7 +60,7 @@ def test_next_attempt_resumes_from_the_newest_checkpoint(
     apply_rljob(cluster, namespace, _job_with_checkpoints(s3_bucket))
     first = wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
     assert condition(first, "CheckpointReady")["reason"] == "NoCheckpoint"
-    env = _trainer_env(cluster, namespace, 1)
+    env = trainer_env(cluster, namespace, 1)
     assert env["RLJOB_CHECKPOINT_URI"] == f"s3://{s3_bucket.name}/ckpt"
     assert "RLJOB_RESUME_STEP" not in env
 
@@ -81,7 +68,7 @@ def test_next_attempt_resumes_from_the_newest_checkpoint(
     _commit(writer, 100)
     _restart_trainer(cluster, namespace, "after-100")
 
-    env = _trainer_env(cluster, namespace, 2)
+    env = trainer_env(cluster, namespace, 2)
     assert (env["RLJOB_RESUME_STEP"], env["RLJOB_RESUME_VERSION"]) == (
         "100",
         "v000000000100-a000001",
@@ -99,7 +86,7 @@ def test_next_attempt_resumes_from_the_newest_checkpoint(
     )
     _commit(zombie, 150)
     _restart_trainer(cluster, namespace, "after-zombie")
-    assert _trainer_env(cluster, namespace, 3)["RLJOB_RESUME_STEP"] == "100"
+    assert trainer_env(cluster, namespace, 3)["RLJOB_RESUME_STEP"] == "100"
 
 
 def test_a_broken_newest_version_falls_back_with_a_warning(
@@ -114,7 +101,7 @@ def test_a_broken_newest_version_falls_back_with_a_warning(
     s3_bucket.client.delete_object(Bucket=s3_bucket.name, Key=broken)
     _restart_trainer(cluster, namespace, "broken")
 
-    assert _trainer_env(cluster, namespace, 2)["RLJOB_RESUME_STEP"] == "100"
+    assert trainer_env(cluster, namespace, 2)["RLJOB_RESUME_STEP"] == "100"
     ready = condition(
         wait_condition(cluster, namespace, NAME, "CheckpointReady"), "CheckpointReady"
     )
@@ -131,14 +118,14 @@ def test_a_recreated_job_continues_attempt_numbers(
     apply_rljob(cluster, namespace, _job_with_checkpoints(s3_bucket))
     wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
     _restart_trainer(cluster, namespace, "once")
-    _trainer_env(cluster, namespace, 2)
+    trainer_env(cluster, namespace, 2)
     cluster.api.delete(rljob_path(namespace, NAME))
     wait_for(
         lambda: not children(cluster, namespace, JOBS, NAME), 60, "the old job's children to go"
     )
 
     apply_rljob(cluster, namespace, _job_with_checkpoints(s3_bucket))
-    _trainer_env(cluster, namespace, 3)
+    trainer_env(cluster, namespace, 3)
     assert get_rljob(cluster, namespace, NAME)["status"]["attempt"] == 3
     events = kubectl(
         cluster, "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={NAME}"
@@ -158,7 +145,7 @@ def test_a_store_outage_makes_the_attempt_wait_with_a_condition(
     cluster.api.merge_patch(
         rljob_path(namespace, NAME), {"spec": {"checkpoint": {"endpoint": operator.store.endpoint}}}
     )
-    _trainer_env(cluster, namespace, 1)
+    trainer_env(cluster, namespace, 1)
     wait_condition(
         cluster, namespace, NAME, "CheckpointStoreUnavailable", status="False", timeout=60
     )

@@ -56,6 +56,7 @@ from tests.integration.rljobs import (
     patch_spec,
     rljob_path,
     settled_job,
+    trainer_env,
     wait_condition,
 )
 from tests.integration.s3_fixtures import S3Bucket
@@ -265,22 +266,6 @@ def _job_behind(proxy: TcpFaultProxy, bucket: S3Bucket) -> dict[str, Any]:
     return example(checkpoint=checkpoint)
 
 
-def _trainer_env(
-    cluster: Cluster, namespace: str, attempt: int, timeout: float = 60
-) -> dict[str, str]:
-    def created() -> dict[str, Any] | None:
-        found = [
-            j
-            for j in children(cluster, namespace, JOBS, NAME)
-            if j["metadata"]["name"] == f"{NAME}-trainer-a{attempt}"
-        ]
-        return found[0] if found else None
-
-    job = wait_for(created, timeout, f"the trainer Job of attempt {attempt}")
-    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
-    return {e["name"]: e.get("value", "") for e in env}
-
-
 @pytest.fixture
 def store_proxy(s3_bucket: S3Bucket) -> Iterator[TcpFaultProxy]:
     with TcpFaultProxy(("127.0.0.1", s3_bucket.server.port), delay=15.0) as proxy:
@@ -300,7 +285,7 @@ def test_a_store_fault_at_an_attempt_start_deletes_nothing_and_resumes_correctly
     history = History(s3_bucket, namespace)
     history.earlier_job()
     apply_rljob(cluster, namespace, _job_behind(store_proxy, s3_bucket))
-    assert _trainer_env(cluster, namespace, 3)["RLJOB_RESUME_VERSION"] == "v000000000200-a000002"
+    assert trainer_env(cluster, namespace, 3)["RLJOB_RESUME_VERSION"] == "v000000000200-a000002"
     wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
     history.third_attempt()
     before = history.versions()
@@ -308,7 +293,7 @@ def test_a_store_fault_at_an_attempt_start_deletes_nothing_and_resumes_correctly
     store_proxy.set_fault(fault.fault)
     _restart_trainer(cluster, namespace, "under-fault")
     if not fault.blocks:
-        env = _trainer_env(cluster, namespace, 4)
+        env = trainer_env(cluster, namespace, 4)
         assert env["RLJOB_RESUME_VERSION"] == "v000000000250-a000003"
         job = wait_condition(cluster, namespace, NAME, "CheckpointRetentionFailed", timeout=60)
         message = condition(job, "CheckpointRetentionFailed")["message"]
@@ -324,7 +309,7 @@ def test_a_store_fault_at_an_attempt_start_deletes_nothing_and_resumes_correctly
     assert history.versions() == before
 
     store_proxy.set_fault(Fault.NONE)
-    env = _trainer_env(cluster, namespace, 4)
+    env = trainer_env(cluster, namespace, 4)
     assert env["RLJOB_RESUME_VERSION"] == "v000000000250-a000003"
     job = wait_condition(
         cluster, namespace, NAME, "CheckpointStoreUnavailable", status="False", timeout=60
@@ -363,7 +348,7 @@ def test_a_store_outage_when_a_job_of_an_old_name_is_created_still_continues_its
 
     store_proxy.set_fault(Fault.NONE)
     # One store retry (15 s) and some: the earlier job's attempts 1 and 2 are continued.
-    env = _trainer_env(cluster, namespace, 3, timeout=40)
+    env = trainer_env(cluster, namespace, 3, timeout=40)
     assert env["RLJOB_RESUME_VERSION"] == "v000000000200-a000002"
     assert history.versions() == before
 

@@ -19,11 +19,12 @@ from tests.integration.rljobs import (
     events,
     fail_rank0,
     kubectl,
+    trainer_env,
     wait_condition,
     wait_phase,
 )
 from tests.integration.s3_fixtures import S3Bucket
-from tests.integration.test_operator_checkpoints import _commit, _trainer_env, _writer
+from tests.integration.test_operator_checkpoints import _commit, _writer
 from tests.integration.test_remediation import NAME, _spec
 
 pytestmark = pytest.mark.integration
@@ -60,7 +61,7 @@ def test_a_suspend_rule_stops_the_run_until_a_resume_request(
 
     kubectl(cluster, "annotate", "rljob", NAME, "-n", namespace, f"rljob.io/resume-request={NONCE}")
 
-    env = _trainer_env(cluster, namespace, 2)
+    env = trainer_env(cluster, namespace, 2)
     assert env["RLJOB_RESUME_STEP"] == "50", "attempt 2 resumes from the newest checkpoint"
     job = wait_condition(cluster, namespace, NAME, "Ready", timeout=60)
     status = job["status"]

@@ -34,11 +34,12 @@ from tests.integration.rljobs import (
     example,
     fail_rank0,
     get_rljob,
+    trainer_env,
     wait_condition,
     wait_phase,
 )
 from tests.integration.s3_fixtures import S3Bucket
-from tests.integration.test_operator_checkpoints import _commit, _trainer_env, _writer
+from tests.integration.test_operator_checkpoints import _commit, _writer
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +66,7 @@ def test_nccl_watchdog_abort_gang_restarts_from_the_newest_checkpoint(
         wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
         _commit(_writer(s3_bucket, namespace, attempt=1), 50)
         fail_rank0(cluster, namespace, NAME)
-        env = _trainer_env(cluster, namespace, 2)
+        env = trainer_env(cluster, namespace, 2)
         wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
     _assert_one_attempt_at_a_time(history, attempts={"1", "2"})
     assert env["RLJOB_RESUME_STEP"] == "50"
@@ -144,7 +145,7 @@ def test_old_pods_stuck_terminating_on_a_ready_node_are_reported_not_force_delet
             jobs = [j["metadata"]["name"] for j in children(cluster, namespace, JOBS, NAME)]
             assert f"{NAME}-trainer-a2" not in jobs
             _force_delete_pods(cluster, namespace)  # the old pods finally go
-            _trainer_env(cluster, namespace, 2)
+            trainer_env(cluster, namespace, 2)
             wait_for(lambda: "2" in history.attempts_seen, 60, "attempt 2's pods in the watch")
     finally:  # attempt 2's pods would hold the namespace's deletion for the hour
         _force_delete_pods(cluster, namespace)
@@ -212,7 +213,7 @@ def test_sigkill_at_a_crash_point_resumes_the_gang_restart_exactly_once(
             f"the operator to die at {point}",
         )
         operator.restart()
-        _trainer_env(cluster, namespace, 2)
+        trainer_env(cluster, namespace, 2)
         job = wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
     _assert_one_attempt_at_a_time(history, attempts={"1", "2"})
     assert job["status"]["attempt"] == 2
@@ -405,7 +406,7 @@ def test_sigkill_halfway_through_retention_loses_no_eligible_checkpoint(
     fail_rank0(cluster, namespace, NAME)
     _restart_after_the_crash(operator, "retention:manifests-deleted")
 
-    env = _trainer_env(cluster, namespace, 2)
+    env = trainer_env(cluster, namespace, 2)
     assert env["RLJOB_RESUME_STEP"] == "30"
     job = wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
     assert (job["status"]["attempt"], job["status"]["restarts"]["total"]) == (2, 1)
