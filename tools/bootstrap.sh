@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for the demo and the tests: uv (from PyPI, in a cache venv), the
 # project venv in .venv from uv.lock, Prometheus (Debian's package), the upstream binaries
-# built from Go modules (tools/build.sh) and upstream torch for tests/upstream/
-# (tools/torch-venv.sh), all cached.
+# built from Go modules (tools/build.sh), upstream torch for tests/upstream/
+# (tools/torch-venv.sh) and the real vLLM for tests/upstream/vllm/ (tools/vllm-venv.sh), all cached.
 # Idempotent: a second run does almost nothing. Prints the bin folder on its last line.
-# `--demo`: what the demo runs, without the torch and Ray venv (5.6 GB) only tests/upstream/ uses.
+# `--demo`: what the demo runs, without the torch and Ray venv (5.6 GB) and the vLLM venv (8.9 GB)
+# only tests/upstream/ uses.
 set -euo pipefail
 for_tests=1
 [ "${1:-}" = "--demo" ] && for_tests=0
@@ -26,14 +27,15 @@ fi
 cd "$top"
 UV_PYTHON="$python" "$uv" sync -q --frozen --extra dev --extra test >&2
 bash "$top/tools/prometheus.sh" >&2   # Debian's prometheus + promtool, unpacked, no service
-# torch for tests/upstream/ downloads while the Go builds compile.
-torch_pid=""
+# torch and vLLM for tests/upstream/ download while the Go builds compile (one after the other:
+# both are mostly CUDA wheels, and the link is the limit).
+venvs_pid=""
 if [ "$for_tests" = 1 ]; then
-  bash "$top/tools/torch-venv.sh" >"$cache_root/torch-venv.log" 2>&1 &
-  torch_pid=$!
+  (bash "$top/tools/torch-venv.sh" && bash "$top/tools/vllm-venv.sh") >"$cache_root/upstream-venvs.log" 2>&1 &
+  venvs_pid=$!
 fi
 bin_dir=$(bash "$top/tools/build.sh" | tail -n1)
-if [ -n "$torch_pid" ]; then
-  wait "$torch_pid" || { cat "$cache_root/torch-venv.log" >&2; echo "bootstrap: torch venv failed" >&2; exit 1; }
+if [ -n "$venvs_pid" ]; then
+  wait "$venvs_pid" || { cat "$cache_root/upstream-venvs.log" >&2; echo "bootstrap: upstream venvs failed" >&2; exit 1; }
 fi
 echo "$bin_dir"

@@ -610,6 +610,7 @@ def _addressed_job(**roles: Any) -> RLJob:
 
 GANG_RAY = {"trainer": {"nodes": 2, "launcher": "ray", "command": ["d"], "engines": {}}}
 GANG_HTTP = {"trainer": {"nodes": 2, "engines": {"exporter": "engine", "port": 8100, "path": "/e"}}}
+GANG_PLUGIN = {"trainer": {"nodes": 2, "engines": {"exporter": "plugin", "pages": 3}}}
 
 
 @pytest.mark.parametrize(
@@ -648,6 +649,18 @@ GANG_HTTP = {"trainer": {"nodes": 2, "engines": {"exporter": "engine", "port": 8
             _Pod("a", "10.0.0.7", None),
             ("http://10.0.0.7:8100/e",),
             id="gang-engines-own-port-without-sdk-port",
+        ),
+        pytest.param(
+            GANG_PLUGIN,
+            "trainer",
+            _Pod("a", "10.0.0.7", 9400),
+            (
+                "http://10.0.0.7:9400/metrics",
+                "http://10.0.0.7:9410/metrics",
+                "http://10.0.0.7:9411/metrics",
+                "http://10.0.0.7:9412/metrics",
+            ),
+            id="gang-engines-one-plugin-page-per-engine-process",
         ),
     ],
 )

@@ -89,8 +89,12 @@ def _engines_own_port(role: Any) -> int | None:
     """The port the gang's engines serve themselves; under exporter ray the port is Ray's own
     metrics export port (8080 by default), which is meant to be Ray's."""
     engines = role.engines
-    serve_their_own = engines is not None and engines.exporter == EngineExporter.ENGINE
+    serve_their_own = engines is not None and engines.exporter in _OWN_PAGES
     return engines.port if serve_their_own else None
+
+
+# The exporters whose pages the engines serve themselves (not Ray's agent).
+_OWN_PAGES = (EngineExporter.ENGINE, EngineExporter.PLUGIN)
 
 
 RAY_LAUNCHER_LEAVES_METRICS_PORT = _ray_port_rule(
@@ -104,7 +108,8 @@ RAY_LAUNCHER_LEAVES_METRICS_PORT = _ray_port_rule(
 # free port from 15000 by design (docs/frameworks.md); none of that range is a declared port.
 RAY_LAUNCHER_LEAVES_ENGINES_PORT = _ray_port_rule(
     "engines.port",
-    "!has(self.engines) || self.engines.exporter != 'engine' || !has(self.engines.port)",
+    "!has(self.engines) || !(self.engines.exporter in ['engine', 'plugin'])"
+    " || !has(self.engines.port)",
     _engines_own_port,
     worker_range=False,
     subject="engines.port of exporter engine",

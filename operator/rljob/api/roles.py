@@ -256,6 +256,24 @@ RAY_EXPORTER_NEEDS_VLLM = CrossFieldRule(
         not (engines.exporter == EngineExporter.RAY and engines.engine == Engine.SGLANG)
     ),
 )
+PLUGIN_EXPORTER_NEEDS_VLLM = CrossFieldRule(
+    cel="self.exporter != 'plugin' || self.engine == 'vllm'",
+    message="exporter plugin is the rljob SDK's vLLM stat-logger plugin: it needs engine vllm",
+    field="exporter",
+    holds=lambda engines: (
+        engines.exporter != EngineExporter.PLUGIN or engines.engine == Engine.VLLM
+    ),
+)
+PAGES_NEED_PLUGIN = CrossFieldRule(
+    cel="self.pages == 1 || self.exporter == 'plugin'",
+    message="pages counts the plugin's pages per pod: it needs exporter plugin",
+    field="pages",
+    holds=lambda engines: engines.pages == 1 or engines.exporter == EngineExporter.PLUGIN,
+)
+# Where the SDK's vLLM plugin serves its first engine page unless port says otherwise: beside the
+# SDK's own 9400, outside Ray's ports and worker range.
+ENGINE_PAGE_PORT = 9410
+MAX_ENGINE_PAGES = 16
 
 
 class GangEngines(SpecModel):
@@ -269,14 +287,23 @@ class GangEngines(SpecModel):
         default=EngineExporter.RAY,
         description="Where the engines' metrics are read: ray (Ray's metrics agent on the Ray "
         "metrics export port, vLLM's RayPrometheusStatLogger; names as Ray exports them, "
-        "ray_vllm_...), or engine (the engines' own /metrics on port).",
+        "ray_vllm_...), engine (the engines' own /metrics on port), or plugin (the rljob SDK's "
+        "vLLM stat-logger plugin in the image: each engine process serves its own vLLM page on "
+        "the first free port of port .. port+pages-1).",
     )
     port: int | None = Field(
         default=None,
         ge=1,
         le=65535,
         description="Container port of the engines' metrics page; default for exporter ray: "
-        "the Ray metrics export port 8080.",
+        f"the Ray metrics export port 8080; for exporter plugin: {ENGINE_PAGE_PORT}.",
+    )
+    pages: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_ENGINE_PAGES,
+        description="exporter plugin: the engine processes per pod, each serving a page on the "
+        "next port from port (e.g. 4 for four TP-2 engines on 8 GPUs).",
     )
     path: Annotated[str, Field(pattern=r"^/", max_length=256)] = Field(
         default="/metrics", description="HTTP path of the metrics page."
@@ -289,12 +316,25 @@ class GangEngines(SpecModel):
     cel_rules: ClassVar[tuple[CrossFieldRule, ...]] = (
         ENGINE_EXPORTER_NEEDS_PORT,
         RAY_EXPORTER_NEEDS_VLLM,
+        PLUGIN_EXPORTER_NEEDS_VLLM,
+        PAGES_NEED_PLUGIN,
         CUSTOM_ENGINE_NEEDS_METRIC_NAMES,
     )
 
     @property
     def metrics_port(self) -> int:
-        return self.port if self.port is not None else RAY_METRICS_EXPORT_PORT
+        """The port of the first (or only) page."""
+        if self.port is not None:
+            return self.port
+        return (
+            ENGINE_PAGE_PORT if self.exporter == EngineExporter.PLUGIN else RAY_METRICS_EXPORT_PORT
+        )
+
+    @property
+    def page_ports(self) -> tuple[int, ...]:
+        """Every page's port: the plugin's one per engine process, else the one page."""
+        count = self.pages if self.exporter == EngineExporter.PLUGIN else 1
+        return tuple(range(self.metrics_port, min(self.metrics_port + count, 65536)))
 
 
 RAY_LAUNCHER_NEEDS_COMMAND = CrossFieldRule(

@@ -32,6 +32,7 @@ from rljob.reconcile.names import trainer_job_name
 from rljob.reconcile.pods import PodInputs, container_ports, pod_template, probes, serving_port
 from rljob.reconcile.spec_hash import service_hash, serving_role_hash, spec_hash, trainer_hash
 from rljob.reconcile.suspended import suspended
+from rljob.vocabulary.enums import EngineExporter
 from rljob.vocabulary.labels import ATTEMPT_LABEL, COMPLETION_INDEX_ANNOTATION, SPEC_HASH_ANNOTATION
 
 DEFAULT_MASTER_PORT = 29500
@@ -274,6 +275,7 @@ def _trainer_job(job: RLJob, role: TrainerRole, ctx: RenderContext) -> DesiredCh
                 *launched.env,
                 *_checkpoint_env(job, ctx),
                 *_plain_env(ctx.resume_env),
+                *_engine_page_env(role),
             ],
             env_from_secrets=_credentials_secret(job),
             ports=_with_engine_port(
@@ -332,6 +334,22 @@ def _with_engine_port(role: TrainerRole, ports: list[dict[str, Any]]) -> list[di
         return ports
     port = {"name": "engine-metrics", "containerPort": role.engines.metrics_port, "protocol": "TCP"}
     return [*ports, port]
+
+
+# Read by rljob.sdk.engine_page (PORT_ENV, PAGES_ENV), which the operator may not import.
+ENGINE_PAGE_PORT_ENV = "RLJOB_ENGINE_METRICS_PORT"
+ENGINE_PAGES_ENV = "RLJOB_ENGINE_METRICS_PAGES"
+
+
+def _engine_page_env(role: TrainerRole) -> list[dict[str, Any]]:
+    """Where the SDK's vLLM plugin serves each engine process's page (exporter plugin; Ray's
+    workers inherit the pod's environment, so the engine actors see it)."""
+    engines = role.engines
+    if engines is None or engines.exporter != EngineExporter.PLUGIN:
+        return []
+    return _plain_env(
+        {ENGINE_PAGE_PORT_ENV: str(engines.metrics_port), ENGINE_PAGES_ENV: str(engines.pages)}
+    )
 
 
 def _trainer_launch(role: TrainerRole, ctx: RenderContext) -> Launch:

@@ -34,10 +34,12 @@ class Launcher(StrEnum):
 
 class EngineExporter(StrEnum):
     """Where the metrics of engines inside the trainer gang are read: Ray's metrics agent on
-    each node (vLLM's RayPrometheusStatLogger), or the engines' own /metrics port."""
+    each node (vLLM's RayPrometheusStatLogger), the engines' own /metrics port, or the pages the
+    rljob SDK's vLLM plugin serves from each engine process (rljob.sdk.vllm_plugin)."""
 
     RAY = "ray"
     ENGINE = "engine"
+    PLUGIN = "plugin"
 
 
 class WeightSync(StrEnum):

@@ -14,6 +14,8 @@ from tests.unit.api.verdicts import both_refusals, model_messages, with_trainer
 
 METRICS_PORT = "spec.roles.trainer.metrics.port"
 ENGINES_PORT = "spec.roles.trainer.engines.port"
+ENGINES_EXPORTER = "spec.roles.trainer.engines.exporter"
+ENGINES_PAGES = "spec.roles.trainer.engines.pages"
 RAY = {"launcher": "ray", "command": ["python", "driver.py"]}
 
 
@@ -72,6 +74,13 @@ def test_ports_ray_does_not_bind_pass(body: dict[str, Any]) -> None:
         pytest.param({"exporter": "engine", "port": 8000}, set(), id="engine-on-free-port"),
         pytest.param({"exporter": "ray"}, set(), id="ray-exporter-default-port"),
         pytest.param({"exporter": "ray", "port": 8080}, set(), id="ray-exporter-on-ray-metrics"),
+        pytest.param({"exporter": "plugin", "port": 8080}, {ENGINES_PORT},
+                     id="plugin-on-ray-metrics-export"),
+        pytest.param({"exporter": "plugin", "pages": 4}, set(), id="plugin-default-port"),
+        pytest.param({"exporter": "plugin", "engine": "sglang"}, {ENGINES_EXPORTER},
+                     id="plugin-is-vllms"),
+        pytest.param({"exporter": "engine", "port": 8000, "pages": 2}, {ENGINES_PAGES},
+                     id="pages-without-plugin"),
     ],
 )  # fmt: skip
 def test_ray_trainer_engines_port(engines: dict[str, Any], refused_at: set[str]) -> None:

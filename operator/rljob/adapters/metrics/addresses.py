@@ -33,15 +33,18 @@ def metrics_path(job: RLJob, role: str) -> str:
     return str(getattr(endpoint, "path", None) or DEFAULT_METRICS_PATH)
 
 
-def gang_engines_page(job: RLJob) -> tuple[int, str] | None:
-    """(port, path) where the trainer's pods serve their colocated engines' metrics, if any."""
+def gang_engines_pages(job: RLJob) -> tuple[tuple[int, str], ...]:
+    """(port, path) of each page where the trainer's pods serve their colocated engines'
+    metrics (one, or one per engine process under exporter plugin)."""
     engines = job.spec.roles.trainer.engines
-    return (engines.metrics_port, engines.path) if engines is not None else None
+    if engines is None:
+        return ()
+    return tuple((port, engines.path) for port in engines.page_ports)
 
 
 class PodAddresses:
     """(namespace, pod) -> metrics URLs of the pods of every monitored job (a trainer pod with
-    colocated engines has two pages); the resolver of the direct source. Pods without an IP
+    colocated engines has more than one page); the resolver of the direct source. Pods without an IP
     (not started yet) or a metrics port resolve to None."""
 
     def __init__(self) -> None:
@@ -59,14 +62,14 @@ class PodAddresses:
         namespace = job.metadata.namespace or "default"
         key = (namespace, job.metadata.name)
         urls: dict[PodKey, tuple[str, ...]] = {}
-        engines = gang_engines_page(job)
+        engines = gang_engines_pages(job)
         for role, members in pods.items():
             path = metrics_path(job, role)
             for pod in members:
                 ip, port = getattr(pod, "ip", ""), getattr(pod, "metrics_port", None)
                 pages = [metrics_url(ip, port, path) if port else None]
-                if role == TRAINER and engines is not None:
-                    pages.append(metrics_url(ip, *engines))
+                if role == TRAINER:
+                    pages += [metrics_url(ip, *page) for page in engines]
                 found = tuple(url for url in pages if url is not None)
                 if found:
                     urls[(namespace, pod.name)] = found

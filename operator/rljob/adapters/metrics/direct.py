@@ -208,7 +208,8 @@ class DirectSource(HttpSource):
             HEALTH_QUERY_SECONDS.labels(source=self.kind).observe(time.monotonic() - started)
 
     async def _fetch_all(self, urls: list[str]) -> tuple[list[str], list[SourceError]]:
-        """A pod's pages one after the other (two at most), and the errors of those that failed."""
+        """A pod's pages one after the other (its own and its engines'), and the errors of those
+        that failed."""
         pages: list[str] = []
         errors: list[SourceError] = []
         for url in urls:

@@ -3,7 +3,9 @@ slime): `colocated_engines` engine models advanced with the pod's faults, served
 engine metrics port. On the ray launcher's metrics export port the page is what Ray's metrics
 agent shows of vLLM's RayPrometheusStatLogger (vllm/v1/metrics/ray_wrappers.py @02579a5:
 names reduced to [a-zA-Z0-9_], Ray 2.60.0 adds `ray_`, each actor's series carry its
-WorkerId); on a port of their own it is vLLM's own page, the engines told apart by `engine`."""
+WorkerId); on a port of their own it is vLLM's own page, the engines told apart by `engine`.
+Under exporter plugin each engine is a process of its own serving its own page on the next port
+(rljob.sdk.engine_page): `engine="0"` on every page, told apart by `rljob_engine_page`."""
 
 from __future__ import annotations
 
@@ -67,25 +69,45 @@ def _engine_sample(line: str) -> bool:
     return line.startswith(("vllm:", "ray_vllm_"))
 
 
+# rljob.sdk.engine_page's PAGE_LABEL.
+PAGE_LABEL = "rljob_engine_page"
+
+
+def on_page(page: str, index: int) -> str:
+    """One engine process's page as the SDK plugin serves it: every sample labelled with the
+    page's index."""
+    lines = []
+    for line in page.splitlines():
+        sample = _SAMPLE.match(line)
+        if sample is None or line.startswith("#"):
+            lines.append(line)
+            continue
+        labels = ",".join(filter(None, (sample["labels"], f'{PAGE_LABEL}="{index}"')))
+        lines.append(f"{sample['name']}{{{labels}}}{sample['rest']}")
+    return "\n".join(lines) + "\n"
+
+
 class GangEngines:
     """The engines of one trainer pod and the listener serving their page."""
 
     def __init__(self, pod: PodInfo, profile: EngineProfile, count: int, now: float) -> None:
         self.pod = pod
         self.through_ray = pod.engines_through_ray
+        self.pages = min(pod.engine_pages, count)  # exporter plugin: one page per engine
         self.profile, self.count = profile, count
         self.models: list[EngineModel] = []
         self.restart(pod, now)
-        self.listener: Listener | None = None
+        self.listeners: list[Listener] = []
 
     def restart(self, pod: PodInfo, now: float) -> None:
         """New engines: the pod's container restarted (a new instance)."""
         self.pod = pod
-        # Each actor is an engine of its own (engine "0") under Ray; one vLLM server's
-        # data-parallel engines on a port of their own.
+        # Each actor is an engine of its own (engine "0") under Ray and the plugin; one vLLM
+        # server's data-parallel engines on a port of their own.
+        own_process = self.through_ray or self.pages > 0
         self.models = [
             EngineModel(
-                dataclasses.replace(self.profile, engine="0" if self.through_ray else str(index)),
+                dataclasses.replace(self.profile, engine="0" if own_process else str(index)),
                 f"{pod.instance}/{index}",
                 now,
             )
@@ -96,14 +118,21 @@ class GangEngines:
         """Listens on the pod's IP and engine metrics port (the caller checked both);
         `scraped()` brings the engines up to date, False when the pod must not answer."""
         port = self.pod.engines_port or 0
-        self.listener = await listen(self._handler(scraped), port, host=self.pod.ip)
+        pages: list[int | None] = list(range(self.pages)) if self.pages else [None]
+        for page in pages:
+            offset = page or 0
+            handler = self._handler(scraped, page)
+            self.listeners.append(await listen(handler, port + offset, host=self.pod.ip))
 
     def advance(self, now: float, faults: Active) -> None:
         for model in self.models:
             model.advance(now, faults)
 
-    def render(self) -> str:
-        """One page: the first engine's with its HELP and TYPE lines, the others' samples."""
+    def render(self, page: int | None = None) -> str:
+        """One page: the first engine's with its HELP and TYPE lines, the others' samples; or
+        engine `page`'s own page (exporter plugin)."""
+        if page is not None:
+            return on_page(self.models[page].render(), page)
         pages = [
             through_ray(
                 model.render(), f"{self.pod.uid}-{index}", gauges=model.mode not in NOT_STEPPING
@@ -119,17 +148,17 @@ class GangEngines:
         return [model.state() for model in self.models]
 
     async def close(self) -> None:
-        if self.listener is not None:
-            await self.listener.close()
-            self.listener = None
+        listeners, self.listeners = self.listeners, []
+        for listener in listeners:
+            await listener.close()
 
-    def _handler(self, scraped: Callable[[], bool]) -> Callable[[Request], Any]:
+    def _handler(self, scraped: Callable[[], bool], page: int | None) -> Callable[[Request], Any]:
         async def handle(request: Request) -> Response:
             if not scraped():
                 return Response.text("gone or unreachable\n", 503)
             if request.path != "/metrics":
                 return Response.text("not found; try /metrics\n", 404)
-            return Response.text(self.render(), content_type=CONTENT_TYPE)
+            return Response.text(self.render(page), content_type=CONTENT_TYPE)
 
         return handle
 

@@ -44,6 +44,8 @@ class PodInfo:
     # Colocated engines' page (trainer pods): a port of their own, else Ray's metrics agent.
     engines_port: int | None = None
     engines_through_ray: bool = False
+    # Under exporter plugin: one page per engine process, on engines_port + its index.
+    engine_pages: int = 0
     created: float | None = None  # metadata.creationTimestamp, unix seconds
     node: str = ""  # spec.nodeName
     # When its deletion was asked (deletionTimestamp less the grace period, whole seconds): the
@@ -92,6 +94,10 @@ def _profile(
     return merged, None
 
 
+# rljob.sdk.engine_page's PAGES_ENV, which the operator renders for exporter plugin.
+ENGINE_PAGES_ENV = "RLJOB_ENGINE_METRICS_PAGES"
+
+
 def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
     """The pod as the simulator sees it, or None when it is not an rljob child it can serve."""
     meta = obj.get("metadata") or {}
@@ -135,6 +141,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
         metrics_port=ports.get("metrics") or ports.get("http"),
         engines_port=ports.get("engine-metrics") or ports.get("ray-metrics"),
         engines_through_ray=not ports.get("engine-metrics") and bool(ports.get("ray-metrics")),
+        engine_pages=_int(env.get(ENGINE_PAGES_ENV), 0) or 0,
         created=_timestamp(meta.get("creationTimestamp")),
         node=str(spec.get("nodeName") or ""),
         stop_asked=_stop_asked(meta),

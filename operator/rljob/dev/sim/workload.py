@@ -32,9 +32,7 @@ class Workload:
 
     def targets(self) -> list[Target]:
         pod = self.pod
-        listeners = [self.listener]
-        if self.gang is not None and self.gang.listener is not None:
-            listeners.append(self.gang.listener)
+        listeners = [self.listener, *(self.gang.listeners if self.gang is not None else ())]
         return [
             Target(pod.namespace, pod.name, pod.role, pod.job, listener.port, listener.host)
             for listener in listeners

@@ -42,7 +42,7 @@ from rljob.health.profiles.signals import (
     VERIFIER_ERRORS,
     Signal,
 )
-from rljob.vocabulary.enums import Engine
+from rljob.vocabulary.enums import Engine, EngineExporter
 
 # The rljob SDK's engine-side gauge, exported on the engine's own metrics page.
 ENGINE_POLICY_GENERATION_METRIC = "rljob_engine_policy_generation"
@@ -281,6 +281,10 @@ def ray_exported(profile: EngineMetrics) -> EngineMetrics:
     )
 
 
+# rljob.sdk.engine_page's PAGE_LABEL: the page an engine process's samples came from.
+ENGINE_PAGE_LABEL = "rljob_engine_page"
+
+
 @functools.lru_cache(maxsize=1024)
 def _engine_signals(metrics: EngineMetrics) -> dict[str, Signal]:
     return metrics.build_signals()
@@ -294,8 +298,14 @@ def engine_metrics(role: RolloutRole | GangEngines, *, through_ray: bool = False
     """The engines' metric names: their engine's (as Ray's metrics agent exports them, with
     `through_ray`), with `metricNames` overriding them (custom engines have only those)."""
     profile = _named(role, through_ray)
+    if not isinstance(role, GangEngines):
+        return profile
     # Only rollout engines drain and rejoin behind the gate: the gang's are not asked.
-    return replace(profile, policy_generation=None) if isinstance(role, GangEngines) else profile
+    profile = replace(profile, policy_generation=None)
+    if role.exporter == EngineExporter.PLUGIN:
+        # Every engine process's page says engine="0": the page tells them apart.
+        profile = replace(profile, engine_label=ENGINE_PAGE_LABEL)
+    return profile
 
 
 def _named(role: RolloutRole | GangEngines, through_ray: bool) -> EngineMetrics:
