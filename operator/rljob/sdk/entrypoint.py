@@ -14,9 +14,15 @@ the termination log and exits NATIVE_RESTORE_FAILED without starting the trainer
 `--checkpoint-shared` DIR is one volume every node sees (a Ray-launched framework, whose ranks
 land on different nodes each attempt, needs one): node 0 restores and mirrors all of it alone.
 
+With `--tensorboard-dir DIR --tensorboard-keys FRAMEWORK` (verl, openrlhf, nemo-rl, slime) the
+event files the framework writes under DIR become the SDK's trainer series on RLJOB_METRICS_PORT
+(9400): step, heartbeat, phase seconds and canaries (rljob.sdk.tensorboard_bridge), for
+frameworks that export none themselves. It needs prometheus_client, which every engine image
+has (vLLM and SGLang depend on it).
+
 Light on purpose: the trainer image's Python has torch, not the operator's dependencies, so this
 imports only the standard library, rljob.signatures and rljob.sdk.evidence at import time; the
-mirror and its dependencies load only when the checkpoint flags are given."""
+mirror, the bridge and their dependencies load only when their flags are given."""
 
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from rljob.sdk.evidence import FEED_BYTES, SUMMARY_LIMIT, Evidence
 
@@ -46,9 +52,13 @@ NATIVE_FLAGS = ("--checkpoint-layout", "--checkpoint-dir")
 # A checkpoint directory every node sees: node 0 mirrors and restores it alone.
 SHARED_FLAG = "--checkpoint-shared"
 NATIVE_RESTORE_FAILED = 3
+# The flags that turn on the TensorBoard bridge: both or neither; and its read interval.
+BRIDGE_FLAGS = ("--tensorboard-dir", "--tensorboard-keys")
+BRIDGE_INTERVAL_ENV = "RLJOB_TENSORBOARD_INTERVAL"
 USAGE = (
     "usage: python -m rljob.sdk.entrypoint "
-    "[--checkpoint-layout LAYOUT --checkpoint-dir DIR [--checkpoint-shared]] -- COMMAND [ARGS...]\n"
+    "[--checkpoint-layout LAYOUT --checkpoint-dir DIR [--checkpoint-shared]] "
+    "[--tensorboard-dir DIR --tensorboard-keys FRAMEWORK] -- COMMAND [ARGS...]\n"
 )
 # A read never holds more than this; the rest of a longer line follows in the next reads.
 _CHUNK = 64 * 1024
@@ -110,15 +120,16 @@ def run(command: Sequence[str], termination_log: Path) -> int:
     return code
 
 
-def _native_flags(args: list[str]) -> tuple[dict[str, str], list[str]] | None:
-    """The checkpoint flags before `--` and the command after it; None when malformed."""
+def _flags(args: list[str]) -> tuple[dict[str, str], list[str]] | None:
+    """The wrapper's flags before `--` and the command after it; None when malformed: an
+    unknown flag, a missing value, a flag group given in part, or no command."""
     flags: dict[str, str] = {}
     while args and args[0] != "--":
         name, sep, value = args[0].partition("=")
         if name == SHARED_FLAG and not sep:
             flags[name], args = "", args[1:]
             continue
-        if name not in NATIVE_FLAGS:
+        if name not in (*NATIVE_FLAGS, *BRIDGE_FLAGS):
             return None
         if not sep:
             if len(args) < 2:
@@ -127,9 +138,23 @@ def _native_flags(args: list[str]) -> tuple[dict[str, str], list[str]] | None:
         else:
             args = args[1:]
         flags[name] = value
-    if not set(NATIVE_FLAGS) <= set(flags) or not args:
+    if not args or not args[1:]:
+        return None
+    for group in (NATIVE_FLAGS, BRIDGE_FLAGS):
+        given = set(group) & set(flags)
+        if given and given != set(group):
+            return None
+    if SHARED_FLAG in flags and NATIVE_FLAGS[0] not in flags:
         return None
     return flags, args[1:]
+
+
+def _native_flags(args: list[str]) -> tuple[dict[str, str], list[str]] | None:
+    """The checkpoint flags and the command; None when malformed or without them."""
+    parsed = _flags(args)
+    if parsed is None or NATIVE_FLAGS[0] not in parsed[0]:
+        return None
+    return parsed
 
 
 def run_native(
@@ -162,22 +187,55 @@ def run_native(
                 sys.stderr.write(f"rljob-entrypoint: checkpoint mirror: {error}\n")
 
 
+def _bridged(flags: dict[str, str]) -> Any:
+    """The TensorBoard bridge the flags ask for, started; None without them. A framework the
+    SDK has no key map for is refused before the trainer starts (ValueError)."""
+    if BRIDGE_FLAGS[0] not in flags:
+        return None
+    from rljob.sdk.framework_keys import KEY_MAPS  # the bridge loads only here
+    from rljob.sdk.metrics import RLMetrics
+    from rljob.sdk.progress import ProgressExporter
+    from rljob.sdk.tensorboard_bridge import DEFAULT_INTERVAL, TensorBoardBridge
+
+    keys = KEY_MAPS.get(flags[BRIDGE_FLAGS[1]])
+    if keys is None:
+        known = ", ".join(sorted(KEY_MAPS))
+        raise ValueError(f"--tensorboard-keys {flags[BRIDGE_FLAGS[1]]!r} is not one of {known}")
+    progress = ProgressExporter()
+    bridge = TensorBoardBridge(
+        Path(flags[BRIDGE_FLAGS[0]]), keys, progress, RLMetrics(progress.registry)
+    )
+    bridge.start(float(os.environ.get(BRIDGE_INTERVAL_ENV) or DEFAULT_INTERVAL))
+    return bridge
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     log = Path(os.environ.get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG))
-    if args[:1] and args[0].startswith("--checkpoint-"):
-        parsed = _native_flags(args)
-        if parsed is None or not parsed[1]:
+    if args[:1] and args[0].startswith(("--checkpoint-", "--tensorboard-")):
+        parsed = _flags(args)
+        if parsed is None:
             sys.stderr.write(USAGE)
             return 2
         flags, command = parsed
-        return run_native(
-            flags["--checkpoint-layout"],
-            Path(flags["--checkpoint-dir"]),
-            command,
-            log,
-            shared=SHARED_FLAG in flags,
-        )
+        try:
+            bridge = _bridged(flags)
+        except ValueError as error:
+            sys.stderr.write(f"rljob-entrypoint: {error}\n")
+            return 2
+        try:
+            if NATIVE_FLAGS[0] not in flags:
+                return run(command, log)
+            return run_native(
+                flags["--checkpoint-layout"],
+                Path(flags["--checkpoint-dir"]),
+                command,
+                log,
+                shared=SHARED_FLAG in flags,
+            )
+        finally:
+            if bridge is not None:
+                bridge.stop()
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:

@@ -55,6 +55,13 @@ class PhaseSeconds(Collector):
             self._current = PHASE_SECONDS_OF.get(name)
             self._since = now
 
+    def add(self, phase: str, seconds: float) -> None:
+        """Seconds a trainer measured itself (a framework's per-step timing) in counter phase
+        `phase`; negative or non-finite seconds are not added."""
+        if phase in self._totals and 0 <= seconds < float("inf"):
+            with self._lock:
+                self._totals[phase] += seconds
+
     def totals(self) -> dict[str, float]:
         """Seconds per counter phase, the current phase's elapsed time included."""
         with self._lock:

@@ -99,6 +99,11 @@ class ProgressExporter:
             self._phase.labels(phase=known).set(1 if known == name else 0)
         self.heartbeat()
 
+    def add_phase_seconds(self, phase: str, seconds: float) -> None:
+        """Seconds the trainer timed itself in a counted phase (rljob.sdk.tensorboard_bridge
+        passes a framework's per-step timings)."""
+        self._phase_seconds.add(phase, seconds)
+
     def policy_generation(self, generation: int) -> None:
         self._policy.set(generation)
 
