@@ -412,6 +412,7 @@ async def test_source_down_makes_every_evaluation_insufficient() -> None:
     bed.world.trainers["ns1", "dark-trainer-0"] = SimulatedTrainer(TrainerProfile())
     bed.world.verifiers["ns1", "dark-verifier-0"] = SimulatedVerifier(VerifierProfile())
     bed.scheduler.register(job, pods)
+    assert bed.scheduler.judging(("ns1", "dark")) is None  # no round yet
     await bed.run_until(190)
     assert bed.scheduler.source_error(("ns1", "dark")) is None
     bed.source().down = True
@@ -436,10 +437,14 @@ async def test_source_down_makes_every_evaluation_insufficient() -> None:
     assert after - before == 82 * 10
     error = bed.scheduler.source_error(("ns1", "dark"))
     assert error is not None and "connection refused" in error
+    assert bed.scheduler.judging(("ns1", "dark")) == ()
     # Back up: findings resume.
     bed.source().down = False
     await bed.run_until(900)
     assert bed.scheduler.source_error(("ns1", "dark")) is None
+    judged = bed.scheduler.judging(("ns1", "dark"))
+    assert judged is not None
+    assert {"kv_drift", "engine_stall", "trainer_stall"} <= set(judged)
     assert {e.target for _, _, e in bed.recorder.findings()} == {"dark-rollout-3"}
 
 

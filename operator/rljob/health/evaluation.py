@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -59,6 +60,11 @@ def insufficient(
     detector: str, target: str, message: str, evidence: Evidence | None = None
 ) -> Evaluation:
     return Evaluation(detector, target, INSUFFICIENT_DATA, None, evidence or {}, message)
+
+
+def judging(evaluations: Iterable[Evaluation]) -> tuple[str, ...]:
+    """The detectors, sorted, that had data for at least one target."""
+    return tuple(sorted({e.detector for e in evaluations if e.outcome != INSUFFICIENT_DATA}))
 
 
 def finding(

@@ -301,8 +301,12 @@ def _signals(job: RLJob, inputs: PassInputs) -> RLJobStatus:
             ConditionType.HEALTH_SIGNALS_AVAILABLE, False, "NoMetricsSource", NO_SOURCE_MESSAGE
         )
     elif inputs.signals_error is None:
+        message = f"signals from {source}{_with_data(inputs.signals_detectors)}"
         state = ConditionState.of(
-            ConditionType.HEALTH_SIGNALS_AVAILABLE, True, "SourceAnswers", f"signals from {source}"
+            ConditionType.HEALTH_SIGNALS_AVAILABLE,
+            True,
+            "SourceAnswers",
+            message,  # the detector list is bounded; the source's description is ours
         )
     else:
         message = f"{source}: {inputs.signals_error}"[:MAX_SIGNALS_MESSAGE]
@@ -310,6 +314,16 @@ def _signals(job: RLJob, inputs: PassInputs) -> RLJobStatus:
             ConditionType.HEALTH_SIGNALS_AVAILABLE, False, "SourceUnavailable", message
         )
     return with_condition(job.status, state, inputs.now, job.metadata.generation)
+
+
+def _with_data(detectors: tuple[str, ...] | None) -> str:
+    """Which detectors the last health round could judge: the others have no data (a framework
+    that exports nothing for them, docs/frameworks.md)."""
+    if detectors is None:
+        return ""
+    if not detectors:
+        return "; no detector has data yet"
+    return f"; detectors with data: {', '.join(detectors)}"
 
 
 def _failed(job: RLJob, message: str, now: datetime, reason: str = "FailurePolicy") -> RLJobStatus:

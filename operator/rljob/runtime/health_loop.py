@@ -39,6 +39,7 @@ from rljob.api import RLJob
 from rljob.api.diagnosis import Bottleneck
 from rljob.api.status import EngineHealth
 from rljob.health import Evaluation
+from rljob.health.evaluation import judging
 from rljob.health.monitor import (
     JobKey,
     JobMonitor,
@@ -194,6 +195,11 @@ class HealthScheduler:
             job.spec.health, job.metadata.namespace or "default", self._default_source
         )
 
+    def judging(self, key: JobKey) -> tuple[str, ...] | None:
+        """The detectors that had data in the job's last round; None before its first."""
+        monitor = self._monitor(key)
+        return monitor.judging if monitor is not None else None
+
     def source_error(self, key: JobKey) -> str | None:
         """Why the job's metrics source failed its last round, or None when it answered."""
         monitor = self._monitor(key)
@@ -337,6 +343,7 @@ class HealthScheduler:
                 )
                 continue
             monitor.source_error = job_error(monitor, targets[monitor.uid], answers, error)
+            monitor.judging = judging(evaluations)
             self._series.count(monitor.key, evaluations)
             diagnosis = monitor.diagnosis
             self._series.diagnosis(monitor.key, diagnosis.role, diagnosis.step_phase_seconds())

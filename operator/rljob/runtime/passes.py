@@ -135,7 +135,11 @@ class Passes:
             job, observed, memory, now, self.health.source_error(memory.key)
         )
         source = self.health.source_for(job)
-        inputs = replace(inputs, signals_source=source.describe() if source else None)
+        inputs = replace(
+            inputs,
+            signals_source=source.describe() if source else None,
+            signals_detectors=self.health.judging(memory.key),
+        )
         summaries = self.health.engine_summaries(memory.key)
         if summaries is not None:
             inputs = replace(inputs, engine_summaries=tuple(summaries))

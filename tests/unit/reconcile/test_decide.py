@@ -381,6 +381,30 @@ def test_the_signals_condition_names_the_source_and_why_detection_is_off(
     assert says in condition.message
 
 
+@pytest.mark.parametrize(
+    ("detectors", "says"),
+    [
+        pytest.param(None, "signals from direct scraping", id="no-round-yet"),
+        pytest.param((), "signals from direct scraping; no detector has data yet", id="none"),
+        pytest.param(
+            ("reward_hacking", "trainer_stall"),
+            "; detectors with data: reward_hacking, trainer_stall",
+            id="some",
+        ),
+    ],
+)
+def test_the_signals_condition_names_the_detectors_with_data(
+    detectors: tuple[str, ...] | None, says: str
+) -> None:
+    decision = decide_now(
+        running_world(), watched=True, signals_source="direct scraping", signals_detectors=detectors
+    )
+    (condition,) = [
+        c for c in decision.plan.status.conditions if c.type == "HealthSignalsAvailable"
+    ]
+    assert condition.message.endswith(says)
+
+
 TORCHRUN_EXIT_93 = """train.py FAILED
 Failures:
   <NO_OTHER_FAILURES>

@@ -77,6 +77,9 @@ class Health:
     def source_error(self, key: Any) -> str | None:
         return None
 
+    def judging(self, key: Any) -> None:
+        return None
+
     def source_for(self, job: Any) -> None:
         return None
 
