@@ -17,6 +17,7 @@ from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId, resu
 from rljob.reconcile import DesiredChild
 from rljob.reconcile.launchers import RAY_SCRIPT_NAME, ray_start_script
 from rljob.sdk.entrypoint import SHARED_FLAG, _native_flags
+from rljob.sdk.framework_keys import KEY_MAPS
 from rljob.sdk.layouts import LAYOUTS
 from tests.unit.reconcile.test_render import env_of, main_container, pod_spec, render
 from tests.unit.reconcile.world import NAMESPACE, REPO, example_body
@@ -39,6 +40,11 @@ class Framework:
     saves_and_resumes: tuple[str, ...]
     topology: tuple[str, ...]
     engines: tuple[str, EngineExporter, int]
+    # The bridge's directory, and the framework's arguments and env that make it write its
+    # TensorBoard files there ({tb}: the directory).
+    tensorboard_dir: str = ""
+    tensorboard_args: tuple[str, ...] = ()
+    tensorboard_env: tuple[tuple[str, str], ...] = ()
 
     def job(self) -> RLJob:
         return parse_rljob(example_body(f"frameworks/{self.example}"))
@@ -53,7 +59,10 @@ FRAMEWORKS = [
             launch=("python3", "-m", "verl.trainer.main_ppo"),
             saves_and_resumes=("trainer.default_local_dir={dir}", "trainer.resume_mode=auto"),
             topology=("trainer.nnodes={nodes}", "trainer.n_gpus_per_node={gpus}"),
-            engines=("vllm", EngineExporter.RAY, 8080),
+            engines=("vllm", EngineExporter.PLUGIN, 9410),
+            tensorboard_dir="/shared/tensorboard/verl-grpo",
+            tensorboard_args=('trainer.logger=["console","tensorboard"]',),
+            tensorboard_env=(("TENSORBOARD_DIR", "{tb}"),),
         ),
         id="verl",
     ),
@@ -69,7 +78,9 @@ FRAMEWORKS = [
                 "--ckpt.load_enable",
             ),
             topology=("--actor.num_nodes={nodes}", "--actor.num_gpus_per_node={gpus}"),
-            engines=("vllm", EngineExporter.RAY, 8080),
+            engines=("vllm", EngineExporter.PLUGIN, 9410),
+            tensorboard_dir="/shared/tensorboard/openrlhf-grpo",
+            tensorboard_args=("--logger.tensorboard_dir={tb}",),
         ),
         id="openrlhf",
     ),
@@ -82,7 +93,10 @@ FRAMEWORKS = [
             # NeMo-RL resumes from the highest step_N of its checkpoint_dir whenever it saves.
             saves_and_resumes=("checkpointing.checkpoint_dir={dir}", "checkpointing.enabled=true"),
             topology=("cluster.num_nodes={nodes}", "cluster.gpus_per_node={gpus}"),
-            engines=("vllm", EngineExporter.RAY, 8080),
+            engines=("vllm", EngineExporter.PLUGIN, 9410),
+            # TensorboardLogger writes under logger.log_dir (exp_NNN/tensorboard).
+            tensorboard_dir="/shared/logs/nemo-rl-grpo",
+            tensorboard_args=("logger.log_dir={tb}", "logger.tensorboard_enabled=true"),
         ),
         id="nemo-rl",
     ),
@@ -96,6 +110,9 @@ FRAMEWORKS = [
             topology=("--actor-num-nodes={nodes}", "--actor-num-gpus-per-node={gpus}"),
             # slime's first SGLang engine of a node takes the first free port from 15000.
             engines=("sglang", EngineExporter.ENGINE, 15000),
+            tensorboard_dir="/shared/tensorboard/slime-grpo",
+            tensorboard_args=("--use-tensorboard",),
+            tensorboard_env=(("TENSORBOARD_DIR", "{tb}"),),
         ),
         id="slime",
     ),
@@ -152,7 +169,10 @@ def test_the_job_starts_ray_and_runs_the_entrypoint_as_driver(framework: Framewo
         "--checkpoint-layout": framework.layout,
         "--checkpoint-dir": framework.checkpoint_dir,
         SHARED_FLAG: "",
+        "--tensorboard-dir": framework.tensorboard_dir,
+        "--tensorboard-keys": framework.example,
     }
+    assert framework.example in KEY_MAPS
     assert framework.layout in LAYOUTS
     assert tuple(launched[: len(framework.launch)]) == framework.launch
 
@@ -167,6 +187,35 @@ def test_the_framework_saves_and_resumes_where_the_entrypoint_restores(
     values = {"dir": framework.checkpoint_dir, "nodes": trainer.nodes, "gpus": trainer.gpus}
     expected = [arg.format(**values) for arg in (*framework.saves_and_resumes, *framework.topology)]
     assert set(expected) <= set(launched), sorted(set(expected) - set(launched))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_framework_writes_tensorboard_files_where_the_bridge_reads(
+    framework: Framework,
+) -> None:
+    job = framework.job()
+    child = trainer_job(job)
+    _, launched = driver(job)
+    tb = framework.tensorboard_dir
+    assert {arg.format(tb=tb) for arg in framework.tensorboard_args} <= set(launched)
+    assert (
+        env_of(child).items() >= {k: v.format(tb=tb) for k, v in framework.tensorboard_env}.items()
+    )
+    mounts = [m["mountPath"] for m in main_container(child)["volumeMounts"]]
+    assert any(Path(tb).is_relative_to(mount) for mount in mounts)  # writers on any node
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_plugin_engines_get_their_page_ports(framework: Framework) -> None:
+    job = framework.job()
+    engines = job.spec.roles.trainer.engines
+    assert engines is not None
+    env = env_of(trainer_job(job))
+    if engines.exporter == EngineExporter.PLUGIN:
+        assert env["RLJOB_ENGINE_METRICS_PORT"] == str(engines.metrics_port)
+        assert env["RLJOB_ENGINE_METRICS_PAGES"] == str(engines.pages)
+    else:
+        assert "RLJOB_ENGINE_METRICS_PORT" not in env
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
