@@ -14,7 +14,10 @@ files under DIR (rljob.sdk.event_file), newest record last:
   late); the step is the highest step seen on the framework's step axis;
 - canary values are exported at that step, each keyword from the newest step that logged it;
 - per-step timings add to rljob_trainer_phase_seconds_total; generated tokens, where a framework
-  logs what they derive from, add to rljob_rl_generated_tokens_total.
+  logs what they derive from, add to rljob_rl_generated_tokens_total;
+- a weight sync's timing (the `syncing_weights` phase: verl's update_weights, OpenRLHF's
+  broadcast, NeMo-RL's refit, slime's update_weights) is a new policy pushed to the engines:
+  rljob_policy_generation is the step of the newest one (the frameworks sync once a step).
 
 Files last written before the bridge started (less OLD_FILE_SLACK, for a shared volume's clock)
 are the previous attempt's (the frameworks open a new file per process start) and are not read:
@@ -44,6 +47,7 @@ RUNNING_PHASE = "running"
 # Steps whose derived-token inputs are kept while their other half may still be unread.
 TOKEN_STEPS_KEPT = 8
 OLD_FILE_SLACK = 30.0
+SYNC_PHASE = "syncing_weights"
 GAUGE_KEYWORDS = tuple(sorted(KEYWORDS - {TOKENS_KEYWORD}))
 
 
@@ -67,6 +71,7 @@ class TensorBoardBridge:
         self.step: int | None = None
         self._latest: dict[str, tuple[int, float]] = {}  # tag -> (step, value), newest
         self._token_inputs: dict[int, dict[str, float]] = {}
+        self._generation = -1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         progress.phase(RUNNING_PHASE)
@@ -125,6 +130,9 @@ class TensorBoardBridge:
         phase = self.keys.phases.get(scalar.tag)
         if phase is not None:
             self._progress.add_phase_seconds(phase, scalar.value)
+        if phase == SYNC_PHASE and scalar.step > self._generation:
+            self._generation = scalar.step
+            self._progress.policy_generation(scalar.step)
         newest = self._latest.get(scalar.tag)
         if newest is None or scalar.step >= newest[0]:
             self._latest[scalar.tag] = (scalar.step, scalar.value)

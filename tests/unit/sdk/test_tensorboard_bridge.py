@@ -131,6 +131,17 @@ def test_a_frameworks_step_becomes_the_sdks_series(
     assert _sample(registry, "rljob_rl_generated_tokens_total") == (tokens or 0.0)
 
 
+def test_a_weight_syncs_step_is_the_policy_generation(tmp_path: Path) -> None:
+    bridge, registry = _bridge(tmp_path, VERL)
+    path = tmp_path / "events.out.tfevents.1.host"
+    append(path, event(3, {"timing_s/update_weights": 1.0}), event(4, {"timing_s/gen": 2.0}))
+    bridge.poll()
+    assert _sample(registry, "rljob_policy_generation") == 3
+    append(path, event(2, {"timing_s/update_weights": 1.0}))  # an older step: no going back
+    bridge.poll()
+    assert _sample(registry, "rljob_policy_generation") == 3
+
+
 def test_the_heartbeat_moves_only_when_the_framework_logs(tmp_path: Path) -> None:
     bridge, registry = _bridge(tmp_path, VERL)
     path = tmp_path / "run" / "events.out.tfevents.1.host"
