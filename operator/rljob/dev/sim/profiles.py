@@ -26,6 +26,8 @@ PROFILE_ANNOTATION = "sim.rljob.io/profile"
 PROFILE_ENV = "RLJOB_SIM_PROFILE"
 ROLES = ("rollout", "trainer", "reference", "verifier")
 EXPORTERS = ("vllm", "sglang")
+# rljob.sdk.framework_keys.KEY_MAPS' frameworks, copied (the profiles import no SDK).
+TENSORBOARD_FRAMEWORKS = ("verl", "openrlhf", "nemo-rl", "slime")
 MAX_COLOCATED_ENGINES = 16
 MAX_CONCURRENCY = 4096
 # a / b of a decode step (fixed cost over per-sequence cost) for rljob.dev.physics'
@@ -108,7 +110,15 @@ class TrainerProfile:
     `eval_every` steps, held between) with it, or stays flat with `reward_hacking`. A
     `regression` share of generation throughput is lost from the first weight sync
     `regression_delay` seconds after the profile took effect, for `regression_seconds` (0: until
-    changed): the generating phase takes 1 / (1 - regression) as long for the same tokens."""
+    changed): the generating phase takes 1 / (1 - regression) as long for the same tokens.
+
+    With `tensorboard_keys` (a framework of rljob.sdk.framework_keys) the trainer is that
+    framework under the SDK entrypoint's TensorBoard bridge (rljob.dev.sim.tensorboard): each
+    finished step is appended to an event file in the framework's tags, and rank 0's page is
+    the real bridge's reading of the files; the other ranks (Ray workers) run no entrypoint and
+    export no trainer series (both read when the pod attaches, from its RLJOB_SIM_PROFILE or
+    annotation). `engines_exporter` serves the colocated engines as vllm or sglang (empty: the
+    rollout profile's exporter)."""
 
     wait_for_rollouts: float = 2.0
     step_seconds: float = 3.0
@@ -130,6 +140,8 @@ class TrainerProfile:
     regression: float = 0.0
     regression_delay: float = 0.0
     regression_seconds: float = 0.0
+    tensorboard_keys: str = ""
+    engines_exporter: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +294,10 @@ def _check_trainer(profile: TrainerProfile) -> None:
         raise ProfileError(f"colocated_engines must be 0 to {MAX_COLOCATED_ENGINES}")
     if profile.regression >= 1:
         raise ProfileError("regression must be below 1 (the share of throughput lost)")
+    if profile.tensorboard_keys not in ("", *TENSORBOARD_FRAMEWORKS):
+        raise ProfileError(f"tensorboard_keys must be one of {', '.join(TENSORBOARD_FRAMEWORKS)}")
+    if profile.engines_exporter not in ("", *EXPORTERS):
+        raise ProfileError(f"engines_exporter must be one of {', '.join(EXPORTERS)}")
 
 
 def _check(profile: AnyProfile) -> None:

@@ -149,6 +149,7 @@ async def _amain(args: argparse.Namespace) -> int:
         max_workloads=args.max_workloads,
         checkpoints=args.checkpoints,
         nccl_watchdog_seconds=args.nccl_watchdog_seconds,
+        tensorboard_dir=state_dir / "tensorboard",
     )
     app = SimulatorApp(
         config,

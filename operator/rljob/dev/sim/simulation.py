@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -69,6 +70,9 @@ class SimConfig:
     max_workloads: int = MAX_WORKLOADS
     checkpoints: bool = False
     nccl_watchdog_seconds: float = DEFAULT_WATCHDOG_SECONDS
+    # Where framework trainers write their TensorBoard files (rljob.dev.sim.tensorboard); None:
+    # a temporary directory, made when the first one attaches.
+    tensorboard_dir: Path | None = None
 
 
 @dataclass
@@ -205,8 +209,38 @@ class Simulation:
             step = max(0, int(pod.env.get("RLJOB_RESUME_STEP", "0") or 0))
         except ValueError:
             step = 0
+        if profile.tensorboard_keys:
+            return self._framework_trainer(pod, profile, now, step), False
         trainer = TrainerModel(profile, now, step=step, external_checkpoints=writes, seed=seed)
         return trainer, writes
+
+    def _framework_trainer(
+        self, pod: PodInfo, profile: TrainerProfile, now: float, step: int
+    ) -> TrainerModel:
+        """A framework under the SDK's TensorBoard bridge, its files in a directory per run of
+        the pod's containers."""
+        from rljob.dev.sim.tensorboard import default_root, framework_trainer
+
+        if self.config.tensorboard_dir is None:
+            self.config.tensorboard_dir = default_root()
+        directory = self.config.tensorboard_dir / pod.namespace / f"{pod.name}-{pod.restarts}"
+        return framework_trainer(
+            profile,
+            now,
+            rank=pod.completion_index,
+            directory=directory,
+            host=pod.name,
+            clock=self.clock,
+            step=step,
+            seed=pod.instance,
+        )
+
+    def _gang_engine(self, profile: AnyProfile) -> EngineProfile:
+        """The engines inside a trainer pod: the rollout profile, served as the trainer's
+        profile says (engines_exporter)."""
+        engine = self.config.profiles.rollout
+        exporter = getattr(profile, "engines_exporter", "")
+        return dataclasses.replace(engine, exporter=exporter) if exporter else engine
 
     async def _attach(self, pod: PodInfo) -> None:
         now = self.clock()
@@ -219,10 +253,11 @@ class Simulation:
         model, writes = self._model(pod, now)
         workload = Workload(pod, listener, model, now, writes_checkpoints=writes)
         self.workloads[pod.key] = workload
+        profile = self.effective_profile(pod)
         workload.gang = await attach_gang(
             pod,
-            self.effective_profile(pod),
-            self.config.profiles.rollout,
+            profile,
+            self._gang_engine(profile),
             now,
             lambda: self._gang_scraped(pod.key, pod.uid),
         )

@@ -66,6 +66,9 @@ class Canaries:
         self._levels_at = start
         self._reports = 0
         self.values: dict[str, float] = {}  # exposed name -> value, those reported so far
+        # keyword -> value of the last report alone (reward_eval only when an evaluation ran):
+        # what a framework logs that step (rljob.dev.sim.tensorboard).
+        self.last: dict[str, float] = {}
         self.tokens = 0.0
 
     def report(self, step: int, at: float, profile: TrainerProfile) -> None:
@@ -83,6 +86,7 @@ class Canaries:
         if self._reports == 0 or step % profile.eval_every == 0:
             values["reward_eval"] = self.eval_level + rng.gauss(0, profile.reward_noise)
         self._reports += 1
+        self.last = values
         self.values[RL_STEP] = float(step)
         self.values.update({RL_PREFIX + k: v for k, v in values.items()})
         self.tokens += profile.tokens_per_step

@@ -31,6 +31,21 @@ TRAINER_HEARTBEAT = "rljob_trainer_heartbeat_timestamp_seconds"
 TRAINER_PHASE = "rljob_trainer_phase"
 POLICY_GENERATION = "rljob_policy_generation"
 CHECKPOINT_STEP = "rljob_checkpoint_step"
+# Steps whose reports are kept for a reader (rljob.dev.sim.tensorboard) between two advances.
+STEP_REPORTS_KEPT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    """A finished step as a framework logs it: when it ended, its canary values (keyword ->
+    value; reward_eval only when an evaluation ran) and the seconds each counted phase took
+    since the previous step ended."""
+
+    step: int
+    at: float
+    canaries: dict[str, float]
+    phase_seconds: dict[str, float]
+    tokens: float
 
 
 @dataclass(slots=True)
@@ -74,6 +89,9 @@ class TrainerModel:
         self.external_checkpoints = external_checkpoints
         # Steps whose checkpoint phase began, for a writer to pick up (bounded).
         self.checkpoints_due: deque[int] = deque(maxlen=4)
+        # Finished steps, newest last, for a framework's log writer to pick up (bounded).
+        self.reports: deque[StepReport] = deque(maxlen=STEP_REPORTS_KEPT)
+        self._totals_at_report = self.phase_seconds.totals(start)
 
     def set_profile(self, profile: TrainerProfile) -> None:
         self.profile = profile
@@ -92,6 +110,7 @@ class TrainerModel:
                 self.step += 1
                 if profile.canaries:
                     self.canaries.report(self.step, at, profile)
+                self._report(at)
                 if profile.sync_seconds <= 0:
                     self._synced(at)
             case "syncing_weights":
@@ -103,6 +122,15 @@ class TrainerModel:
         if following == PHASE_CHECKPOINTING:
             self.checkpoints_due.append(self.step)
         return following
+
+    def _report(self, at: float) -> None:
+        """The step just finished at `at`, as its framework logs it."""
+        totals = self.phase_seconds.totals(at)
+        spent = {p: totals[p] - self._totals_at_report.get(p, 0.0) for p in totals}
+        self._totals_at_report = totals
+        canaries = dict(self.canaries.last) if self.profile.canaries else {}
+        tokens = self.profile.tokens_per_step
+        self.reports.append(StepReport(self.step, at, canaries, spent, tokens))
 
     def _synced(self, at: float) -> None:
         """New weights published: the policy generation changes (unless a driver sets it)."""
