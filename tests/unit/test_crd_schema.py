@@ -287,6 +287,7 @@ class TestCelRules:
         assert {r["fieldPath"] for r in rules_at("spec.roles.rollout")} == {
             ".maxUnavailable",
             ".metricNames",
+            ".generationFrom",
         }
         assert rules_at("spec.failurePolicy.backoff") == [
             {

@@ -35,6 +35,7 @@ from rljob.dev.traces import (
 )
 from rljob.health import INSUFFICIENT_DATA, EngineSample, Evaluation
 from rljob.health.monitor import JobKey, next_slot
+from rljob.health.monitor_engines import EngineGauges
 from rljob.health.profiles import (
     GENERATION_TOKENS,
     KV_CACHE_USAGE,
@@ -722,3 +723,155 @@ async def test_a_detector_defect_costs_its_job_the_round_not_the_other_jobs(
     await bed.run_until(10)
     assert len(bed.recorder.for_job(("ns1", "sound"))) == 3  # t=0, 5, 10
     assert bed.recorder.for_job(("ns1", "broken")) == []
+
+
+# ------------------------------------------------------------------ generationFrom engine
+
+
+@dataclass(frozen=True)
+class EnginePod:
+    name: str
+    role: str
+    ip: str
+    phase: str = "Running"
+    ready: bool = True
+
+
+@dataclass
+class FakeVersions:
+    """Engines' own weight versions by base URL; what was read, and at most how many at once."""
+
+    versions: dict[str, int | None] = field(default_factory=dict)
+    reads: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    running: int = 0
+    most: int = 0
+    closed: bool = False
+
+    async def read(self, base_url: str, paths: Any) -> int | None:
+        self.reads.append((base_url, tuple(paths)))
+        self.running += 1
+        self.most = max(self.most, self.running)
+        await asyncio.sleep(0)  # a GET yields to the loop: the others start meanwhile
+        self.running -= 1
+        return self.versions.get(base_url)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def engine_job(
+    name: str, *, engine: str = "sglang", generation_from: str = "engine", url: str | None = PROM
+) -> RLJob:
+    body = make_job(name, url=url).model_dump(mode="json", by_alias=True, exclude_none=True)
+    body["spec"]["roles"]["rollout"].update(
+        engine=engine, weightSync="Gated", generationFrom=generation_from
+    )
+    return parse_rljob(body)
+
+
+def engine_pods(job: RLJob, count: int) -> list[EnginePod]:
+    return [
+        EnginePod(f"{job.metadata.name}-rollout-{i}", "rollout", f"10.0.0.{i}")
+        for i in range(count)
+    ]
+
+
+class GaugesSeen:
+    """The on_evaluations callback: the job's engine readings as the passes would take them."""
+
+    def __init__(self) -> None:
+        self.scheduler: HealthScheduler | None = None
+        self.seen: list[dict[str, EngineGauges]] = []
+
+    async def __call__(self, key: JobKey, evaluations: list[Evaluation]) -> None:
+        assert self.scheduler is not None
+        self.seen.append(dict(self.scheduler.engine_gauges(key)))
+
+
+def versions_bed(versions: FakeVersions) -> tuple[Bed, GaugesSeen]:
+    bed = Bed()
+    seen = GaugesSeen()
+    bed.scheduler = seen.scheduler = HealthScheduler(
+        bed.factory, seen, clock=bed.world.clock, weight_versions=versions
+    )
+    return bed, seen
+
+
+@pytest.mark.parametrize(
+    ("engine", "port", "paths"),
+    [
+        pytest.param("sglang", 30000, ("/model_info", "/get_weight_version"), id="sglang"),
+        pytest.param("vllm", 8000, ("/weight_info",), id="vllm"),
+    ],
+)
+async def test_an_engine_s_own_weight_version_is_its_generation(
+    engine: str, port: int, paths: tuple[str, ...]
+) -> None:
+    versions = FakeVersions({f"http://10.0.0.0:{port}": 7, f"http://10.0.0.1:{port}": None})
+    bed, seen = versions_bed(versions)
+    job = engine_job("engines", engine=engine)
+    pods = engine_pods(job, 2)
+    for pod in pods:  # the source's running counts for the same pods
+        bed.world.engines["ns1", pod.name] = SimulatedEngine(EngineProfile(), seed=pod.name)
+    bed.scheduler.register(job, {"rollout": pods})
+    bed.world.now = 10.0
+
+    await bed.scheduler.tick()
+
+    assert sorted(versions.reads) == [(f"http://10.0.0.{i}:{port}", paths) for i in range(2)]
+    (gauges,) = seen.seen  # merged before the evaluations were handed on
+    read = gauges["engines-rollout-0"]
+    assert (read.generation, read.t) == (7, 10.0)
+    assert read.running is not None, "the source's running count is kept"
+    assert gauges["engines-rollout-1"].generation is None, "no version: none merged"
+
+
+@pytest.mark.parametrize(
+    ("job", "reads"),
+    [
+        pytest.param(
+            engine_job("opted", generation_from="metrics"), 0, id="generation-from-metrics"
+        ),
+        pytest.param(make_job("ungated"), 0, id="an-ungated-job"),
+        pytest.param(engine_job("opted"), 3, id="generation-from-engine"),
+    ],
+)
+async def test_only_jobs_that_opt_in_are_read(job: RLJob, reads: int) -> None:
+    versions = FakeVersions()
+    bed, _ = versions_bed(versions)
+    bed.scheduler.register(job, {"rollout": engine_pods(job, 3)})
+    await bed.run_until(10)
+    assert len(versions.reads) == reads * 3  # rounds at t=1, 5 and 10
+
+
+async def test_without_a_metrics_source_the_reading_is_the_generation_alone() -> None:
+    versions = FakeVersions({"http://10.0.0.0:30000": 4})
+    bed, seen = versions_bed(versions)
+    job = engine_job("sourceless", url=None)
+    bed.scheduler.register(job, {"rollout": engine_pods(job, 1)})
+    bed.world.now = 3.0
+
+    await bed.scheduler.tick()
+
+    assert seen.seen == [{"sourceless-rollout-0": EngineGauges(3.0, None, 4)}]
+
+
+async def test_reads_are_bounded_and_a_job_s_pods_follow_register() -> None:
+    versions = FakeVersions()
+    bed, _ = versions_bed(versions)
+    job = engine_job("wide", url=None)
+    pods = engine_pods(job, 40)
+    bed.scheduler.register(job, {"rollout": pods})
+    await bed.scheduler.tick()
+    assert len(versions.reads) == 40 and versions.most == 16
+
+    versions.reads.clear()
+    gone = EnginePod(pods[0].name, "rollout", "")  # no IP: nothing to read
+    bed.scheduler.register(job, {"rollout": [gone, pods[1]]})
+    bed.world.now = 5.0
+    await bed.scheduler.tick()
+    assert versions.reads == [("http://10.0.0.1:30000", ("/model_info", "/get_weight_version"))]
+
+    bed.scheduler.forget(("ns1", "wide"))
+    await bed.scheduler.close()
+    assert versions.closed

@@ -13,6 +13,7 @@ from rljob.vocabulary.enums import (
     EngineExporter,
     FailureAction,
     FailureReason,
+    GenerationFrom,
     Launcher,
     RoleName,
     WeightSync,
@@ -23,6 +24,7 @@ EngineField = Annotated[Engine, Strict(False)]
 LauncherField = Annotated[Launcher, Strict(False)]
 EngineExporterField = Annotated[EngineExporter, Strict(False)]
 WeightSyncField = Annotated[WeightSync, Strict(False)]
+GenerationFromField = Annotated[GenerationFrom, Strict(False)]
 FailureReasonField = Annotated[FailureReason, Strict(False)]
 FailureActionField = Annotated[FailureAction, Strict(False)]
 AddressingStyleField = Annotated[AddressingStyle, Strict(False)]

@@ -9,7 +9,13 @@ from pydantic import Field
 
 from rljob.api.base import SpecModel
 from rljob.api.durations import Duration
-from rljob.api.enum_fields import EngineExporterField, EngineField, LauncherField, WeightSyncField
+from rljob.api.enum_fields import (
+    EngineExporterField,
+    EngineField,
+    GenerationFromField,
+    LauncherField,
+    WeightSyncField,
+)
 from rljob.api.kube_names import ImageRef, NodeSelector
 from rljob.api.kube_types import (
     EnvList,
@@ -29,7 +35,7 @@ from rljob.api.ray_ports import (
 )
 from rljob.api.rules import CrossFieldRule, Immutable
 from rljob.vocabulary.defaults import DEFAULT_TRAINER_NODES
-from rljob.vocabulary.enums import Engine, EngineExporter, Launcher, WeightSync
+from rljob.vocabulary.enums import Engine, EngineExporter, GenerationFrom, Launcher, WeightSync
 
 PROMETHEUS_NAME_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
 RESOURCE_NAME_PATTERN = (
@@ -210,6 +216,19 @@ CUSTOM_ENGINE_NEEDS_METRIC_NAMES = CrossFieldRule(
 )
 
 
+# The operator knows how vLLM and SGLang report their weight version over HTTP, not a custom
+# engine's (rljob.health.weight_version).
+ENGINE_GENERATION_NEEDS_KNOWN_ENGINE = CrossFieldRule(
+    cel="self.generationFrom != 'engine' || self.engine != 'custom'",
+    message="generationFrom engine reads a vLLM or SGLang weight version: engine custom reports "
+    "its generation on its metrics page (generationFrom metrics)",
+    field="generationFrom",
+    holds=lambda role: (
+        role.generation_from != GenerationFrom.ENGINE or role.engine != Engine.CUSTOM
+    ),
+)
+
+
 class RolloutRole(ServingRole):
     """Inference engines generating samples."""
 
@@ -228,7 +247,7 @@ class RolloutRole(ServingRole):
         "draining; deleted once its running requests reach zero, no container of it runs, or "
         "drainTimeout passes) and "
         "its replacement turns Ready only behind the rljob.io/policy-current readiness gate, "
-        "once it reports the job's current policy generation (rljob_engine_policy_generation). "
+        "once it reports the job's current policy generation (see generationFrom). "
         "Switching modes rolls the engines once.",
     )
     drain_timeout: Duration = Field(
@@ -236,8 +255,24 @@ class RolloutRole(ServingRole):
         description="Gated: how long a draining engine may finish its running requests before "
         "it is deleted anyway.",
     )
+    generation_from: GenerationFromField = Field(
+        default=GenerationFrom.METRICS,
+        description="Where the operator reads the policy generation an engine serves (the "
+        "roster's generation; with Gated, the gate's). "
+        "metrics: the rljob_engine_policy_generation gauge on its metrics page. engine: the "
+        'engine\'s own weight version (a whole number; "default" counts as none), read over '
+        "HTTP on the engine's default port (vLLM 8000, SGLang 30000): SGLang's GET /model_info, "
+        "else /get_weight_version; vLLM's GET /weight_info, which vLLM serves only with "
+        "VLLM_SERVER_DEV_MODE=1 in the engine's env (set it yourself). A joining engine must "
+        "then reach what the serving engines report now, so a driver whose counter starts over "
+        "in a new process (slime) is followed. Not for engine custom.",
+    )
 
-    cel_rules = (MAX_UNAVAILABLE_WITHIN_REPLICAS, CUSTOM_ENGINE_NEEDS_METRIC_NAMES)
+    cel_rules = (
+        MAX_UNAVAILABLE_WITHIN_REPLICAS,
+        CUSTOM_ENGINE_NEEDS_METRIC_NAMES,
+        ENGINE_GENERATION_NEEDS_KNOWN_ENGINE,
+    )
 
 
 ENGINE_EXPORTER_NEEDS_PORT = CrossFieldRule(

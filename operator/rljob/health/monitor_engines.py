@@ -28,6 +28,9 @@ from rljob.health.profiles import (
 
 # A float gauge holds every integer up to 2**53 exactly; a larger "generation" is garbage.
 MAX_GENERATION = 2**53
+# Prometheus's lookback delta: a series without a sample for this long is not current to it
+# either (a metrics source down this long leaves an HTTP-read generation on its own).
+RUNNING_GONE_SECONDS = 300.0
 # The signals an engine reading is made of.
 ENGINE_GAUGE_SIGNALS = (REQUESTS_RUNNING, REQUESTS_WAITING, ENGINE_POLICY_GENERATION)
 
@@ -102,6 +105,21 @@ def _generation(values: Sequence[float]) -> int | None:
 
 def _whole(value: float) -> bool:
     return math.isfinite(value) and 0 <= value <= MAX_GENERATION and value == int(value)
+
+
+def with_generation(known: EngineGauges | None, t: float, generation: int) -> EngineGauges:
+    """A pod's reading with the generation its engine reported over HTTP at `t` (generationFrom
+    engine). A running count is kept with its own time: stamped later it could end a drain that
+    began after it was sampled (a Prometheus sample lags by a scrape or more), while the
+    generation, read after it, is then stamped no later than it was read, which the gate's
+    freshness rule takes as conservative. A running count older than RUNNING_GONE_SECONDS says
+    nothing of now: the reading is the generation alone at `t`. A reading newer than `t` stays
+    as it is (an older value never replaces a newer one)."""
+    if known is not None and known.t > t:
+        return known
+    if known is None or known.running is None or t - known.t > RUNNING_GONE_SECONDS:
+        return EngineGauges(t, None, generation)
+    return EngineGauges(known.t, known.running, generation)
 
 
 def readings_moved(before: Iterable[ReadingLike], after: Iterable[ReadingLike]) -> bool:

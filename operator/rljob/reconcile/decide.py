@@ -31,7 +31,7 @@ from rljob.reconcile.drain import gated, recheck_after
 from rljob.reconcile.engine_health import with_engine_health
 from rljob.reconcile.engine_readings import with_stopped_engines
 from rljob.reconcile.events import EventSpec
-from rljob.reconcile.gate import gate_recheck_after
+from rljob.reconcile.gate import gate_recheck_after, generation_from_engine
 from rljob.reconcile.in_turn import InTurnPass, advance_in_turn
 from rljob.reconcile.inputs import PassInputs
 from rljob.reconcile.journal import settle_journal
@@ -63,8 +63,9 @@ MAX_SIGNALS_MESSAGE = 300
 GATE_WITHOUT_SIGNALS_MESSAGE = (
     "weightSync Gated holds every new rollout engine NotReady until its reported policy "
     "generation opens its rljob.io/policy-current gate, and the job has no metrics source to "
-    "read it from: no engine can turn Ready (set spec.health.source, or give the operator a "
-    "default: chart value health.prometheus.url or health.directScrape)"
+    "read it from: no engine can turn Ready (set spec.health.source, give the operator a "
+    "default: chart value health.prometheus.url or health.directScrape, or have vLLM or SGLang "
+    "engines read directly: spec.roles.rollout.generationFrom engine)"
 )
 
 
@@ -228,7 +229,9 @@ def _overriding_states(job: RLJob, inputs: PassInputs) -> list[ConditionState]:
                 inputs.retention_problem,
             )
         )
-    if gated(job) and inputs.watched and inputs.signals_source is None:
+    # generationFrom engine: the gate reads the engines themselves, not the metrics source.
+    blind = not generation_from_engine(job) and inputs.signals_source is None
+    if gated(job) and inputs.watched and blind:
         states.append(
             ConditionState.of(
                 ConditionType.DEGRADED.value,

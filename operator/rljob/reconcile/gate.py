@@ -4,11 +4,19 @@ it does when the engine reports at least its roster member's requiredGeneration,
 fixed when it joined (so a push slower than a training step still passes). The operator sets
 it back to False when the engine's drain begins (the Service stops routing to it, a user's roll
 counts it unavailable) and when its container restarted in place (its weights are the command
-line's again). While the operator is down no new engine turns Ready."""
+line's again). While the operator is down no new engine turns Ready.
+
+With generationFrom engine the generation is the engine's own weight version, a counter the
+driver keeps: slime (THUDM/slime 624b824) tells engines str(N) with N counted in memory from 0
+in each new process, so after a trainer restart the engines hear "1" again. The target is then
+what the serving engines report now, never status.policyGeneration's memory nor the trainer's
+rljob_policy_generation (another count), and a joining member's requiredGeneration above what
+every serving engine reports now is re-based down to it (roster._reachable lowers a joining
+member to the target): without it a newcomer would wait until the new counter climbed back."""
 
 from __future__ import annotations
 
-from rljob.api import EngineMember, RLJob, RLJobStatus
+from rljob.api import EngineMember, GenerationFrom, RLJob, RLJobStatus
 from rljob.reconcile.drain import ROLLOUT, draining_uids, gated, reading_of
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.observed import Observed, ObservedPod
@@ -17,6 +25,12 @@ from rljob.reconcile.progress import newer_generation
 GATE_RECHECK_SECONDS = 5.0  # a pass at least this often while an engine awaits its gate
 DRAINING = "Draining"  # the gate's reason while the engine drains
 RESTARTED = "ContainerRestarted"  # the gate's reason after an in-place restart
+
+
+def generation_from_engine(job: RLJob) -> bool:
+    """The rollout engines' generation is their own weight version, read over HTTP."""
+    rollout = job.spec.roles.rollout
+    return rollout is not None and rollout.generation_from == GenerationFrom.ENGINE
 
 
 def live_engines(job: RLJob, observed: Observed) -> list[ObservedPod]:
@@ -40,12 +54,14 @@ def gate_target(
 ) -> int | None:
     """The generation an engine joining now must report: the trainer's live reading when there
     is one (the current attempt's: a resume from an older checkpoint is followed), else the
-    newest of status.policyGeneration and what serving engines report; None: nothing known."""
+    newest of status.policyGeneration and what serving engines report; with generationFrom
+    engine, what the serving engines report now alone; None: nothing known."""
+    serving = _serving_generation(job, observed, readings)
+    if generation_from_engine(job):
+        return serving  # the driver's counter may have started over: no memory of it counts
     if trainer_generation is not None:
         return trainer_generation
-    return newer_generation(
-        job.status.policy_generation, _serving_generation(job, observed, readings)
-    )
+    return newer_generation(job.status.policy_generation, serving)
 
 
 def passes(reading: EngineReading | None, member: EngineMember | None) -> bool:

@@ -63,7 +63,8 @@ def engine_roster(
 def _reachable(required: int | None, target: int | None) -> int | None:
     """A joining engine's requirement lowered to the current target: after a resume from an older
     checkpoint the attempt's driver pushes older generations, and a requirement fixed before it
-    would keep the gate shut until training climbed back (for ever, with no engine serving)."""
+    would keep the gate shut until training climbed back (for ever, with no engine serving);
+    with generationFrom engine, after the driver's count started over (gate.gate_target)."""
     if required is None or target is None:
         return required
     return min(required, target)

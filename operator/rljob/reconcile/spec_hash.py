@@ -17,7 +17,7 @@ from pydantic import BaseModel
 HASH_LENGTH = 16
 # Role fields only the operator reads, which shape no pod template: editing one rolls nothing.
 # (weightSync is not one: Gated adds a readiness gate, so switching it rolls the engines once.)
-OPERATOR_ONLY_FIELDS = frozenset({"drain_timeout"})
+OPERATOR_ONLY_FIELDS = frozenset({"drain_timeout", "generation_from"})
 
 
 def spec_hash(inputs: Mapping[str, Any]) -> str:

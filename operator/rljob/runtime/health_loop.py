@@ -13,6 +13,11 @@ A source that fails a signal's query makes every evaluation of the roles that ne
 detectors with one range query per signal covering the longest window plus the warm-up (for at
 most BACKFILL_BATCH_JOBS jobs at a time), so an operator restart neither resets nor loses a
 detection. At most `max_jobs` jobs are tracked.
+
+A job whose rollout role has generationFrom engine also has each rollout engine's own weight
+version read over HTTP every round, after the source answered (rljob.runtime.engine_generations),
+and merged into the engine's reading before its evaluations are handed on; other jobs cost
+nothing of it.
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ from rljob.adapters.metrics import (
     describe_error,
     source_key,
 )
+from rljob.adapters.weight_versions import WeightVersions
 from rljob.api import RLJob
 from rljob.api.diagnosis import Bottleneck
 from rljob.api.status import EngineHealth
 from rljob.health import Evaluation
 from rljob.health.evaluation import judging
 from rljob.health.monitor import (
+    ROLLOUT,
     JobKey,
     JobMonitor,
     PodLike,
@@ -56,7 +63,8 @@ from rljob.health.monitor_answers import (
     feed,
     job_error,
 )
-from rljob.health.monitor_engines import EngineGauges
+from rljob.health.monitor_engines import EngineGauges, with_generation
+from rljob.runtime.engine_generations import EngineGenerations, WeightVersionReader
 from rljob.runtime.garbage_collection import collection_paused
 from rljob.runtime.health_series import HealthSeries
 
@@ -85,7 +93,8 @@ def answers_of(collected: Collected) -> Answers:
 
 class HealthScheduler:
     """See the module docstring. `source_factory(key)` makes a source the first time a key is
-    used (sources of keys no job uses any more are closed); `clock` gives unix seconds."""
+    used (sources of keys no job uses any more are closed); `clock` gives unix seconds;
+    `weight_versions` reads an engine's own weight version (default: over HTTP)."""
 
     def __init__(
         self,
@@ -97,6 +106,7 @@ class HealthScheduler:
         addresses: PodAddresses | None = None,
         tick: float = TICK_SECONDS,
         max_jobs: int = MAX_JOBS,
+        weight_versions: WeightVersionReader | None = None,
     ) -> None:
         self._factory = source_factory
         self._on_evaluations = on_evaluations
@@ -115,6 +125,7 @@ class HealthScheduler:
         self._sources_may_be_unused = False
         self._full_warned = False
         self._series = HealthSeries()
+        self._generations = EngineGenerations(weight_versions or WeightVersions())
 
     # ---------------------------------------------------------------- the caller's API
 
@@ -152,6 +163,7 @@ class HealthScheduler:
         monitor.update(job, by_role, now, source)
         if self._addresses is not None:
             self._addresses.update(job, by_role)
+        self._generations.update(uid, job, by_role.get(ROLLOUT, ()))
 
     def engine_summaries(self, key: JobKey) -> list[EngineHealth] | None:
         """The job's detector summaries to keep in status; None while it is not watched."""
@@ -246,6 +258,8 @@ class HealthScheduler:
         for source in sources:
             with contextlib.suppress(Exception):
                 await source.close()
+        with contextlib.suppress(Exception):
+            await self._generations.close()
 
     # ---------------------------------------------------------------- rounds
 
@@ -258,6 +272,7 @@ class HealthScheduler:
         if monitor is None:
             return
         self._sources_may_be_unused = True
+        self._generations.forget(uid)
         if self._uids.get(monitor.key) == uid:
             del self._uids[monitor.key]
             if self._addresses is not None:
@@ -331,6 +346,10 @@ class HealthScheduler:
                 log.exception("health source failed", source=key.describe())
                 error = describe_error(failure)
             self._note_source_state(key, answers, error)
+        read_at = self._clock()
+        generations = await self._generations.read(
+            {m.uid: m.rollout_pods for m in jobs if self._generations.opted_in(m.uid)}
+        )
         for monitor in jobs:
             if not self._current(monitor):
                 continue
@@ -342,6 +361,7 @@ class HealthScheduler:
                     "health evaluation failed", namespace=monitor.key[0], name=monitor.key[1]
                 )
                 continue
+            _note_generations(monitor, generations.get(monitor.uid, {}), read_at)
             monitor.source_error = job_error(monitor, targets[monitor.uid], answers, error)
             monitor.judging = judging(evaluations)
             self._series.count(monitor.key, evaluations)
@@ -404,6 +424,14 @@ class HealthScheduler:
         elif was is not None:
             log.info("health source answering again", source=key.describe())
             del self._source_down[key]
+
+
+def _note_generations(monitor: Monitor, generations: Mapping[str, int], at: float) -> None:
+    """Each engine's own weight version, read at `at`, into its reading (generationFrom engine)."""
+    for pod, generation in generations.items():
+        if pod in monitor.rollout_pods:  # a pod gone while the round ran stays gone
+            known = monitor.engine_gauges.get(pod)
+            monitor.engine_gauges[pod] = with_generation(known, at, generation)
 
 
 __all__ = [

@@ -51,6 +51,14 @@ class WeightSync(StrEnum):
     GATED = "Gated"
 
 
+class GenerationFrom(StrEnum):
+    """Where a Gated rollout engine's policy generation is read: the rljob_engine_policy_generation
+    gauge on its metrics page, or the engine's own weight version over its HTTP API."""
+
+    METRICS = "metrics"
+    ENGINE = "engine"
+
+
 class EngineState(StrEnum):
     """A rollout engine's place in the roster (status.roles.rollout.engines[].state)."""
 

@@ -19,7 +19,12 @@ as the API server stores it, the pods, the write log), never from what the opera
 - a-joining-engines-requirement-is-within-the-current-attempts-reach: after a pass of the leader
   on caught-up watches that wrote without a fault, a joining member's requiredGeneration is at
   most the trainer's generation the pass was handed (a resume from an older checkpoint takes it
-  back).
+  back); with generationFrom engine the trainer's gauge is another count, and the next holds;
+- a-joining-engines-requirement-is-within-what-serving-engines-report: with generationFrom
+  engine, after a pass of the leader on caught-up watches that wrote without a fault, a joining
+  member's requiredGeneration is at most the newest generation a serving engine (Ready, neither
+  deleting nor draining) reported in the readings the pass was handed, read since its container
+  started (the driver's counter starts over in a new process: slime's does).
 """
 
 from __future__ import annotations
@@ -45,10 +50,12 @@ UNGATED_NEVER_DRAINS = "an-ungated-job-never-shows-draining"
 GATE_AT_REQUIRED = "a-gated-engine-passes-its-gate-at-its-required-generation"
 GATE_FRESH = "a-gate-opens-only-on-a-reading-of-the-running-container"
 REACHABLE = "a-joining-engines-requirement-is-within-the-current-attempts-reach"
+REBASED = "a-joining-engines-requirement-is-within-what-serving-engines-report"
 CHECKS = frozenset(
     {DRAIN_BEFORE_DELETE, WITHIN_MAX_UNAVAILABLE, DRAIN_ENDS, UNGATED_NEVER_DRAINS,
-     GATE_AT_REQUIRED, GATE_FRESH, REACHABLE}
+     GATE_AT_REQUIRED, GATE_FRESH, REACHABLE, REBASED}
 )  # fmt: skip
+Before = tuple[set[str], list[str], int, set[str], int | None, int | None]
 
 
 def _time(value: str) -> dt.datetime:
@@ -57,6 +64,16 @@ def _time(value: str) -> dt.datetime:
 
 def _role(pod: Mapping[str, Any]) -> str:
     return str((pod["metadata"].get("labels") or {}).get(ROLE_LABEL, ""))
+
+
+def _running_since(pod: Mapping[str, Any]) -> dt.datetime | None:
+    """When its newest running container started; None: none runs."""
+    starts = [
+        _time(c["state"]["running"]["startedAt"])
+        for c in pod["status"].get("containerStatuses") or []
+        if "running" in (c.get("state") or {})
+    ]
+    return max(starts, default=None)
 
 
 def _terminating(pod: Mapping[str, Any]) -> bool:
@@ -75,6 +92,7 @@ class DrainChecks:
         self.taken_down: set[str] = set()  # ready rollout pods the operator deleted
         self.reported: dict[str, int] = {}  # the newest generation each engine reported
         self.trainer_generation: int | None = None  # the trainer's current, once it reports
+        self.driver_count: int | None = None  # generationFrom engine: the driver's last push
         cluster.pod_delete_observers.append(self._pod_deleted)
 
     # -- the truth -------------------------------------------------------------------------------
@@ -85,6 +103,10 @@ class DrainChecks:
     def _gated(self, job: Mapping[str, Any] | None) -> bool:
         rollout = (job or {}).get("spec", {}).get("roles", {}).get(ROLLOUT) or {}
         return rollout.get("weightSync") == "Gated"
+
+    def _from_engine(self, job: Mapping[str, Any] | None) -> bool:
+        rollout = (job or {}).get("spec", {}).get("roles", {}).get(ROLLOUT) or {}
+        return self._gated(job) and rollout.get("generationFrom") == "engine"
 
     def _entries(self, job: Mapping[str, Any] | None) -> list[JSON]:
         return list((((job or {}).get("status") or {}).get("inFlight") or {}).get("pods") or [])
@@ -123,13 +145,12 @@ class DrainChecks:
 
     # -- the pass --------------------------------------------------------------------------------
 
-    def before_pass(
-        self, *, leading: bool, handed: int | None = None
-    ) -> tuple[set[str], list[str], int, set[str], int | None]:
+    def before_pass(self, *, leading: bool, handed: int | None = None) -> Before:
         """(the drains journaled now, those past their timeout the pass must end, the log's
         length, the engines whose gate is True, the trainer's generation the pass is handed
-        (`handed`, the health loop's latest) when the leader's watches are caught up) as the
-        pass begins."""
+        (`handed`, the health loop's latest) and, with generationFrom engine, the newest
+        generation a serving engine reports, both when the leader's watches are caught up) as
+        the pass begins."""
         job = self._job()
         started = {e["uid"] for e in self._draining(job)}
         due: list[str] = []
@@ -143,22 +164,41 @@ class DrainChecks:
                 if past and pod is not None and not pod["metadata"].get("deletionTimestamp"):
                     due.append(entry["uid"])
         caught_up = leading and not self.cluster.index.lagging()
+        from_engine = caught_up and self._from_engine(job)
         return (
             started,
             due,
             len(self.cluster.log),
             self._gated_open(),
-            handed if caught_up else None,
+            handed if caught_up and not self._from_engine(job) else None,
+            self._serving_report(job) if from_engine else None,
         )
 
-    def after_pass(self, before: tuple[set[str], list[str], int, set[str], int | None]) -> None:
-        started, due, start, open_before, handed = before
+    def _serving_report(self, job: Mapping[str, Any] | None) -> int | None:
+        """The newest generation a serving engine reports, read since its container started."""
+        leaving = {e["uid"] for e in self._draining(job)}
+        found = []
+        for uid, pod in self._pods().items():
+            conditions = {c["type"]: c.get("status") for c in pod["status"].get("conditions") or []}
+            reading = self.readings.get(pod["metadata"]["name"])
+            serving = conditions.get("Ready") == "True" and uid not in leaving
+            if not serving or pod["metadata"].get("deletionTimestamp") or reading is None:
+                continue
+            starts = _running_since(pod)
+            if starts is not None and reading.at >= starts and reading.generation is not None:
+                found.append(reading.generation)
+        return max(found, default=None)
+
+    def after_pass(self, before: Before) -> None:
+        started, due, start, open_before, handed, serving = before
         job = self._job()
         self._check_fresh(self._gated_open() - open_before)
         writes = self.cluster.log[start:]
         faulted = any(w.actor.startswith("operator") and w.code >= 400 for w in writes)
         if handed is not None and not faulted:
             self.recorded[REACHABLE] += self._out_of_reach(handed)
+        if serving is not None and not faulted:
+            self.recorded[REBASED] += self._out_of_reach(serving, "what serving engines report")
         live = self._pods()
         if not faulted and not self._stopped(job):
             for uid in due:
@@ -206,16 +246,12 @@ class DrainChecks:
         for uid in opened:
             pod = live[uid]
             name = pod["metadata"]["name"]
-            starts = [
-                _time(c["state"]["running"]["startedAt"])
-                for c in pod["status"].get("containerStatuses") or []
-                if "running" in (c.get("state") or {})
-            ]
+            starts = _running_since(pod)
             reading = self.readings.get(name)
-            if starts and (reading is None or reading.at < max(starts)):
+            if starts is not None and (reading is None or reading.at < starts):
                 self.recorded[GATE_FRESH].append(
                     f"{name}'s gate opened on a reading from {reading.at if reading else None}, "
-                    f"before its container started at {max(starts)}"
+                    f"before its container started at {starts}"
                 )
 
     def engine_reported(self, pod: str, generation: int | None) -> None:
@@ -232,14 +268,14 @@ class DrainChecks:
             found += self._gates_below_required()
         return found
 
-    def _out_of_reach(self, generation: int) -> list[str]:
+    def _out_of_reach(self, generation: int, whose: str = "the trainer's") -> list[str]:
         job = self._job()
         if not self._gated(job):
             return []
         rollout = (((job or {}).get("status") or {}).get("roles") or {}).get(ROLLOUT) or {}
         return [
-            f"{m['pod']} joins at requiredGeneration {m['requiredGeneration']}, above the "
-            f"trainer's {generation}"
+            f"{m['pod']} joins at requiredGeneration {m['requiredGeneration']}, above "
+            f"{whose} {generation}"
             for m in rollout.get("engines") or []
             if m["state"] == "joining"
             and m.get("requiredGeneration") is not None

@@ -127,13 +127,16 @@ SUSPEND_RULES = [
 ]
 
 
-def job_body(*, gated: bool = False) -> JSON:
+def job_body(*, gated: bool = False, from_engine: bool = False) -> JSON:
     """The demo job, small (fewer serving replicas) and with a budget a run can exhaust;
-    `gated`: its engines drain (drainTimeout 30s) and rejoin behind the policy-current gate."""
+    `gated`: its engines drain (drainTimeout 30s) and rejoin behind the policy-current gate;
+    `from_engine`: the gate reads the engines' own weight version (generationFrom engine)."""
     body = example_body()
     roles = body["spec"]["roles"]
     if gated:
         roles["rollout"].update(weightSync="Gated", drainTimeout=GATED_DRAIN_TIMEOUT)
+    if from_engine:
+        roles["rollout"]["generationFrom"] = "engine"
     roles["rollout"]["replicas"] = 2
     roles["verifier"]["replicas"] = 1
     body["spec"]["failurePolicy"]["maxRestarts"] = 4
@@ -249,6 +252,7 @@ class ActionEngine(RuleBasedStateMachine):
 
     CHECKS: ClassVar[frozenset[str]] = ALL_CHECKS
     GATED: ClassVar[bool] = False  # weightSync Gated: engines drain and rejoin behind the gate
+    FROM_ENGINE: ClassVar[bool] = False  # generationFrom engine: the gate reads the driver's count
     # How each operator process is started (test_kueue_model's runs with --kueue).
     OPTIONS: ClassVar[RuntimeOptions] = RuntimeOptions()
 
@@ -295,7 +299,7 @@ class ActionEngine(RuleBasedStateMachine):
 
     def job_body(self) -> JSON:
         """The RLJob this machine's user creates (and creates again)."""
-        return job_body(gated=self.GATED)
+        return job_body(gated=self.GATED, from_engine=self.FROM_ENGINE)
 
     def _start_operator(self, *, lease: bool = True) -> harness.Operator:
         """A fresh operator process: it keeps nothing of the one before, and its watches start
@@ -348,6 +352,8 @@ class ActionEngine(RuleBasedStateMachine):
         job = self.cluster.peek(KIND, NAME) or {}
         status_generation = (job.get("status") or {}).get("policyGeneration") or 1
         policy = self.drains.trainer_generation or status_generation
+        if self.FROM_ENGINE:  # the engine's own weight version: the driver's last push
+            policy = self.drains.driver_count or 1
         for name in self._pods("rollout"):
             generation = policy if current else None
             self.readings[name] = EngineReading(name, self.clock.now, running, generation)

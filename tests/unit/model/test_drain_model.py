@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule, run_state_machine_as_test
 
 from tests.unit.model.drain import GATE_AT_REQUIRED
 from tests.unit.model.machine import ALL_CHECKS, NAME, ActionEngine
@@ -18,6 +19,8 @@ from tests.unit.model.test_action_engine import EXPLORE, MODEL_SEED, seeded
 Step = tuple[str, Mapping[str, Any]]
 # A narrower budget than the Ungated exploration: the same rules, the drains added.
 GATED_EXPLORE = settings(EXPLORE, max_examples=200)
+# The same rules with the driver's count added: the rebase is what is new.
+COUNTED_EXPLORE = settings(EXPLORE, max_examples=100)
 
 
 class GatedEngine(ActionEngine):
@@ -28,6 +31,43 @@ class GatedEngine(ActionEngine):
 class GateChecked(GatedEngine):
     CHECKS = frozenset({GATE_AT_REQUIRED})
 
+
+class CountedEngine(GatedEngine):
+    """generationFrom engine: the engines report the driver's own count of its weight pushes,
+    which starts over at 0 in every new driver process (slime's), whatever the trainer's gauge
+    says."""
+
+    FROM_ENGINE = True
+
+    @precondition(lambda self: self._live_job() is not None)
+    @rule(pushes=st.sampled_from([1, 1, 2]))
+    def driver_pushes_weights(self, pushes: int) -> None:
+        self.drains.driver_count = (self.drains.driver_count or 0) + pushes
+
+    @precondition(lambda self: self._live_job() is not None)
+    @rule()
+    def drivers_counter_starts_over(self) -> None:
+        """A new driver process (a trainer restart): its first push says "1" again."""
+        self.drains.driver_count = 1
+
+
+# The engines served count 4 when one was replaced (the trainer's own gauge said 3, another
+# count); the driver restarted and pushed "1" to all.
+COUNTER_RESTARTS: list[Step] = [
+    ("trainer_reports_its_generation", {"move": 1}),
+    ("trainer_reports_its_generation", {"move": 1}),
+    ("driver_pushes_weights", {"pushes": 2}),
+    ("driver_pushes_weights", {"pushes": 2}),
+    ("engines_report", {"running": 0, "current": True}),
+    ("world_settles", {"rounds": 2}),
+    ("health_round_finds", {"index": 0}),
+    ("world_settles", {"rounds": 2}),
+    ("time_passes", {"seconds": 31}),
+    ("world_settles", {"rounds": 4}),
+    ("drivers_counter_starts_over", {}),
+    ("engines_report", {"running": 0, "current": True}),
+    ("world_settles", {"rounds": 4}),
+]
 
 # Found by the exploration of this seed once the model's watches took Workloads too (the draws
 # moved); it reproduced on d872dc0. An engine whose gate opened while nothing was required (no
@@ -87,8 +127,8 @@ BUSY: Step = ("engines_report", {"running": 3, "current": True})
 SETTLE: Step = ("world_settles", {"rounds": 1})
 
 
-def replay(steps: Sequence[Step]) -> GatedEngine:
-    machine = GatedEngine()
+def replay(steps: Sequence[Step], machine_class: type[GatedEngine] = GatedEngine) -> GatedEngine:
+    machine = machine_class()
     try:
         machine.user_applies_the_rljob()
         machine.engines_report(running=0, current=True)
@@ -205,3 +245,19 @@ def test_a_draining_engine_that_crashes_is_deleted_without_waiting_for_the_timeo
         assert any("no container of it running" in message for message in drained), drained
     finally:
         machine.teardown()
+
+
+@pytest.mark.parametrize("seed", [MODEL_SEED], ids=lambda s: f"seed={s}")
+def test_invariants_hold_whatever_happens_to_a_job_gated_on_the_driver_s_count(seed: int) -> None:
+    run_state_machine_as_test(seeded(CountedEngine), settings=COUNTED_EXPLORE)
+
+
+def test_a_newcomer_joins_after_the_driver_s_counter_started_over() -> None:
+    """It joined at the old count (5); once every serving engine reports the new count (1), its
+    requirement is rebased to it and the push of 1 lets it in."""
+    machine = replay(COUNTER_RESTARTS, CountedEngine)
+
+    roster = _roster(machine)
+    assert {m["state"] for m in roster.values()} == {"serving"}, roster
+    assert {m.get("requiredGeneration") for m in roster.values()} >= {1}, roster
+    assert all(_gate(pod) == ("True", "True") for pod in _rollout(machine).values())

@@ -1,8 +1,9 @@
 """The rljob.io/policy-current gate: a pass sets it True on each live Gated rollout engine that
 reports at least its roster member's required generation (the target when it joined: the
-trainer's live generation, else the newest of status and the serving engines), and False while
-it drains or after its container restarted in place; never for Ungated jobs, deleting or ended
-pods, stale or unread generations."""
+trainer's live generation, else the newest of status and the serving engines; with
+generationFrom engine, what the serving engines report now, to which a joining member is
+rebased), and False while it drains or after its container restarted in place; never for
+Ungated jobs, deleting or ended pods, stale or unread generations."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.unit.reconcile.world import T0, World, pod
 
 NEW = "grpo-demo-rollout-new"
 GATED = {"weightSync": "Gated"}
+FROM_ENGINE = {"weightSync": "Gated", "generationFrom": "engine"}
 
 
 def joining(w: World, **fields: Any) -> None:
@@ -326,6 +328,7 @@ def test_a_pass_comes_back_while_an_engine_awaits_its_gate(
         pytest.param(GATED, "prometheus http://prom:9090", True, False, id="gated-with-a-source"),
         pytest.param({}, None, True, False, id="ungated-without-a-source"),
         pytest.param(GATED, None, False, False, id="not-watched:-suspended-or-finished"),
+        pytest.param(FROM_ENGINE, None, True, False, id="gated-reading-the-engines-themselves"),
     ],
 )
 def test_a_gate_that_can_never_open_is_said_in_degraded(
@@ -357,3 +360,85 @@ def test_ready_counts_a_gated_engine_that_waits_only_for_its_weights(
     roles = decide_now(w).plan.status.roles
     assert roles is not None and roles.rollout is not None
     assert roles.rollout.ready == ready
+
+
+def _serving_report(w: World, *generations: int | None) -> list[EngineReading]:
+    """The world's serving engines (gate True) reporting `generations`, one each, in order."""
+    serving = sorted(n for n, p in w.pods.items() if p.role == "rollout" and p.ready)
+    for name in serving:
+        w.pods[name] = pod(name, "rollout", policy_current=True)
+    return [reading(g, name) for name, g in zip(serving, generations, strict=False)]
+
+
+@pytest.mark.parametrize(
+    ("status_generation", "trainer_generation", "serving", "engine", "marked", "required"),
+    [
+        pytest.param(57, None, 1, 1, True, 1,
+                     id="the-driver's-counter-started-over:-status's-memory-is-not-the-target"),
+        pytest.param(None, 9, 3, 3, True, 3,
+                     id="the-trainer's-gauge-counts-something-else:-not-the-target"),
+        pytest.param(None, None, 4, 3, False, 4, id="behind-the-serving-engines"),
+        pytest.param(57, 57, None, 0, True, None,
+                     id="no-serving-engine-reports:-any-generation"),
+    ],
+)  # fmt: skip
+def test_from_the_engine_the_target_is_what_serving_engines_report_now(
+    status_generation: int | None,
+    trainer_generation: int | None,
+    serving: int | None,
+    engine: int,
+    marked: bool,
+    required: int | None,
+) -> None:
+    w = gated_world(mode=FROM_ENGINE)
+    w.body["status"]["policyGeneration"] = status_generation
+    readings = _serving_report(w, *[serving] * 4)
+    joining(w)
+
+    decision = decide_now(
+        w,
+        engine_readings=(reading(engine), *readings),
+        progress=ProgressReading(policy_generation=trainer_generation),
+    )
+
+    assert opened(decision) == marked
+    assert member(decision).required_generation == required
+
+
+@pytest.mark.parametrize(
+    ("mode", "serving", "engine", "marked", "required"),
+    [
+        pytest.param(FROM_ENGINE, (1, 1, 1, 1), 1, True, 1,
+                     id="every-serving-engine-restarted-its-count:-rebased-to-it"),
+        pytest.param(FROM_ENGINE, (2, 1, 2, 1), 2, True, 2,
+                     id="rebased-to-the-newest-the-serving-engines-report"),
+        pytest.param(FROM_ENGINE, (1, 57, 1, 1), 1, False, 57,
+                     id="one-still-serves-the-old-count:-kept"),
+        pytest.param(FROM_ENGINE, (None, None, None, None), 1, False, 57,
+                     id="no-serving-engine-reports:-kept"),
+        pytest.param(FROM_ENGINE, (60, 60, 60, 60), 57, True, 57,
+                     id="the-count-moved-on:-its-own-target-still-passes"),
+        pytest.param(GATED, (1, 1, 1, 1), 1, False, 57,
+                     id="from-metrics-status's-generation-keeps-it"),
+    ],
+)  # fmt: skip
+def test_a_joining_member_is_rebased_when_the_driver_s_counter_starts_over(
+    mode: dict[str, str],
+    serving: tuple[int | None, ...],
+    engine: int,
+    marked: bool,
+    required: int,
+) -> None:
+    """slime counts weight versions from 0 in each process: after a trainer restart its engines
+    report 1 again, and a newcomer that joined at 57 would wait until the count climbed back."""
+    w = gated_world(mode=mode)
+    w.body["status"]["policyGeneration"] = 57
+    readings = _serving_report(w, *serving)
+    joining(w)
+    previous_roster(w, EngineMember(pod=NEW, state=EngineState.JOINING,
+                                    required_generation=57))  # fmt: skip
+
+    decision = decide_now(w, engine_readings=(reading(engine), *readings))
+
+    assert opened(decision) == marked
+    assert member(decision).required_generation == required

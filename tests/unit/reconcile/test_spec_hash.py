@@ -77,6 +77,16 @@ def test_explicit_defaults_hash_like_omitted_ones() -> None:
             id="drain-timeout-rolls-nothing",
         ),
         pytest.param(
+            lambda b: with_role(b, "rollout", weightSync="Gated", generationFrom="engine"),
+            {"rollout"},
+            id="reading-the-engine-s-own-version-rolls-no-more-than-gating",
+        ),
+        pytest.param(
+            lambda b: with_role(b, "rollout", generationFrom="engine"),
+            set(),
+            id="generation-from-rolls-nothing",
+        ),
+        pytest.param(
             lambda b: with_role(b, "rollout", weightSync="Ungated", drainTimeout="2m"),
             set(),
             id="explicit-ungated-default-rolls-nothing",

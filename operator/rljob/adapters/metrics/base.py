@@ -158,10 +158,18 @@ class HttpSource:
 
     _session: aiohttp.ClientSession | None
     _owns_session: bool
+    _concurrency: int = 1  # connections at once in a session this source creates
 
     def _adopt(self, session: aiohttp.ClientSession | None) -> None:
         self._session = session
         self._owns_session = session is None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._concurrency)
+            self._session = aiohttp.ClientSession(connector=connector)
+            self._owns_session = True
+        return self._session
 
     async def close(self) -> None:
         if self._session is not None and self._owns_session:

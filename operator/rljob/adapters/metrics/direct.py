@@ -219,13 +219,6 @@ class DirectSource(HttpSource):
                 errors.append(error)
         return pages, errors
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._concurrency)
-            self._session = aiohttp.ClientSession(connector=connector)
-            self._owns_session = True
-        return self._session
-
     async def _fetch(self, url: str) -> str:
         timeout = aiohttp.ClientTimeout(total=self.timeout)
         headers = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1"}
