@@ -56,15 +56,30 @@ DRIVER = {
 }
 
 
-def _job(prometheus_url: str, weight_sync: str) -> dict[str, Any]:
+# SGLang engines with no exporter beside them: their page has no generation gauge, and the
+# operator reads each one's weight version from its own GET /model_info (generationFrom engine).
+OWN_VERSION = {
+    "engine": "sglang",
+    "generationFrom": "engine",
+    "profile": {"exporter": "sglang", "generation_gauge": False},
+}
+
+
+def _job(
+    prometheus_url: str, weight_sync: str, variant: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    variant = variant or {}
+    profile = {"noise": 0.0, **variant.get("profile", {})}
     rollout = {
-        "engine": "vllm",
+        "engine": variant.get("engine", "vllm"),
         "replicas": ENGINES,
         "gpus": 1,
         "weightSync": weight_sync,
         "drainTimeout": "20s",
-        "env": [{"name": "RLJOB_SIM_PROFILE", "value": json.dumps({"noise": 0.0})}],
+        "env": [{"name": "RLJOB_SIM_PROFILE", "value": json.dumps(profile)}],
     }
+    if "generationFrom" in variant:
+        rollout["generationFrom"] = variant["generationFrom"]
     return example(
         roles={"rollout": rollout, "trainer": {"nodes": 1, "gpus": 8}},
         health=second_scale_health({"prometheus": {"url": prometheus_url}}),
@@ -162,13 +177,14 @@ def _drift_restart(
     prometheus: PrometheusServer,
     weight_sync: str,
     crash_at: str | None = None,
+    variant: dict[str, Any] | None = None,
 ) -> tuple[Driver, dict[str, Any], str, str]:
     """Runs the job with a driver, drifts one engine until it is replaced and the newcomer
     serves (the operator set to die at `crash_at` meanwhile, then restarted); returns the
     driver, the job before the fault, the victim and the newcomer."""
     driver = Driver(simulator, namespace)
     driver.client.start_driver(namespace=namespace, job=NAME, **DRIVER)
-    apply_rljob(cluster, namespace, _job(prometheus.url, weight_sync))
+    apply_rljob(cluster, namespace, _job(prometheus.url, weight_sync, variant))
     before, engines = _steady(cluster, namespace, operator, driver)
     if crash_at is not None:
         operator.restart(env=crash_env(crash_at, namespace))
@@ -225,6 +241,34 @@ def test_gated_engines_drain_and_rejoin_synced_without_a_hang(
         assert driver.roster_events(victim)[-2:] == ["drain", "leave"], report
         assert driver.roster_events(newcomer) == ["join", "serving"], report
         assert newcomer in report["group"] and victim not in report["group"], report
+    finally:
+        driver.client.stop_driver(namespace=namespace, job=NAME)
+
+
+def test_gated_sglang_engines_rejoin_on_their_own_weight_version_without_an_exporter(
+    cluster: Cluster,
+    operator: Operator,
+    namespace: str,
+    simulator: Simulator,
+    prometheus: PrometheusServer,
+) -> None:
+    """generationFrom engine: the newcomer's gate opens on the weight version its /model_info
+    reports once the driver pushed it, with no rljob_engine_policy_generation anywhere."""
+    driver, _, victim, newcomer = _drift_restart(
+        cluster, operator, namespace, simulator, prometheus, "Gated", variant=OWN_VERSION
+    )
+    try:
+        report, restarts = driver.report(), _restarts(cluster, namespace)
+        print(_figures("Gated, generationFrom engine", report, newcomer, restarts))
+        assert report["lost_total"] == 0, report["lost"]
+        assert report["sent_unsynced"].get(newcomer, 0) == 0, report
+        assert restarts == {"KVCacheDrift": 1}
+        assert driver.roster_events(victim)[-2:] == ["drain", "leave"], report
+        assert driver.roster_events(newcomer) == ["join", "serving"], report
+        members = get_rljob(cluster, namespace, NAME)["status"]["roles"]["rollout"]["engines"]
+        assert all(m.get("generation", 0) > 0 for m in members), members
+        gauge = f'rljob_engine_policy_generation{{namespace="{namespace}"}}'
+        assert prometheus.query(gauge) == []  # no exporter: the versions came over HTTP
     finally:
         driver.client.stop_driver(namespace=namespace, job=NAME)
 

@@ -90,6 +90,36 @@ def test_an_engine_page_exports_its_generation_and_the_driver_running_gauge() ->
     assert _page(model)["vllm:num_requests_running"] == 0.0  # the requests ended: drained
 
 
+SIM_MODEL = {"model_path": "sim-model"}
+
+
+@pytest.mark.parametrize(
+    ("exporter", "path", "pushed", "answer"),
+    [
+        pytest.param("sglang", "/model_info", 0, {**SIM_MODEL, "weight_version": "default"},
+                     id="sglang-before-a-push"),
+        pytest.param("sglang", "/model_info", 7, {**SIM_MODEL, "weight_version": "7"},
+                     id="sglang-pushed"),
+        pytest.param("sglang", "/get_weight_version", 7, None, id="sglang-deprecated-route"),
+        pytest.param("vllm", "/weight_info", 7, {"weight_version": "7"}, id="vllm-dev-mode"),
+        pytest.param("vllm", "/model_info", 7, None, id="vllm-has-no-model-info"),
+    ],
+)  # fmt: skip
+def test_an_engine_answers_its_weight_version_on_its_own_route(
+    exporter: str, path: str, pushed: int, answer: dict[str, str] | None
+) -> None:
+    model = EngineModel(EngineProfile(exporter=exporter), "e1", T0)
+    if pushed:
+        model.weights.push(pushed)
+    assert model.weight_version(path) == answer
+
+
+def test_without_an_exporter_the_page_has_no_generation_gauge() -> None:
+    model = EngineModel(EngineProfile(noise=0.0, generation_gauge=False), "e1", T0)
+    model.advance(T0 + 5)
+    assert ENGINE_POLICY_GENERATION not in _page(model)
+
+
 @pytest.fixture
 async def bed(tmp_path: Path) -> AsyncIterator[Bed]:
     bed = Bed(tmp_path)

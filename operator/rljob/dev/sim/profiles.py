@@ -88,6 +88,9 @@ class EngineProfile:
     sync_tail: bool = False
     sync_idle: float = 0.0
     length_sigma: float = 0.8
+    # False: no exporter beside the engine, so its page has no rljob_engine_policy_generation
+    # (its weight version is read from its HTTP API only: generationFrom engine).
+    generation_gauge: bool = True
 
 
 @dataclass(frozen=True, slots=True)

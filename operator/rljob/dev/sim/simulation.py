@@ -87,6 +87,14 @@ class ProfileRule:
         return {"seq": self.seq, "selector": self.selector.as_json(), "profile": self.changes}
 
 
+def _engine_api(model: object, path: str) -> Response:
+    """An engine's own HTTP answers beside its page (its weight version), else a 404."""
+    answer = model.weight_version(path) if isinstance(model, EngineModel) else None
+    if answer is None:
+        return Response.text("not found; try /metrics\n", 404)
+    return Response.json(answer)
+
+
 class Simulation:
     """The simulated pods without their control listener or loops: tests may drive it
     in-process with a fake pod lister and clock."""
@@ -367,13 +375,13 @@ class Simulation:
             workload = self.workloads.get(key)
             if workload is None or workload.pod.uid != uid:
                 return Response.text("gone\n", 503)
-            if request.path != "/metrics":
-                return Response.text("not found; try /metrics\n", 404)
             if request.method not in {"GET", "HEAD"}:
                 return Response.text("method not allowed\n", 405)
             active = self.advance(workload)
             if active.unreachable:
                 return Response.text("unreachable (injected)\n", 503)
+            if request.path != "/metrics":
+                return _engine_api(workload.model, request.path)
             workload.scrapes += 1
             self.metrics.scrapes.labels(workload.pod.role).inc()
             return Response.text(workload.model.render(), content_type=CONTENT_TYPE)

@@ -301,6 +301,20 @@ class EngineModel:
             **self.weights.state(),
         }
 
+    def weight_version(self, path: str) -> dict[str, Any] | None:
+        """The engine's own weight-version answer at `path`, None where it serves none: SGLang's
+        GET /model_info (sglang http_server.py @44cedc2b; /get_weight_version is deprecated
+        there, a 404), vLLM's GET /weight_info (0.33.0, dev mode). "default" until a driver
+        pushed weights (generation 0: the command line's)."""
+        paths = {"sglang": "/model_info", "vllm": "/weight_info"}
+        if paths.get(self.profile.exporter) != path:
+            return None
+        generation = self.weights.generation
+        version = str(generation) if generation > 0 else "default"
+        if self.profile.exporter == "sglang":
+            return {"model_path": self.profile.model_name, "weight_version": version}
+        return {"weight_version": version}
+
     def render(self) -> str:
         profile = self.profile
         version = version_of(profile.exporter, profile.version)
@@ -312,7 +326,10 @@ class EngineModel:
             labels = (("model_name", profile.model_name), ("engine", profile.engine))
             totals, gauges = self._totals(), self._now_gauges()
             page = vllm_page(version, labels, totals, gauges, self.start, operating=self.operating)
-        page.gauge(ENGINE_POLICY_GENERATION, ENGINE_POLICY_GENERATION_HELP, self.weights.generation)
+        if profile.generation_gauge:
+            page.gauge(
+                ENGINE_POLICY_GENERATION, ENGINE_POLICY_GENERATION_HELP, self.weights.generation
+            )
         page.gauge(
             PROCESS_START, "Start time of the process since unix epoch in seconds.", self.start
         )
