@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import math
 import os
-import struct
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rljob.dev.event_records import event, file_version
 from rljob.dev.sim.faults import NO_FAULTS, Active
 from rljob.dev.sim.models.phases import (
     PHASE_GENERATING,
@@ -40,7 +40,6 @@ from rljob.dev.sim.profiles import TrainerProfile
 # How often rank 0's bridge reads the files: the entrypoint's RLJOB_TENSORBOARD_INTERVAL, here
 # the simulator's tick.
 BRIDGE_INTERVAL = 1.0
-FILE_VERSION = b"brain.Event:2"
 HEARTBEAT = "rljob_trainer_heartbeat_timestamp_seconds"
 # Rollouts are generated while the simulated trainer generates or waits for them.
 ROLLOUT_PHASES = (PHASE_GENERATING, PHASE_WAITING_FOR_ROLLOUTS)
@@ -173,41 +172,6 @@ def step_records(tags: FrameworkTags, report: StepReport) -> dict[str, float]:
 # tensorboard/compat/proto/event.proto and summary.proto, as rljob.sdk.event_file reads them.
 
 
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _key(number: int, wire: int) -> bytes:
-    return _varint(number << 3 | wire)
-
-
-def _length_delimited(number: int, payload: bytes) -> bytes:
-    return _key(number, 2) + _varint(len(payload)) + payload
-
-
-def scalar_event(wall_time: float, step: int, tag: str, value: float) -> bytes:
-    """An Event holding one simple_value scalar, as torch's add_scalar writes it."""
-    summary_value = _length_delimited(1, tag.encode()) + _key(2, 5) + struct.pack("<f", value)
-    return (
-        _key(1, 1)
-        + struct.pack("<d", wall_time)
-        + _key(2, 0)
-        + _varint(step)
-        + _length_delimited(5, _length_delimited(1, summary_value))
-    )
-
-
-def file_version_event(wall_time: float) -> bytes:
-    """The first record of every file (Event.file_version)."""
-    return _key(1, 1) + struct.pack("<d", wall_time) + _length_delimited(3, FILE_VERSION)
-
-
 class EventWriter:
     """One event file, appended to record by record and flushed after each step."""
 
@@ -218,10 +182,11 @@ class EventWriter:
         directory.mkdir(parents=True, exist_ok=True)
         # SummaryWriter's name: events.out.tfevents.<time>.<host>.<pid>.<uid>
         self.path = directory / f"events.out.tfevents.{int(started)}.{host}.{os.getpid()}.0"
-        self._append([file_version_event(started)])
+        self._append([file_version(started)])
 
     def write(self, wall_time: float, step: int, scalars: Mapping[str, float]) -> None:
-        self._append([scalar_event(wall_time, step, t, v) for t, v in scalars.items()])
+        """One Event per scalar, as torch's add_scalar writes them."""
+        self._append([event(step, {t: v}, wall_time=wall_time) for t, v in scalars.items()])
 
     def _append(self, events: list[bytes]) -> None:
         with self.path.open("ab") as stream:
@@ -349,6 +314,5 @@ __all__ = [
     "RayWorkerTrainer",
     "default_root",
     "framework_trainer",
-    "scalar_event",
     "step_records",
 ]
