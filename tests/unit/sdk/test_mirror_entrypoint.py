@@ -22,6 +22,9 @@ from rljob.sdk import entrypoint, mirror
         ["--checkpoint-layout=verl", "--checkpoint-bogus=1", "--", "true"],
         ["--checkpoint-dir"],
         ["--checkpoint-layout=verl", "--checkpoint-dir=/d", "--checkpoint-shared=yes", "--", "t"],
+        ["--tensorboard-dir=/tb", "--", "true"],
+        ["--tensorboard-keys=verl", "--", "true"],
+        ["--checkpoint-shared", "--tensorboard-dir=/tb", "--tensorboard-keys=verl", "--", "t"],
     ],
     ids=[
         "no-dir",
@@ -30,6 +33,9 @@ from rljob.sdk import entrypoint, mirror
         "unknown-flag",
         "flag-without-value",
         "shared-takes-no-value",
+        "bridge-without-keys",
+        "bridge-without-dir",
+        "shared-without-checkpoints",
     ],
 )
 def test_malformed_checkpoint_flags_are_a_usage_error(
@@ -37,6 +43,43 @@ def test_malformed_checkpoint_flags_are_a_usage_error(
 ) -> None:
     assert entrypoint.main(argv) == 2
     assert "--checkpoint-layout LAYOUT --checkpoint-dir DIR" in capsys.readouterr().err
+
+
+def test_a_framework_without_a_key_map_is_refused_before_the_trainer_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = tmp_path / "started"
+    argv = [
+        "--tensorboard-dir",
+        str(tmp_path),
+        "--tensorboard-keys=trl",
+        "--",
+        "touch",
+        str(started),
+    ]
+    assert entrypoint.main(argv) == 2
+    assert "--tensorboard-keys 'trl' is not one of nemo-rl, openrlhf, slime, verl" in (
+        capsys.readouterr().err
+    )
+    assert not started.exists()
+
+
+def test_the_bridge_alone_runs_the_trainer_and_passes_its_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLJOB_METRICS_PORT", "0")  # any free port
+    monkeypatch.setenv("RLJOB_TERMINATION_LOG", str(tmp_path / "termination-log"))
+    argv = [
+        "--tensorboard-dir",
+        str(tmp_path),
+        "--tensorboard-keys",
+        "verl",
+        "--",
+        "sh",
+        "-c",
+        "exit 7",
+    ]
+    assert entrypoint.main(argv) == 7
 
 
 def test_the_wrapper_loads_no_mirror_without_the_flags() -> None:
