@@ -54,6 +54,7 @@ from rljob.health.profiles import (
     Series,
     Signal,
 )
+from rljob.runtime import health_loop
 from rljob.runtime.health_loop import BACKFILL_BATCH_JOBS, HealthScheduler
 from rljob.vocabulary.enums import FailureReason
 
@@ -824,6 +825,32 @@ async def test_an_engine_s_own_weight_version_is_its_generation(
     assert (read.generation, read.t) == (7, 10.0)
     assert read.running is not None, "the source's running count is kept"
     assert gauges["engines-rollout-1"].generation is None, "no version: none merged"
+
+    versions.versions[f"http://10.0.0.0:{port}"] = None  # its next read fails (a timeout)
+    bed.world.now = 15.0
+    await bed.scheduler.tick()
+    later = seen.seen[-1]["engines-rollout-0"]
+    assert later.generation == 7, "a failed read keeps the engine's last version"
+
+
+class HungVersions(FakeVersions):
+    """An engine that never answers its weight version."""
+
+    async def read(self, base_url: str, paths: Any) -> int | None:
+        await asyncio.Event().wait()
+        return None
+
+
+async def test_hung_engines_cost_their_round_at_most_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(health_loop, "GENERATION_DEADLINE", 0.05)
+    bed, seen = versions_bed(HungVersions())
+    job = engine_job("hung")
+    bed.scheduler.register(job, {"rollout": engine_pods(job, 2)})
+    bed.world.now = 1.0
+    await asyncio.wait_for(bed.scheduler.tick(), 5)
+    assert seen.seen, "the round went on to the evaluations without the versions"
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from rljob.api.base import SpecModel
+from rljob.api.declared_ports import SDK_METRICS_PORTS
 from rljob.api.durations import Duration
 from rljob.api.enum_fields import (
     EngineExporterField,
@@ -29,13 +30,22 @@ from rljob.api.kube_types import (
 )
 from rljob.api.pod_template import pod_template_rules
 from rljob.api.ray_ports import (
+    RAY_FIXED_PORTS,
     RAY_LAUNCHER_LEAVES_ENGINES_PORT,
     RAY_LAUNCHER_LEAVES_METRICS_PORT,
     RAY_METRICS_EXPORT_PORT,
+    RAY_WORKER_PORTS,
 )
 from rljob.api.rules import CrossFieldRule, Immutable
 from rljob.vocabulary.defaults import DEFAULT_TRAINER_NODES
-from rljob.vocabulary.enums import Engine, EngineExporter, GenerationFrom, Launcher, WeightSync
+from rljob.vocabulary.enums import (
+    Engine,
+    EngineExporter,
+    GenerationFrom,
+    Launcher,
+    RoleName,
+    WeightSync,
+)
 
 PROMETHEUS_NAME_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
 RESOURCE_NAME_PATTERN = (
@@ -261,7 +271,8 @@ class RolloutRole(ServingRole):
         "roster's generation; with Gated, the gate's). "
         "metrics: the rljob_engine_policy_generation gauge on its metrics page. engine: the "
         'engine\'s own weight version (a whole number; "default" counts as none), read over '
-        "HTTP on the engine's default port (vLLM 8000, SGLang 30000): SGLang's GET /model_info, "
+        "HTTP on the port its Services forward (metrics.port, else vLLM 8000, SGLang 30000): "
+        "SGLang's GET /model_info, "
         "else /get_weight_version; vLLM's GET /weight_info, which vLLM serves only with "
         "VLLM_SERVER_DEV_MODE=1 in the engine's env (set it yourself). A joining engine must "
         "then reach what the serving engines report now, so a driver whose counter starts over "
@@ -395,6 +406,60 @@ RAY_EXPORTER_NEEDS_RAY_OR_PORT = CrossFieldRule(
 )
 
 
+TRAINER_METRICS_PORT = SDK_METRICS_PORTS[RoleName.TRAINER]
+_LOWEST_WORKER_PORT = RAY_WORKER_PORTS["RLJOB_RAY_MIN_WORKER_PORT"]
+_HIGHEST_WORKER_PORT = RAY_WORKER_PORTS["RLJOB_RAY_MAX_WORKER_PORT"]
+
+
+def _pages_clear_cel(start: str) -> str:
+    """CEL true when the plugin's pages from `start` leave the trainer's metrics port and,
+    under launcher ray, Ray's fixed ports and worker range."""
+    end = f"{start} + self.engines.pages"
+
+    def on_page(x: str) -> str:
+        return f"({x} >= {start} && {x} < {end})"
+
+    trainer_page = (
+        f"((has(self.metrics) && !{on_page('self.metrics.port')})"
+        f" || (!has(self.metrics) && !{on_page(str(TRAINER_METRICS_PORT))}))"
+    )
+    ray_ports_left = " && ".join(f"!{on_page(str(port))}" for port in RAY_FIXED_PORTS)
+    ray = (
+        f"(self.launcher != 'ray' || ({ray_ports_left} && ({end} <= {_LOWEST_WORKER_PORT}"
+        f" || {start} > {_HIGHEST_WORKER_PORT})))"
+    )
+    return f"({trainer_page} && {ray})"
+
+
+def _plugin_pages_clear(role: Any) -> bool:
+    engines = role.engines
+    if engines is None or engines.exporter != EngineExporter.PLUGIN:
+        return True
+    pages = range(engines.metrics_port, engines.metrics_port + engines.pages)
+    trainer_page = role.metrics.port if role.metrics is not None else TRAINER_METRICS_PORT
+    if trainer_page in pages:
+        return False
+    if role.launcher != Launcher.RAY:
+        return True
+    workers = range(_LOWEST_WORKER_PORT, _HIGHEST_WORKER_PORT + 1)
+    apart = pages.stop <= workers.start or pages.start >= workers.stop
+    return apart and not any(port in pages for port in RAY_FIXED_PORTS)
+
+
+# Every page port, not only the first: a page on the trainer's own port would be scraped twice,
+# one on a Ray port or in its worker range would fight Ray for it.
+PLUGIN_PAGES_CLEAR = CrossFieldRule(
+    cel="!has(self.engines) || self.engines.exporter != 'plugin'"
+    f" || (has(self.engines.port) && {_pages_clear_cel('self.engines.port')})"
+    f" || (!has(self.engines.port) && {_pages_clear_cel(str(ENGINE_PAGE_PORT))})",
+    message="engines.port .. engines.port + pages - 1 (the plugin's pages) must leave the "
+    "trainer's metrics port and, under launcher ray, Ray's ports and worker range "
+    f"{_LOWEST_WORKER_PORT}-{_HIGHEST_WORKER_PORT}",
+    field="engines.pages",
+    holds=_plugin_pages_clear,
+)
+
+
 class TrainerRole(Role):
     """The multi-node trainer: one Indexed Job per attempt, restarted as a gang."""
 
@@ -427,6 +492,7 @@ class TrainerRole(Role):
         RAY_EXPORTER_NEEDS_RAY_OR_PORT,
         RAY_LAUNCHER_LEAVES_METRICS_PORT,
         RAY_LAUNCHER_LEAVES_ENGINES_PORT,
+        PLUGIN_PAGES_CLEAR,
     )
 
 

@@ -153,6 +153,9 @@ class JobMonitor(Generic[S]):
         self.health: Health | None = None
         # Rollout pod -> its latest running and generation (drains and the gate read them).
         self.engine_gauges: dict[str, EngineGauges] = {}
+        # generationFrom engine: each pod's last weight version read over HTTP, and when; a read
+        # that fails keeps it (the version only moves when the driver pushes).
+        self.engine_versions: dict[str, tuple[float, int]] = {}
         self.weight_gated = False  # spec.roles.rollout.weightSync is Gated
         self._configure(job.spec.health, job.spec.roles.verifier is not None, _colocated(job))
         self.restore(job, now)
@@ -236,6 +239,7 @@ class JobMonitor(Generic[S]):
         self.rollout.track(job.spec.roles.rollout, rollout)
         kept = set(self.rollout.pods)
         self.engine_gauges = {p: g for p, g in self.engine_gauges.items() if p in kept}
+        self.engine_versions = {p: v for p, v in self.engine_versions.items() if p in kept}
         spec = job.spec.roles.rollout
         self.weight_gated = spec is not None and spec.weight_sync == WeightSync.GATED
         self.verifier_pods = (

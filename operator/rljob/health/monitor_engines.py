@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from rljob.health.profiles import (
@@ -114,9 +114,10 @@ def with_generation(known: EngineGauges | None, t: float, generation: int) -> En
     generation, read after it, is then stamped no later than it was read, which the gate's
     freshness rule takes as conservative. A running count older than RUNNING_GONE_SECONDS says
     nothing of now: the reading is the generation alone at `t`. A reading newer than `t` stays
-    as it is (an older value never replaces a newer one)."""
+    as it is (an older value never replaces a newer one), given the generation if it has none
+    (a metrics reading without the gauge: the version only moves when the driver pushes)."""
     if known is not None and known.t > t:
-        return known
+        return known if known.generation is not None else replace(known, generation=generation)
     if known is None or known.running is None or t - known.t > RUNNING_GONE_SECONDS:
         return EngineGauges(t, None, generation)
     return EngineGauges(known.t, known.running, generation)

@@ -1,7 +1,8 @@
 """The health loop's reads of each rollout engine's own weight version, for the jobs whose rollout
 role has generationFrom engine (docs/weight-sync.md): where each engine answers (its pod IP and
-the engine's HTTP port, refreshed from the pods the passes observe) and one bounded, concurrent
-read of a round's engines. A job that does not opt in is never looked at again after register."""
+the port its Services forward, refreshed from the pods the passes observe) and one bounded,
+concurrent read of a round's engines. A job that does not opt in is never looked at again after
+register."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rljob.adapters.metrics import metrics_url
-from rljob.api import GenerationFrom, RLJob
-from rljob.api.declared_ports import engine_port
+from rljob.api import GenerationFrom, RLJob, RoleName
 from rljob.health.weight_version import weight_version_paths
+from rljob.reconcile.pods import serving_port
 
 # Engines read at once in a round, over all its jobs: a few hundred engines read in a few GETs'
 # time, never a burst of thousands of connections.
@@ -43,7 +44,7 @@ def endpoints(job: RLJob, rollout: Iterable[Any]) -> Endpoints | None:
     role = job.spec.roles.rollout
     if role is None or role.generation_from != GenerationFrom.ENGINE:
         return None
-    port = engine_port(role)
+    port = serving_port(RoleName.ROLLOUT, role)  # the port its Service and probes use
     urls = {}
     for pod in rollout:
         url = metrics_url(getattr(pod, "ip", ""), port, "")

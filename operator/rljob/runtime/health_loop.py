@@ -76,6 +76,8 @@ MAX_JOBS = 10_000
 # would be one answer of about a hundred megabytes decoded at 500 jobs. In batches, the peak (and
 # the heap it leaves resident) is a batch's.
 BACKFILL_BATCH_JOBS = 25
+# The weight-version reads of a round (generationFrom engine), at most this long.
+GENERATION_DEADLINE = 10.0
 NO_SOURCE = "no metrics source: set spec.health.source or the operator's default source"
 
 EvaluationsCallback = Callable[[JobKey, list[Evaluation]], Awaitable[None]]
@@ -330,6 +332,9 @@ class HealthScheduler:
 
     async def _poll(self, key: SourceKey | None, jobs: list[Monitor], now: float) -> None:
         targets = {monitor.uid: monitor.targets() for monitor in jobs}
+        # The opted-in engines' weight versions are read while the source answers, within a
+        # deadline: a job with hung engines never holds up the others' round.
+        reads = asyncio.ensure_future(self._read_generations(jobs))
         answers = Answers({}, {})
         error: str | None = NO_SOURCE if key is None else None
         if key is not None:
@@ -347,9 +352,7 @@ class HealthScheduler:
                 error = describe_error(failure)
             self._note_source_state(key, answers, error)
         read_at = self._clock()
-        generations = await self._generations.read(
-            {m.uid: m.rollout_pods for m in jobs if self._generations.opted_in(m.uid)}
-        )
+        generations = await reads
         for monitor in jobs:
             if not self._current(monitor):
                 continue
@@ -374,6 +377,16 @@ class HealthScheduler:
                     "on_evaluations failed", namespace=monitor.key[0], name=monitor.key[1]
                 )
             await asyncio.sleep(0)  # let other work run between jobs of a big round
+
+    async def _read_generations(self, jobs: list[Monitor]) -> dict[str, dict[str, int]]:
+        wanted = {m.uid: m.rollout_pods for m in jobs if self._generations.opted_in(m.uid)}
+        if not wanted:
+            return {}
+        try:
+            return await asyncio.wait_for(self._generations.read(wanted), GENERATION_DEADLINE)
+        except TimeoutError:
+            log.warning("engine weight versions unread within the deadline", jobs=len(wanted))
+            return {}
 
     async def _backfill(self, source: MetricsSource, jobs: list[Monitor], now: float) -> None:
         """One range query per signal for the new jobs of one source, each role's signals
@@ -427,11 +440,17 @@ class HealthScheduler:
 
 
 def _note_generations(monitor: Monitor, generations: Mapping[str, int], at: float) -> None:
-    """Each engine's own weight version, read at `at`, into its reading (generationFrom engine)."""
-    for pod, generation in generations.items():
-        if pod in monitor.rollout_pods:  # a pod gone while the round ran stays gone
+    """Each engine's own weight version, read at `at`, into its reading (generationFrom engine);
+    an engine whose read failed this round keeps its last one (the round's metrics reading has
+    no generation, and dropping it would lower what the serving engines are seen to report)."""
+    live = set(monitor.rollout_pods)  # a pod gone while the round ran stays gone
+    monitor.engine_versions.update(
+        {pod: (at, generation) for pod, generation in generations.items() if pod in live}
+    )
+    for pod, (read_at, generation) in monitor.engine_versions.items():
+        if pod in live:
             known = monitor.engine_gauges.get(pod)
-            monitor.engine_gauges[pod] = with_generation(known, at, generation)
+            monitor.engine_gauges[pod] = with_generation(known, read_at, generation)
 
 
 __all__ = [

@@ -205,8 +205,20 @@ def _bridged(flags: dict[str, str]) -> Any:
     bridge = TensorBoardBridge(
         Path(flags[BRIDGE_FLAGS[0]]), keys, progress, RLMetrics(progress.registry)
     )
-    bridge.start(float(os.environ.get(BRIDGE_INTERVAL_ENV) or DEFAULT_INTERVAL))
+    try:
+        interval = float(os.environ.get(BRIDGE_INTERVAL_ENV) or DEFAULT_INTERVAL)
+    except ValueError:
+        interval = DEFAULT_INTERVAL
+    bridge.start(interval)
     return bridge
+
+
+def _stop(bridge: Any) -> None:
+    """The bridge's last read; never changes the trainer's exit status."""
+    try:
+        bridge.stop()
+    except Exception as error:
+        sys.stderr.write(f"rljob-entrypoint: the TensorBoard bridge's last read: {error!r}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -223,6 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as error:
             sys.stderr.write(f"rljob-entrypoint: {error}\n")
             return 2
+        except Exception as error:  # metrics must never keep the trainer from running
+            sys.stderr.write(f"rljob-entrypoint: no TensorBoard bridge: {error!r}\n")
+            bridge = None
         try:
             if NATIVE_FLAGS[0] not in flags:
                 return run(command, log)
@@ -235,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         finally:
             if bridge is not None:
-                bridge.stop()
+                _stop(bridge)
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:

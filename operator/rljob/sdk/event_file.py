@@ -71,17 +71,21 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+MAX_VARINT_BYTES = 10  # a 64-bit value
+
+
 def _varint(data: bytes, at: int) -> tuple[int, int]:
     value = shift = 0
-    while True:
+    for _ in range(MAX_VARINT_BYTES):
         if at >= len(data):
             raise ValueError("truncated varint")
         byte = data[at]
         at += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            return value, at
+            return value & 0xFFFFFFFFFFFFFFFF, at
         shift += 7
+    raise ValueError("varint longer than 64 bits")
 
 
 def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
@@ -226,7 +230,7 @@ class EventFile:
     def _parsed(self, record: bytes) -> list[Scalar]:
         try:
             return event_scalars(record)
-        except (ValueError, struct.error, UnicodeDecodeError):
+        except Exception:  # a malformed record, whatever its fault, is skipped, never raised
             self.skipped += 1
             return []
 

@@ -19,17 +19,17 @@ files under DIR (rljob.sdk.event_file), newest record last:
   broadcast, NeMo-RL's refit, slime's update_weights) is a new policy pushed to the engines:
   rljob_policy_generation is the step of the newest one (the frameworks sync once a step).
 
-Files last written before the bridge started (less OLD_FILE_SLACK, for a shared volume's clock)
-are the previous attempt's (the frameworks open a new file per process start) and are not read:
-their steps may be past the one this attempt resumed from. The phase gauge says `running` (the
+Files already there when the bridge starts (before the trainer) are a previous attempt's: the
+frameworks' writers open a new file per process start, so they are never read; their steps may
+be past the one this attempt resumed from. The phase gauge says `running` (the
 files tell no phase as it happens).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,12 +41,13 @@ if TYPE_CHECKING:
     from rljob.sdk.metrics import RLMetrics
     from rljob.sdk.progress import ProgressExporter
 
+log = logging.getLogger("rljob.sdk.tensorboard_bridge")
 DEFAULT_INTERVAL = 5.0
+MIN_INTERVAL = 0.1
 EVENT_FILE_MARK = "tfevents"
 RUNNING_PHASE = "running"
 # Steps whose derived-token inputs are kept while their other half may still be unread.
 TOKEN_STEPS_KEPT = 8
-OLD_FILE_SLACK = 30.0
 SYNC_PHASE = "syncing_weights"
 GAUGE_KEYWORDS = tuple(sorted(KEYWORDS - {TOKENS_KEYWORD}))
 
@@ -60,14 +61,12 @@ class TensorBoardBridge:
         keys: KeyMap,
         progress: ProgressExporter,
         rl: RLMetrics,
-        *,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.directory, self.keys = directory, keys
-        self._progress, self._rl, self._clock = progress, rl, clock
-        self._started = clock()
+        self._progress, self._rl = progress, rl
         self._files: dict[Path, EventFile] = {}
-        self._skipped_old: set[Path] = set()
+        self._skipped_old = set(self._event_files())  # the previous attempt's
+        self._lock = threading.Lock()  # one reader of the files at a time
         self.step: int | None = None
         self._latest: dict[str, tuple[int, float]] = {}  # tag -> (step, value), newest
         self._token_inputs: dict[int, dict[str, float]] = {}
@@ -78,6 +77,10 @@ class TensorBoardBridge:
 
     def poll(self) -> int:
         """Reads what was appended since the last poll; the number of scalars read."""
+        with self._lock:
+            return self._poll()
+
+    def _poll(self) -> int:
         scalars = [s for f in self._follow() for s in f.read_new() if self.keys.wanted(s.tag)]
         if not scalars:
             return 0
@@ -93,8 +96,11 @@ class TensorBoardBridge:
 
     def start(self, interval: float = DEFAULT_INTERVAL) -> None:
         def run() -> None:
-            while not self._stop.wait(interval):
-                self.poll()
+            while not self._stop.wait(max(interval, MIN_INTERVAL)):
+                try:
+                    self.poll()
+                except Exception:  # the bridge must outlive one bad read: log and go on
+                    log.exception("rljob: reading the TensorBoard files failed")
 
         self._thread = threading.Thread(target=run, name="rljob-tensorboard-bridge", daemon=True)
         self._thread.start()
@@ -106,25 +112,17 @@ class TensorBoardBridge:
             self._thread.join(timeout=10)
         self.poll()
 
-    def _follow(self) -> Iterable[EventFile]:
+    def _event_files(self) -> list[Path]:
         try:
-            found = [p for p in self.directory.rglob(f"*{EVENT_FILE_MARK}*") if p.is_file()]
+            return sorted(p for p in self.directory.rglob(f"*{EVENT_FILE_MARK}*") if p.is_file())
         except OSError:
-            found = []
-        for path in sorted(found):
-            if path in self._files or path in self._skipped_old:
-                continue
-            if self._written_before_start(path):
-                self._skipped_old.add(path)
-                continue
-            self._files[path] = EventFile(path)
-        return self._files.values()
+            return []
 
-    def _written_before_start(self, path: Path) -> bool:
-        try:
-            return path.stat().st_mtime < self._started - OLD_FILE_SLACK
-        except OSError:
-            return True
+    def _follow(self) -> Iterable[EventFile]:
+        for path in self._event_files():
+            if path not in self._files and path not in self._skipped_old:
+                self._files[path] = EventFile(path)
+        return self._files.values()
 
     def _take(self, scalar: Scalar) -> None:
         phase = self.keys.phases.get(scalar.tag)

@@ -76,8 +76,10 @@ def test_parse_weight_version(body: object, generation: int | None) -> None:
                      id="no-running-count:-the-read's-time"),
         pytest.param(EngineGauges(GONE, 3.0, 4), EngineGauges(100.0, None, 5),
                      id="a-running-count-prometheus-would-call-stale-is-dropped"),
-        pytest.param(EngineGauges(101.0, 1.0, None), EngineGauges(101.0, 1.0, None),
-                     id="a-newer-reading-stays"),
+        pytest.param(EngineGauges(101.0, 1.0, None), EngineGauges(101.0, 1.0, 5),
+                     id="a-newer-reading-without-a-generation-gets-it"),
+        pytest.param(EngineGauges(101.0, 1.0, 6), EngineGauges(101.0, 1.0, 6),
+                     id="a-newer-reading-with-a-generation-stays"),
     ],
 )  # fmt: skip
 def test_with_generation(known: EngineGauges | None, expected: EngineGauges) -> None:

@@ -1,6 +1,6 @@
 """Where the health loop reads each rollout engine's own weight version (generationFrom engine):
-the pod's IP and the engine's default HTTP port, the engine's paths; nothing for a job that
-does not opt in or a pod without an IP."""
+the pod's IP and the port its Services forward (metrics.port, else the engine's default), the
+engine's paths; nothing for a job that does not opt in or a pod without an IP."""
 
 from __future__ import annotations
 
@@ -43,6 +43,9 @@ PODS = [Pod("a", "10.1.2.3"), Pod("b", "fd00::7"), Pod("c", ""), Pod("d", "not-a
         pytest.param({"generationFrom": "engine"},
                      Endpoints({"a": "http://10.1.2.3:8000", "b": "http://[fd00::7]:8000"},
                                ("/weight_info",)), id="vllm"),
+        pytest.param({"generationFrom": "engine", "metrics": {"port": 8080}},
+                     Endpoints({"a": "http://10.1.2.3:8080", "b": "http://[fd00::7]:8080"},
+                               ("/weight_info",)), id="vllm-on-its-own-port"),
         pytest.param({"engine": "sglang"}, None, id="generation-from-metrics"),
     ],
 )  # fmt: skip

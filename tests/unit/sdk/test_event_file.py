@@ -74,5 +74,22 @@ def test_a_corrupt_record_is_skipped_and_a_broken_length_ends_the_file(tmp_path:
     assert follower.broken is not None
 
 
+@pytest.mark.parametrize(
+    "record",
+    [
+        pytest.param(b"\x10" + b"\xff" * 200 + b"\x01", id="step-varint-past-64-bits"),
+        pytest.param(b"\x2a\x05\x0a\x03\x0a\x01", id="truncated-summary"),
+        pytest.param(b"\x0f", id="unknown-wire-type"),
+        pytest.param(b"\x2a\x0c\x0a\x0a\x0a\x01a\x42\x05\x38" + b"\xff" * 3, id="bad-tensor"),
+    ],
+)
+def test_a_checksummed_but_malformed_record_is_skipped(tmp_path: Path, record: bytes) -> None:
+    path = tmp_path / "events.out.tfevents.3.host"
+    path.write_bytes(encode_record(record) + encode_record(event(2, {"a": 2.0})))
+    follower = EventFile(path)
+    assert [s.step for s in follower.read_new()] == [2]
+    assert follower.skipped == 1
+
+
 def test_a_missing_file_reads_nothing(tmp_path: Path) -> None:
     assert EventFile(tmp_path / "gone").read_new() == []

@@ -4,25 +4,18 @@ previous attempt are not read; a framework that logs nothing new leaves the hear
 
 from __future__ import annotations
 
-import os
+import threading
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from rljob.sdk.event_file import encode_record
 from rljob.sdk.framework_keys import KEY_MAPS, NEMO_RL, OPENRLHF, SLIME, VERL, KeyMap
 from rljob.sdk.metrics import RLMetrics
 from rljob.sdk.progress import ProgressExporter
 from rljob.sdk.tensorboard_bridge import TensorBoardBridge
 from tests.unit.sdk.event_records import append, event, file_version
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
@@ -32,7 +25,7 @@ def _sample(registry: CollectorRegistry, name: str, **labels: str) -> float | No
 def _bridge(tmp_path: Path, keys: KeyMap) -> tuple[TensorBoardBridge, CollectorRegistry]:
     registry = CollectorRegistry()
     progress = ProgressExporter(registry=registry, serve=False)
-    bridge = TensorBoardBridge(tmp_path, keys, progress, RLMetrics(registry), clock=Clock())
+    bridge = TensorBoardBridge(tmp_path, keys, progress, RLMetrics(registry))
     return bridge, registry
 
 
@@ -175,11 +168,44 @@ def test_an_eval_logged_earlier_keeps_its_value_and_train_axis_tags_do_not_move_
 def test_the_previous_attempts_files_are_not_read(tmp_path: Path) -> None:
     old = tmp_path / "events.out.tfevents.0.host"
     append(old, event(90, {"critic/score/mean": 0.9}))
-    os.utime(old, (500.0, 500.0))  # before the bridge's clock starts (1000)
-    bridge, registry = _bridge(tmp_path, VERL)
+    bridge, registry = _bridge(tmp_path, VERL)  # started before the trainer: the file is old
+    append(old, event(91, {"critic/score/mean": 0.9}))
 
     assert bridge.poll() == 0
     assert _sample(registry, "rljob_trainer_step") == 0  # the gauge as it starts
+    append(tmp_path / "events.out.tfevents.1.host", event(101, {"critic/score/mean": 0.5}))
+    assert bridge.poll() == 1
+    assert _sample(registry, "rljob_trainer_step") == 101
+
+
+def test_a_malformed_record_is_skipped_and_the_thread_outlives_a_failing_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bridge, registry = _bridge(tmp_path, VERL)
+    path = tmp_path / "events.out.tfevents.1.host"
+    # A checksummed record whose step is a 200-byte varint.
+    path.write_bytes(encode_record(b"\x10" + b"\xff" * 200 + b"\x01"))
+    append(path, event(3, {"critic/score/mean": 0.5}))
+    assert bridge.poll() == 1
+    assert _sample(registry, "rljob_trainer_step") == 3
+
+    failures = iter([OSError("stale NFS handle")])
+
+    polled = threading.Event()
+
+    def flaky() -> int:
+        polled.set()
+        error = next(failures, None)
+        if error is not None:
+            raise error
+        return 0
+
+    monkeypatch.setattr(bridge, "_poll", flaky)
+    bridge.start(interval=0.01)
+    assert polled.wait(5)
+    polled.clear()
+    assert polled.wait(5), "the thread polls again after a failed read"
+    bridge.stop()
 
 
 def test_derived_tokens_count_each_step_once_even_when_its_halves_arrive_apart(

@@ -205,7 +205,7 @@ class _Bridge:
     polled: float = field(default=-math.inf)
 
 
-def _bridge(directory: Path, framework: str, clock: Callable[[], float]) -> _Bridge:
+def _bridge(directory: Path, framework: str) -> _Bridge:
     from prometheus_client import CollectorRegistry
 
     from rljob.sdk.framework_keys import KEY_MAPS
@@ -215,9 +215,7 @@ def _bridge(directory: Path, framework: str, clock: Callable[[], float]) -> _Bri
 
     registry = CollectorRegistry()
     progress = ProgressExporter(registry=registry, serve=False)
-    bridge = TensorBoardBridge(
-        directory, KEY_MAPS[framework], progress, RLMetrics(registry), clock=clock
-    )
+    bridge = TensorBoardBridge(directory, KEY_MAPS[framework], progress, RLMetrics(registry))
     return _Bridge(bridge, registry)
 
 
@@ -240,8 +238,9 @@ class BridgedTrainer(TrainerModel):
         self.framework = profile.tensorboard_keys
         self.tags = FRAMEWORK_TAGS[self.framework]
         self.directory = directory
+        # The entrypoint starts its bridge before the framework opens its file.
+        self.sdk = _bridge(directory, self.framework)
         self.writer = EventWriter(directory / self.tags.subdirectory, start, host)
-        self.sdk = _bridge(directory, self.framework, clock)
         self.written = step
 
     def advance(self, now: float, faults: Active = NO_FAULTS) -> None:
