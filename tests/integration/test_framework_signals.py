@@ -5,7 +5,8 @@ its steps to TensorBoard event files in its own tags, rank 0's page is the real 
 TensorBoardBridge reading them; the engines inside the gang serve the plugin's pages, or
 SGLang's for slime), health read by direct scraping as the chart's default install does.
 
-All four jobs run at once in one namespace; each framework's test then reads, in turn:
+All four jobs run at once in one namespace and go through the phases together (a module
+fixture: each phase waits once, not once per framework); each framework's test then reads:
 1. HealthSignalsAvailable naming exactly the detectors that have data (EXPECTED);
 2. RewardHackingSuspected once the files log a rising training reward over a flat eval reward
    (the profile's reward_hacking, set through the simulator's control API), none before;
@@ -18,7 +19,8 @@ import copy
 import json
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -181,52 +183,96 @@ def test_the_simulated_frameworks_log_only_tags_their_key_maps_read() -> None:
         assert set(tags.timings) <= set(keys.phases), framework
 
 
+HACKING = "RewardHackingSuspected"
+
+
+@dataclass
+class Seen:
+    """What one framework's job showed through each phase."""
+
+    detectors: tuple[str, ...] = ()
+    bridge: dict[str, Any] | None = None  # rank 0's bridge as the simulator shows it
+    hacking_before: list[str] = field(default_factory=list)
+    hacked: list[str] = field(default_factory=list)
+    heartbeats: list[float] = field(default_factory=list)
+    stalled_at: float | None = None
+
+
+def _all(probe: Callable[[str], bool], timeout: float, what: str, interval: float = 1.0) -> None:
+    """Waits until `probe(framework)` holds for every framework (each probed until it does)."""
+    pending = set(FRAMEWORKS)
+
+    def done() -> bool:
+        pending.difference_update({f for f in sorted(pending) if probe(f)})
+        return not pending
+
+    wait_for(done, timeout, f"{what} for {sorted(pending)}", interval=interval)
+
+
+@pytest.fixture(scope="module")
+def phases(cluster: Cluster, simulator: Simulator, running: str) -> tuple[dict[str, Seen], float]:
+    """The four jobs through the phases together (each phase's wait is one, not four): every
+    detector with data; reward hacking in the files; then a hang. Returns what each showed and
+    when the hang was injected."""
+    namespace, client = running, simulator.client()
+    seen = {framework: Seen() for framework in FRAMEWORKS}
+
+    def judging(framework: str) -> bool:
+        found = _detectors(cluster, namespace, _name(framework)) or ()
+        seen[framework].detectors = found
+        rank0 = _rank0(simulator, namespace, _name(framework))
+        seen[framework].bridge = rank0["state"]["tensorboard"] if rank0 is not None else None
+        return set(EXPECTED[framework]) <= set(found)
+
+    _all(judging, 120, "the detectors with data")
+    for framework in FRAMEWORKS:
+        name = _name(framework)
+        seen[framework].hacking_before = _reported(
+            cluster, namespace, name, "RewardHackingSuspected"
+        )
+        client.set_profile({"reward_hacking": True}, namespace=namespace, job=name, role="trainer")
+
+    def hacked(framework: str) -> bool:
+        found = _reported(cluster, namespace, _name(framework), HACKING)
+        seen[framework].hacked = found
+        return bool(found)
+
+    _all(hacked, 3 * HACKING_WINDOW + 30, "RewardHackingSuspected")
+    for framework in FRAMEWORKS:
+        client.inject("hang", namespace=namespace, job=_name(framework), role="trainer")
+    hung = time.time()
+
+    def stalled(framework: str) -> bool:
+        name, record = _name(framework), seen[framework]
+        found = _rank0(simulator, namespace, name)
+        if found is not None and found["state"]["tensorboard"]["heartbeat"]:
+            record.heartbeats.append(found["state"]["tensorboard"]["heartbeat"])
+        if _stalled(cluster, namespace, name):
+            record.stalled_at = time.time()
+            return True
+        return False
+
+    _all(stalled, STALL_TIMEOUT + 30, "TrainerStalled", interval=0.2)
+    return seen, hung
+
+
 @pytest.mark.parametrize(
     "framework",
     [pytest.param(f, id=f"{f}:{'+'.join(EXPECTED[f])}") for f in FRAMEWORKS],
 )
 def test_a_framework_example_feeds_the_detectors_through_its_tensorboard_files(
-    cluster: Cluster, operator: Operator, simulator: Simulator, running: str, framework: str
+    phases: tuple[dict[str, Seen], float], framework: str
 ) -> None:
-    namespace, name = running, _name(framework)
-    seen: dict[str, Any] = {}
-
-    def judging() -> tuple[str, ...] | None:
-        seen["detectors"] = _detectors(cluster, namespace, name)
-        detectors = seen["detectors"] or ()
-        return detectors if set(EXPECTED[framework]) <= set(detectors) else None
-
-    detectors = wait_for(judging, 120, f"{name}'s detectors with data", interval=1.0)
-    print(f"\n{framework}: detectors with data: {', '.join(detectors)}")
-    assert detectors == EXPECTED[framework]
-    rank0 = _rank0(simulator, namespace, name)
-    assert rank0 is not None, "rank 0 runs the bridge"
-    print(f"{framework}: {rank0['state']['tensorboard']}")
-    assert not _reported(cluster, namespace, name, "RewardHackingSuspected")
-
-    client = simulator.client()
-    client.set_profile({"reward_hacking": True}, namespace=namespace, job=name, role="trainer")
-    hacked = wait_for(
-        lambda: _reported(cluster, namespace, name, "RewardHackingSuspected"),
-        3 * HACKING_WINDOW + 30,
-        f"{name}: RewardHackingSuspected",
-        interval=1.0,
-    )
-    print(f"{framework}: {hacked[0]}")
-
-    heartbeats: list[float] = []
-    client.inject("hang", namespace=namespace, job=name, role="trainer")
-    hung = time.time()
-
-    def stalled() -> bool:
-        found = _rank0(simulator, namespace, name)
-        if found is not None and found["state"]["tensorboard"]["heartbeat"]:
-            heartbeats.append(found["state"]["tensorboard"]["heartbeat"])
-        return _stalled(cluster, namespace, name)
-
-    wait_for(stalled, STALL_TIMEOUT + 30, f"{name}: TrainerStalled", interval=0.2)
-    at = time.time()
-    since_beat, since_hang = at - max(heartbeats), at - hung
+    by_framework, hung = phases
+    seen = by_framework[framework]
+    print(f"\n{framework}: detectors with data: {', '.join(seen.detectors)}")
+    assert seen.detectors == EXPECTED[framework]
+    assert seen.bridge is not None, "rank 0 runs the bridge"
+    print(f"{framework}: {seen.bridge}")
+    assert seen.hacking_before == [], "no RewardHackingSuspected before the pattern"
+    print(f"{framework}: {seen.hacked[0]}")
+    assert seen.stalled_at is not None and seen.heartbeats
+    since_beat, since_hang = seen.stalled_at - max(seen.heartbeats), seen.stalled_at - hung
     print(
         f"{framework}: TrainerStalled {since_beat:.1f}s after the last heartbeat, "
         f"{since_hang:.1f}s after the hang"
