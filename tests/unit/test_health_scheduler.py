@@ -439,7 +439,9 @@ async def test_source_down_makes_every_evaluation_insufficient() -> None:
     assert after - before == 82 * 10
     error = bed.scheduler.source_error(("ns1", "dark"))
     assert error is not None and "connection refused" in error
-    assert bed.scheduler.judging(("ns1", "dark")) == ()
+    # The detectors judged before the outage keep their place: a round without data writes
+    # nothing (the condition says SourceUnavailable meanwhile).
+    assert set(bed.scheduler.judging(("ns1", "dark")) or ()) >= {"kv_drift", "engine_stall"}
     # Back up: findings resume.
     bed.source().down = False
     await bed.run_until(900)

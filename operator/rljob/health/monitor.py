@@ -141,7 +141,7 @@ class JobMonitor(Generic[S]):
         self.backfill_attempts = 0
         self.source: S | None = None
         self.source_error: str | None = None
-        self.judging: tuple[str, ...] | None = None  # detectors with data in the last round
+        self.judging: tuple[str, ...] | None = None  # detectors that have had data so far
         self.verifier_pods: tuple[str, ...] = ()
         self.trainer_pods: tuple[str, ...] = ()
         self.trainer_running = False

@@ -320,8 +320,8 @@ def _signals(job: RLJob, inputs: PassInputs) -> RLJobStatus:
 
 
 def _with_data(detectors: tuple[str, ...] | None) -> str:
-    """Which detectors the last health round could judge: the others have no data (a framework
-    that exports nothing for them, docs/frameworks.md)."""
+    """Which detectors have had data so far: the others have none (a framework that exports
+    nothing for them, docs/frameworks.md)."""
     if detectors is None:
         return ""
     if not detectors:

@@ -33,7 +33,7 @@ class PassInputs:
     watched: bool = False  # the health loop watches this job
     signals_error: str | None = None
     signals_source: str | None = None  # which source, described; None: none configured
-    # The detectors that judged in the job's last health round (None: no round yet).
+    # The detectors that have judged in the job's health rounds so far (None: no round yet).
     signals_detectors: tuple[str, ...] | None = None
     node_states: NodeStates = field(default_factory=dict)  # nodes under trainer pods at risk
     retention_problem: str = ""  # the last retention apply's failure, to say in a condition

@@ -210,7 +210,8 @@ class HealthScheduler:
         )
 
     def judging(self, key: JobKey) -> tuple[str, ...] | None:
-        """The detectors that had data in the job's last round; None before its first."""
+        """The detectors that have had data since the job was registered; None before its
+        first round."""
         monitor = self._monitor(key)
         return monitor.judging if monitor is not None else None
 
@@ -366,7 +367,9 @@ class HealthScheduler:
                 continue
             _note_generations(monitor, generations.get(monitor.uid, {}), read_at)
             monitor.source_error = job_error(monitor, targets[monitor.uid], answers, error)
-            monitor.judging = judging(evaluations)
+            # Cumulative: a detector that judges only now and then (a full window, a weight sync
+            # in it) would otherwise change the condition, and write status, round after round.
+            monitor.judging = tuple(sorted({*(monitor.judging or ()), *judging(evaluations)}))
             self._series.count(monitor.key, evaluations)
             diagnosis = monitor.diagnosis
             self._series.diagnosis(monitor.key, diagnosis.role, diagnosis.step_phase_seconds())
