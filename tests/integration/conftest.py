@@ -224,6 +224,14 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     """A fresh namespace per test (with its default ServiceAccount), deleted afterwards; under
     xdist named after the worker, whose operator and simulator watch it."""
     base = request.node.name.split("[")[0].replace("_", "-").lower()[:40].strip("-")
+    name = create_namespace(cluster, base)
+    yield name
+    delete_namespace(cluster, name)
+
+
+def create_namespace(cluster: Cluster, base: str) -> str:
+    """A new namespace named after `base` (under xdist after the worker too), once its default
+    ServiceAccount exists."""
     name = namespace_name(f"{base}-{secrets.token_hex(3)}")
     cluster.api.create("/api/v1/namespaces", {"metadata": {"name": name}})
     wait_for(
@@ -231,8 +239,7 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
         30,
         f"the default ServiceAccount in {name}",
     )
-    yield name
-    delete_namespace(cluster, name)
+    return name
 
 
 def delete_namespace(cluster: Cluster, name: str) -> None:

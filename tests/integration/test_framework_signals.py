@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from rljob.dev.sim.profiles import TENSORBOARD_FRAMEWORKS
 from rljob.dev.sim.tensorboard import FRAMEWORK_TAGS
 from rljob.sdk.framework_keys import KEY_MAPS
 from tests.helpers import wait_for
-from tests.integration.conftest import Cluster, Operator, delete_namespace
+from tests.integration.conftest import Cluster, Operator, create_namespace, delete_namespace
 from tests.integration.rljobs import (
     apply_rljob,
     condition,
@@ -39,7 +38,6 @@ from tests.integration.rljobs import (
     second_scale_health,
     wait_condition,
 )
-from tests.integration.worker import namespace_name
 
 # One worker holds the four jobs the tests share.
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("framework_signals")]
@@ -125,13 +123,7 @@ def _name(framework: str) -> str:
 @pytest.fixture(scope="module")
 def jobs_namespace(cluster: Cluster) -> Iterator[str]:
     """The namespace of the four jobs, for the module."""
-    name = namespace_name(f"framework-signals-{secrets.token_hex(3)}")
-    cluster.api.create("/api/v1/namespaces", {"metadata": {"name": name}})
-    wait_for(
-        lambda: cluster.api.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
-        30,
-        f"the default ServiceAccount in {name}",
-    )
+    name = create_namespace(cluster, "framework-signals")
     yield name
     delete_namespace(cluster, name)
 

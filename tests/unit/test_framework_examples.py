@@ -16,7 +16,7 @@ from rljob.api import EngineExporter, Launcher, RLJob, parse_rljob
 from rljob.checkpoint_protocol.layout import CheckpointLocation, VersionId, resume_env
 from rljob.reconcile import DesiredChild
 from rljob.reconcile.launchers import RAY_SCRIPT_NAME, ray_start_script
-from rljob.sdk.entrypoint import SHARED_FLAG, _native_flags
+from rljob.sdk.entrypoint import SHARED_FLAG, _flags
 from rljob.sdk.framework_keys import KEY_MAPS
 from rljob.sdk.layouts import LAYOUTS
 from tests.unit.reconcile.test_render import env_of, main_container, pod_spec, render
@@ -126,11 +126,11 @@ def trainer_job(job: RLJob, **ctx: Any) -> DesiredChild:
 
 
 def driver(job: RLJob) -> tuple[dict[str, str], list[str]]:
-    """The entrypoint's checkpoint flags and the framework's command, as the SDK parses them."""
+    """The entrypoint's flags and the framework's command, as the SDK parses them."""
     args = main_container(trainer_job(job))["args"]
     head = len(ENTRYPOINT)
     assert args[:head] == ENTRYPOINT
-    parsed = _native_flags(args[head:])
+    parsed = _flags(args[head:])
     assert parsed is not None, f"the entrypoint refuses {args[head:]}"
     return parsed
 

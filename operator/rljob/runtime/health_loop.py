@@ -446,6 +446,8 @@ def _note_generations(monitor: Monitor, generations: Mapping[str, int], at: floa
     """Each engine's own weight version, read at `at`, into its reading (generationFrom engine);
     an engine whose read failed this round keeps its last one (the round's metrics reading has
     no generation, and dropping it would lower what the serving engines are seen to report)."""
+    if not generations and not monitor.engine_versions:
+        return  # a job that does not opt in (or has read nothing yet): no work in its round
     live = set(monitor.rollout_pods)  # a pod gone while the round ran stays gone
     monitor.engine_versions.update(
         {pod: (at, generation) for pod, generation in generations.items() if pod in live}

@@ -149,14 +149,6 @@ def _flags(args: list[str]) -> tuple[dict[str, str], list[str]] | None:
     return flags, args[1:]
 
 
-def _native_flags(args: list[str]) -> tuple[dict[str, str], list[str]] | None:
-    """The checkpoint flags and the command; None when malformed or without them."""
-    parsed = _flags(args)
-    if parsed is None or NATIVE_FLAGS[0] not in parsed[0]:
-        return None
-    return parsed
-
-
 def run_native(
     layout: str,
     directory: Path,
