@@ -61,3 +61,19 @@ def test_a_misspelt_field_is_rejected_naming_it(
         dry_run_create(cluster, namespace, body)
     assert rejected.value.status in (400, 422), rejected.value.body
     assert 'unknown field "spec.roles.trainer.engines.exporters"' in rejected.value.body["message"]
+
+
+def test_the_disaggregated_slime_example_passes_a_strict_dry_run(
+    cluster: Cluster, crd: list[str], namespace: str
+) -> None:
+    """Its rollout role (slot Services, Gated SGLang engines) is what the server would store."""
+    body = example("frameworks/slime-disaggregated")
+    stored = dry_run_create(cluster, namespace, body)
+    assert cluster.api.last_warnings == []
+    name, uid = stored["metadata"]["name"], stored["metadata"]["uid"]
+    rendered = children(stored, namespace, uid)
+    slots = [("Service", f"{name}-rollout-{k}") for k in range(4)]
+    assert set(slots) <= {(child.kind, child.name) for child in rendered}
+    assert [child.body for child in rendered] == [
+        child.body for child in children(body, namespace, uid)
+    ]

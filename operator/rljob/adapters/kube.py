@@ -155,13 +155,25 @@ class Kube:
         """Sets one condition of a pod's status (a strategic merge on status.conditions, by
         type: its other conditions stay). False when the pod is gone (404) or the write lost a
         race (409): a later pass sees it again."""
+        path = object_path("v1", "Pod", namespace, name) + "/status"
+        body = {"status": {"conditions": [condition]}}
+        return await self._patch_pod(path, body, "application/strategic-merge-patch+json")
+
+    async def set_pod_labels(
+        self, namespace: str, name: str, uid: str, labels: dict[str, str | None]
+    ) -> bool:
+        """Sets (a value) or removes (None) labels of the pod with that uid (a merge patch: its
+        other labels stay; the uid makes a namesake's patch a 409). False when the pod is gone
+        (404) or another (409): a later pass sees it again."""
+        path = object_path("v1", "Pod", namespace, name)
+        body = {"metadata": {"uid": uid, "labels": labels}}
+        return await self._patch_pod(path, body, "application/merge-patch+json")
+
+    async def _patch_pod(self, path: str, body: JSON, content_type: str) -> bool:
+        """A pod patch; False on a 404 or a 409 (a later pass sees the pod again)."""
         try:
             await self.request(
-                "patch",
-                object_path("v1", "Pod", namespace, name) + "/status",
-                {"status": {"conditions": [condition]}},
-                content_type="application/strategic-merge-patch+json",
-                field_manager=FIELD_MANAGER,
+                "patch", path, body, content_type=content_type, field_manager=FIELD_MANAGER
             )
         except KubeError as exc:
             if exc.not_found or exc.conflict:

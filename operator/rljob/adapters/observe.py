@@ -18,6 +18,7 @@ from rljob.vocabulary.labels import (
     RESTARTED_AT_ANNOTATION,
     ROLE_LABEL,
     SPEC_HASH_ANNOTATION,
+    slots_held,
 )
 
 # MANAGED_BY and its label stay importable from here for handlers.py.
@@ -170,6 +171,7 @@ def summarize_pod(body: Body) -> ObservedPod:
         container_running=bool(running),
         started_at=_started_at(running),
         owner_uid=controller_uid(body),
+        slots=slots_held(labels),
     )
 
 

@@ -3,6 +3,7 @@ what each kind of role adds."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
@@ -239,6 +240,34 @@ ENGINE_GENERATION_NEEDS_KNOWN_ENGINE = CrossFieldRule(
 )
 
 
+# Slot Services hand a slot over only to an engine behind the gate, brought to the slot's weights
+# by SGLang's POST /update_weights_from_disk (docs/weight-sync.md#engine-slots).
+def _slots_need(cel: str, needs: str, holds: Callable[[Any], bool]) -> CrossFieldRule:
+    return CrossFieldRule(
+        cel=f"!self.slotServices || {cel}",
+        message=f"slotServices {needs}",
+        field="slotServices",
+        holds=lambda role: not role.slot_services or holds(role),
+    )
+
+
+SLOTS_NEED_GATED = _slots_need(
+    "self.weightSync == 'Gated'",
+    "hands a slot only to an engine behind the gate: it needs weightSync Gated",
+    lambda role: role.weight_sync == WeightSync.GATED,
+)
+SLOTS_NEED_ENGINE_GENERATION = _slots_need(
+    "self.generationFrom == 'engine'",
+    "follows the weight version the engines report: it needs generationFrom engine",
+    lambda role: role.generation_from == GenerationFrom.ENGINE,
+)
+SLOTS_NEED_SGLANG = _slots_need(
+    "self.engine == 'sglang'",
+    "copies a slot's weights with SGLang's POST /update_weights_from_disk: it needs engine sglang",
+    lambda role: role.engine == Engine.SGLANG,
+)
+
+
 class RolloutRole(ServingRole):
     """Inference engines generating samples."""
 
@@ -279,10 +308,24 @@ class RolloutRole(ServingRole):
         "in a new process (slime) is followed. Not for engine custom.",
     )
 
+    slot_services: bool = Field(
+        default=False,
+        description="One ClusterIP Service per engine slot, <name>-rollout-<k> for k < replicas, "
+        "for a driver that reads its engine addresses once (slime's "
+        "--rollout-external-engine-addrs; the trainer gets them in "
+        "RLJOB_ROLLOUT_SLOT_ADDRESSES). A slot's address outlives its engine: before an engine "
+        "drains, its slots are lent to a serving engine, and a replacement takes a slot only "
+        "once the operator copied the slot's weights into it and its gate opened. Needs "
+        "engine sglang, weightSync Gated and generationFrom engine.",
+    )
+
     cel_rules = (
         MAX_UNAVAILABLE_WITHIN_REPLICAS,
         CUSTOM_ENGINE_NEEDS_METRIC_NAMES,
         ENGINE_GENERATION_NEEDS_KNOWN_ENGINE,
+        SLOTS_NEED_GATED,
+        SLOTS_NEED_ENGINE_GENERATION,
+        SLOTS_NEED_SGLANG,
     )
 
 

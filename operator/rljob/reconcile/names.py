@@ -132,6 +132,10 @@ class ChildNames:
     def rollout_headless(self) -> str:
         return f"{self._base(RoleName.ROLLOUT.value)}-rollout-headless"
 
+    def rollout_slot(self, slot: int) -> str:
+        """Slot `slot`'s ClusterIP Service (slotServices): the address a driver keeps."""
+        return f"{self._base(RoleName.ROLLOUT.value)}-rollout-{slot}"
+
     def trainer_service(self) -> str:
         return self.role(RoleName.TRAINER)
 

@@ -69,6 +69,7 @@ class ObservedPod:
     # Every container passes its readiness probe (ContainersReady): a Gated engine not Ready
     # with this True waits only for its readiness gate, the weights.
     containers_ready: bool = False
+    slots: frozenset[int] = frozenset()  # slotServices: the slots its labels say it holds
 
     @property
     def terminal(self) -> bool:

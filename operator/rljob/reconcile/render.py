@@ -1,6 +1,7 @@
 """Desired children of an RLJob as plain manifests ready for server-side apply.
 
-- rollout, reference, verifier: a Deployment and a Service each; rollout also a headless Service.
+- rollout, reference, verifier: a Deployment and a Service each; rollout also a headless Service,
+  and with slotServices one Service per slot.
 - trainer: the headless Service `<name>-trainer` and one Indexed Job per attempt.
 
 Each child carries `rljob.io/spec-hash` from rljob.reconcile.spec_hash. Trainer spec changes take
@@ -33,9 +34,16 @@ from rljob.reconcile.pods import PodInputs, container_ports, pod_template, probe
 from rljob.reconcile.spec_hash import service_hash, serving_role_hash, spec_hash, trainer_hash
 from rljob.reconcile.suspended import suspended
 from rljob.vocabulary.enums import EngineExporter
-from rljob.vocabulary.labels import ATTEMPT_LABEL, COMPLETION_INDEX_ANNOTATION, SPEC_HASH_ANNOTATION
+from rljob.vocabulary.labels import (
+    ATTEMPT_LABEL,
+    COMPLETION_INDEX_ANNOTATION,
+    SLOT_HELD,
+    SPEC_HASH_ANNOTATION,
+    slot_label,
+)
 
 DEFAULT_MASTER_PORT = 29500
+ENV_SLOT_ADDRESSES = "RLJOB_ROLLOUT_SLOT_ADDRESSES"
 PROGRESS_DEADLINE_SECONDS = 3600
 # torchrun SIGKILLs its workers this many seconds after forwarding SIGTERM unless the trainer's
 # env sets TORCH_ELASTIC_SHUTDOWN_TIMEOUT (torch 2.15.0, torch/distributed/launcher/api.py,
@@ -136,7 +144,27 @@ def _rollout_children(job: RLJob, role: RolloutRole, ctx: RenderContext) -> list
         hash_key="rollout-headless",
     )
     serving = _serving_children(job, RoleName.ROLLOUT, role, ctx)
-    return [serving[0], headless, *serving[1:]]
+    return [serving[0], headless, *_slot_services(role, ctx), *serving[1:]]
+
+
+def _slot_services(role: RolloutRole, ctx: RenderContext) -> list[DesiredChild]:
+    """slotServices: one ClusterIP Service per slot, selecting the engine that holds it (the
+    operator stamps the slot label on it: reconcile/slots.py)."""
+    if not role.slot_services:
+        return []
+    ports = _serving_ports(RoleName.ROLLOUT, role)
+    return [
+        _service(
+            ctx,
+            RoleName.ROLLOUT,
+            ctx.names.rollout_slot(slot),
+            ports,
+            headless=False,
+            hash_key=f"rollout-slot-{slot}",
+            holding=slot,
+        )
+        for slot in range(role.replicas)
+    ]
 
 
 def _serving_children(
@@ -188,9 +216,14 @@ def _service(
     headless: bool,
     hash_key: str,
     publish_not_ready: bool = False,
+    holding: int | None = None,
 ) -> DesiredChild:
+    """`holding`: a slot Service, selecting only the role's pod that holds that slot."""
+    selector = ctx.names.selector(role_name)
+    if holding is not None:
+        selector[slot_label(holding)] = SLOT_HELD
     spec: dict[str, Any] = {
-        "selector": ctx.names.selector(role_name),
+        "selector": selector,
         "ports": [
             {"name": port_name, "port": port, "targetPort": port, "protocol": "TCP"}
             for port_name, port in ports.items()
@@ -406,7 +439,22 @@ def _common_env(job: RLJob, role_name: RoleName, ctx: RenderContext) -> list[dic
                     "value": names.service_address(headless, ctx.namespace),
                 }
             )
+            env += _slot_addresses(job, ctx)
     return env
+
+
+def _slot_addresses(job: RLJob, ctx: RenderContext) -> list[dict[str, Any]]:
+    """slotServices: every slot's host:port, space-separated, as slime's
+    --rollout-external-engine-addrs takes them."""
+    role = job.spec.roles.rollout
+    if role is None or not role.slot_services:
+        return []
+    port = serving_port(RoleName.ROLLOUT, role)
+    addresses = [
+        f"{names.service_address(ctx.names.rollout_slot(slot), ctx.namespace)}:{port}"
+        for slot in range(role.replicas)
+    ]
+    return [{"name": ENV_SLOT_ADDRESSES, "value": " ".join(addresses)}]
 
 
 def _plain_env(variables: Mapping[str, str]) -> list[dict[str, Any]]:

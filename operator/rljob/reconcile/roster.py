@@ -87,7 +87,9 @@ def _member(
     else:
         reading = reading_of(readings, pod.name)
         generation = reading.generation if reading is not None else None
-    return EngineMember(pod=pod.name, address=pod.ip, state=state, generation=generation)
+    return EngineMember(
+        pod=pod.name, address=pod.ip, state=state, generation=generation, slots=sorted(pod.slots)
+    )
 
 
 def _required(

@@ -30,6 +30,7 @@ from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.plan import Plan
 from rljob.reconcile.queue import WorkloadStep
 from rljob.reconcile.remediation import stuck_pods
+from rljob.reconcile.slots import SlotMove, WeightCopy, slot_moves, weight_copies
 from rljob.reconcile.suspension import suspended_event
 
 # Node states for which nothing will ever confirm a pod's deletion (docs/architecture.md section 8).
@@ -123,6 +124,8 @@ Step = (
     | ApplyRetention
     | DeleteRLJob
     | WorkloadStep
+    | SlotMove
+    | WeightCopy
 )
 
 
@@ -140,7 +143,8 @@ def execution_steps(
     """The plan's side effects in the order that keeps every crash resumable: the policy's
     suspension's Event, the journaled action's Event, deletes, the pod restart, in-turn deletes
     or role roll, stuck pods, the attempt marker, the applies, retention, and the RLJob's own
-    deletion. `settled`: an in-turn
+    deletion. Slot labels move before any gate closes (reconcile/slots.py) and weight copies
+    start last. `settled`: an in-turn
     restart this pass cleared, whose closing Event is posted again (named: once). A drained
     engine (Gated) is deleted only once its drain ended (`readings`), its Events around it; a
     draining one's gate is set False first. The gates follow the roster in the plan's status."""
@@ -156,6 +160,7 @@ def execution_steps(
         name = f"{job.metadata.name}.{journaled[0]}"
         steps += [CrashPoint(f"{prefix}:journaled"), PostEvent(journaled[1], name, once=True)]
     steps += _drains_started(job, status, now)
+    steps += slot_moves(job, status, observed)  # lent out before a gate closes: never unheld
     steps += _gates_closed(job, status, observed)
     steps += [DeleteObject(d.kind, d.name, d.uid) for d in plan.delete]
     if plan.delete and prefix == "gang-restart":
@@ -176,6 +181,7 @@ def execution_steps(
         name, event = restarted_event(job.metadata.name, ended)
         steps.append(PostEvent(event, name, once=True))
     steps += _gates_opened(job, status, observed, readings)
+    steps += weight_copies(job, status, observed, readings)
     steps += _teardown_steps(job, observed, node_states, now)
     creates = creates_attempt(plan)
     if creates and attempt_plan is not None:

@@ -20,6 +20,7 @@ from rljob.adapters.paths import api_version_of, object_path
 from rljob.adapters.workloads import drop_in_use_finalizer, guarded_patch
 from rljob.api import API_VERSION, KIND, InFlightAction, RLJob
 from rljob.crashpoints import crash_point
+from rljob.reconcile.events import EventSpec
 from rljob.reconcile.gate import DRAINING, RESTARTED
 from rljob.reconcile.journal import JOURNALED_EVENT_REASONS
 from rljob.reconcile.queue import (
@@ -29,6 +30,7 @@ from rljob.reconcile.queue import (
     ReleaseWorkload,
     UpdateWorkloadSpec,
 )
+from rljob.reconcile.slots import SlotMove, WeightCopy
 from rljob.reconcile.steps import (
     ApplyChild,
     ApplyRetention,
@@ -42,11 +44,14 @@ from rljob.reconcile.steps import (
     WriteMarker,
 )
 from rljob.runtime.memory import JobMemory
+from rljob.runtime.weight_copies import WeightCopies
 from rljob.vocabulary import kueue
 from rljob.vocabulary.labels import (
     POLICY_CURRENT_GATE,
     RENDER_MARKER_ANNOTATION,
     RESTARTED_AT_ANNOTATION,
+    SLOT_HELD,
+    slot_label,
 )
 
 log = structlog.get_logger("rljob.runtime")
@@ -66,6 +71,7 @@ class Context:
     memory: JobMemory
     now: dt.datetime
     acting: Callable[[], bool]  # this replica still holds the Lease
+    copies: WeightCopies | None = None  # slotServices' weight copies (None: none start)
 
     @property
     def namespace(self) -> str:
@@ -126,6 +132,25 @@ async def _set_policy_current(step: SetPolicyCurrent, ctx: Context) -> None:
         "lastTransitionTime": ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     await ctx.kube.set_pod_condition(ctx.namespace, step.pod, condition)
+
+
+async def _move_slot(step: SlotMove, ctx: Context) -> None:
+    """Stamps or removes one slot label: the slot's Service routes to the pods holding it."""
+    value = SLOT_HELD if step.held else None
+    await ctx.kube.set_pod_labels(ctx.namespace, step.pod, step.uid, {slot_label(step.slot): value})
+
+
+async def _copy_weights(step: WeightCopy, ctx: Context) -> None:
+    """Starts the copy in the background (runtime/weight_copies.py): a model load outlasts a
+    pass."""
+    if ctx.copies is None:
+        return
+    kube, body = ctx.kube, ctx.body
+
+    async def tell(event: EventSpec, name: str) -> None:
+        await post_event(kube, body, event, dt.datetime.now(dt.UTC), name=name)
+
+    ctx.copies.start(f"{ctx.namespace}/{ctx.job.metadata.name}", step, tell)
 
 
 _CLOSED_MESSAGES = {
@@ -212,6 +237,8 @@ APPLIERS: dict[type, Applier] = {
     DeleteObject: _delete_object,
     RollDeployment: _roll,
     SetPolicyCurrent: _set_policy_current,
+    SlotMove: _move_slot,
+    WeightCopy: _copy_weights,
     WriteMarker: _write_marker,
     ApplyChild: _apply,
     ApplyRetention: _retention,
@@ -264,6 +291,11 @@ def step_fields(step: Step) -> dict[str, Any] | None:
             return _said("roll Deployment", "RoleRestarted", name)
         case SetPolicyCurrent(pod=pod, current=current, reason=why):
             return _said(f"set policy-current {current}", why or "PolicyCurrent", pod)
+        case SlotMove(pod=pod, slot=slot, held=held):
+            verb = "stamp" if held else "remove"
+            return _said(f"{verb} slot {slot}", "SlotMoved", pod)
+        case WeightCopy(source=source, target=target, generation=generation):
+            return _said(f"copy weights of generation {generation}", "WeightCopy", source, target)
         case WriteMarker(marker=marker):
             return _said("write attempt marker", "AttemptStarted", f"attempt {marker.attempt}")
         case ApplyRetention(deletions=plan):

@@ -45,6 +45,7 @@ from rljob.runtime.gather import Gatherer
 from rljob.runtime.health_loop import HealthScheduler
 from rljob.runtime.memory import JobMemory, Memories, patch_digest
 from rljob.runtime.queue_reader import QueueReader
+from rljob.runtime.weight_copies import WeightCopies
 
 log = structlog.get_logger("rljob.runtime")
 STALE_RETRY_SECONDS = 0.2
@@ -83,6 +84,7 @@ class Passes:
         self.refresh = refresh
         self.gatherer = Gatherer(kube, checkpoints)
         self.queue = queue  # None: the operator runs without Kueue
+        self.weight_copies = WeightCopies()  # slotServices' copies, in the background
 
     async def run(self, body: dict[str, Any]) -> float | None:
         if not self.leadership.acting():
@@ -154,7 +156,14 @@ class Passes:
         )
         self._journaled(body, decision, memory, wrote, now)
         ctx = Context(
-            self.kube, self.checkpoints, body, decision.job, memory, now, self.leadership.acting
+            self.kube,
+            self.checkpoints,
+            body,
+            decision.job,
+            memory,
+            now,
+            self.leadership.acting,
+            self.weight_copies,
         )
         await execute(decision.steps, ctx)
         plan = decision.plan

@@ -161,6 +161,7 @@ class Runtime:
                 task.cancel()
         await self.leadership.stop()
         await self.workers.stop()
+        await self.passes.weight_copies.close()
         await self.kube.close()
 
     def bind_indexes(self, kwargs: Mapping[str, Any]) -> None:

@@ -32,3 +32,20 @@ COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # A rollout pod's readiness gate in weightSync Gated mode: set True by the operator (pods/status)
 # once the engine reports the job's current policy generation.
 POLICY_CURRENT_GATE = "rljob.io/policy-current"
+# On a rollout pod (slotServices): `rljob.io/slot-<k>: held` puts it behind slot k's Service.
+SLOT_LABEL_PREFIX = "rljob.io/slot-"
+SLOT_HELD = "held"
+
+
+def slot_label(slot: int) -> str:
+    return f"{SLOT_LABEL_PREFIX}{slot}"
+
+
+def slots_held(labels: dict[str, str]) -> frozenset[int]:
+    """The slots a pod's labels say it holds."""
+    held = set()
+    for key, value in labels.items():
+        number = key.removeprefix(SLOT_LABEL_PREFIX)
+        if value == SLOT_HELD and number != key and number.isdigit():
+            held.add(int(number))
+    return frozenset(held)

@@ -687,3 +687,37 @@ def test_only_the_rollout_role_is_gated() -> None:
         if child.kind in ("Deployment", "Job") and "readinessGates" in pod_spec(child)
     }
     assert gated == {f"{JOB}-rollout"}
+
+
+def test_slot_services_select_the_slot_holder() -> None:
+    """slotServices: one ClusterIP Service per slot selecting the role's pods holding that slot,
+    and every other role told the slots' addresses in the order slime takes them."""
+    body = with_role(
+        example_body(),
+        "rollout",
+        engine="sglang",
+        weightSync="Gated",
+        generationFrom="engine",
+        slotServices=True,
+        replicas=2,
+    )
+    children = render(job_of(body))
+    plain = children[("Service", f"{JOB}-rollout")].body["spec"]
+    slots = [children[("Service", f"{JOB}-rollout-{k}")].body["spec"] for k in range(2)]
+    assert ("Service", f"{JOB}-rollout-2") not in children
+    for k, spec in enumerate(slots):
+        assert spec["selector"] == {**plain["selector"], f"rljob.io/slot-{k}": "held"}
+        assert "clusterIP" not in spec and spec["ports"] == plain["ports"]
+    port = plain["ports"][0]["port"]
+    addresses = " ".join(f"{JOB}-rollout-{k}.{NAMESPACE}.svc:{port}" for k in range(2))
+    assert (
+        env_of(children[("Job", f"{JOB}-trainer-a1")])["RLJOB_ROLLOUT_SLOT_ADDRESSES"] == addresses
+    )
+
+
+def test_no_slot_services_by_default() -> None:
+    children = render()
+    assert not [
+        name for kind, name in children if name.startswith(f"{JOB}-rollout-") and name[-1].isdigit()
+    ]
+    assert "RLJOB_ROLLOUT_SLOT_ADDRESSES" not in env_of(children[("Job", f"{JOB}-trainer-a1")])
