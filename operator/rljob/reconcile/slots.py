@@ -11,9 +11,10 @@ emptied:
   Ready endpoint;
 - an engine joins behind its gate holding no slot; the operator brings it to the slots' weights
   itself (a WeightCopy: SGLang's `/update_weights_from_disk` with the `model_path` and
-  `weight_version` a serving engine reports in `/model_info`), and once its gate opened it
-  takes a slot from an engine holding more than one (stamped on it, then removed from the
-  lender).
+  `weight_version` a serving engine reports in `/model_info`), and once its gate opened and it
+  reports what the slot holders report (a sync may have come after its copy: it is copied
+  again) it takes a slot from an engine holding more than one (stamped on it, then removed from
+  the lender).
 
 The pure part: which labels move this pass and which copies start; the runtime applies them."""
 
@@ -82,18 +83,27 @@ def serving_engines(status: RLJobStatus, observed: Observed) -> list[ObservedPod
     )
 
 
-def slot_moves(job: RLJob, status: RLJobStatus, observed: Observed) -> tuple[SlotMove, ...]:
+def slot_moves(
+    job: RLJob,
+    status: RLJobStatus,
+    observed: Observed,
+    readings: tuple[EngineReading, ...] = (),
+) -> tuple[SlotMove, ...]:
     """This pass's label changes, every stamp before any removal (`status`: the pass's own, so
-    a drain it journals lends the draining engine's slots out in the same pass)."""
+    a drain it journals lends the draining engine's slots out in the same pass). A slot goes
+    only to an engine reporting at least what the slot holders report (`readings`): a newcomer
+    whose gate opened before the driver's last sync is brought up to date first."""
     count = slot_count(job)
     if count == 0:
         return ()
     serving = serving_engines(status, observed)
     held = _kept(serving, count)
+    newest = _newest_held(serving, held, readings)
+    current = [p for p in serving if _reports_at_least(p, reading_of(readings, p.name), newest)]
     for slot in range(count):
         if serving and not any(slot in slots for slots in held.values()):
-            _fewest(serving, held).add(slot)
-    _balance(serving, held)
+            _fewest(current or serving, held).add(slot)  # a stale holder beats an empty slot
+    _balance(serving, current, held)
     stamps = [
         SlotMove(p.name, p.uid, slot, True)
         for p in serving
@@ -108,6 +118,20 @@ def slot_moves(job: RLJob, status: RLJobStatus, observed: Observed) -> tuple[Slo
         if slot not in held.get(p.uid, set()) and (slot >= count or slot in covered)
     ]
     return (*stamps, *removals)
+
+
+def _newest_held(
+    serving: list[ObservedPod], held: dict[str, set[int]], readings: tuple[EngineReading, ...]
+) -> int | None:
+    """The newest generation a slot holder reports: what the driver last synced to."""
+    reported = [
+        reading.generation
+        for p in serving
+        if held[p.uid]
+        and (reading := reading_of(readings, p.name)) is not None
+        and reading.generation is not None
+    ]
+    return max(reported, default=None)
 
 
 def _kept(serving: list[ObservedPod], count: int) -> dict[str, set[int]]:
@@ -127,12 +151,14 @@ def _fewest(serving: list[ObservedPod], held: dict[str, set[int]]) -> set[int]:
     return held[min(serving, key=lambda p: (len(held[p.uid]), p.name)).uid]
 
 
-def _balance(serving: list[ObservedPod], held: dict[str, set[int]]) -> None:
-    """Slots move from the engine holding the most to the one holding the fewest while they
-    differ by two or more: a newcomer takes back a slot lent out during a repair."""
-    while serving:
+def _balance(
+    serving: list[ObservedPod], current: list[ObservedPod], held: dict[str, set[int]]
+) -> None:
+    """Slots move from the engine holding the most to the current one holding the fewest while
+    they differ by two or more: a newcomer takes back a slot lent out during a repair."""
+    while serving and current:
         most = max(serving, key=lambda p: (len(held[p.uid]), p.name))
-        least = min(serving, key=lambda p: (len(held[p.uid]), p.name))
+        least = min(current, key=lambda p: (len(held[p.uid]), p.name))
         if len(held[most.uid]) - len(held[least.uid]) < 2:
             return
         slot = max(held[most.uid])
@@ -143,9 +169,9 @@ def _balance(serving: list[ObservedPod], held: dict[str, set[int]]) -> None:
 def weight_copies(
     job: RLJob, status: RLJobStatus, observed: Observed, readings: tuple[EngineReading, ...]
 ) -> tuple[WeightCopy, ...]:
-    """The copies this pass starts: into each engine awaiting its gate whose server answers
-    (containers Ready) and which reports less than the newest generation a serving engine
-    reports, from that serving engine. Only from and into this job's own engines."""
+    """The copies this pass starts, from the serving engine reporting the newest generation into
+    each engine behind it that no sync reaches: one awaiting its gate whose server answers
+    (containers Ready), or one serving that holds no slot. Only within this job's engines."""
     role = job.spec.roles.rollout
     if role is None or not role.slot_services:
         return ()
@@ -155,8 +181,9 @@ def weight_copies(
     pod, generation = source
     port = serving_port(RoleName.ROLLOUT, role)
     leaving = draining_uids(status)
+    unslotted = [p for p in serving_engines(status, observed) if not p.slots]
     copies = []
-    for target in awaiting_gate(job, observed):
+    for target in [*awaiting_gate(job, observed), *unslotted]:
         if target.uid in leaving or not target.containers_ready or not target.ip:
             continue
         if _reports_at_least(target, reading_of(readings, target.name), generation):
@@ -181,8 +208,12 @@ def _newest_source(
     return best
 
 
-def _reports_at_least(pod: ObservedPod, reading: EngineReading | None, generation: int) -> bool:
-    """A reading of its running container shows `generation` or newer."""
+def _reports_at_least(
+    pod: ObservedPod, reading: EngineReading | None, generation: int | None
+) -> bool:
+    """A reading of its running container shows `generation` or newer (None: anything does)."""
+    if generation is None:
+        return True
     if reading is None or reading.generation is None:
         return False
     fresh = pod.started_at is None or reading.at >= pod.started_at

@@ -160,7 +160,7 @@ def execution_steps(
         name = f"{job.metadata.name}.{journaled[0]}"
         steps += [CrashPoint(f"{prefix}:journaled"), PostEvent(journaled[1], name, once=True)]
     steps += _drains_started(job, status, now)
-    steps += slot_moves(job, status, observed)  # lent out before a gate closes: never unheld
+    steps += slot_moves(job, status, observed, readings)  # lent before a gate closes
     steps += _gates_closed(job, status, observed)
     steps += [DeleteObject(d.kind, d.name, d.uid) for d in plan.delete]
     if plan.delete and prefix == "gang-restart":

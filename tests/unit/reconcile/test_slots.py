@@ -45,13 +45,18 @@ def engine(name: str, *slots: int, serving: bool = True, **fields: Any) -> Obser
     return pod(name, "rollout", slots=frozenset(slots), **values)
 
 
-def moves(job: RLJob, *pods: ObservedPod, draining: tuple[str, ...] = ()) -> list[str]:
+def moves(
+    job: RLJob,
+    *pods: ObservedPod,
+    draining: tuple[str, ...] = (),
+    readings: tuple[EngineReading, ...] = (),
+) -> list[str]:
     status = job.status
     if draining:
         entries = [ActionPod(name=p, uid=f"uid-{p}", drain_started_at=T0) for p in draining]
         action = InFlightAction(id="pod-x", kind="RestartPod", started_at=T0, pods=entries)
         status = status.model_copy(update={"in_flight": action})
-    return [_said(m) for m in slot_moves(job, status, Observed(pods=pods))]
+    return [_said(m) for m in slot_moves(job, status, Observed(pods=pods), readings)]
 
 
 def _said(move: SlotMove) -> str:
@@ -145,3 +150,38 @@ def test_a_drain_lends_the_slot_before_the_gate_closes() -> None:
     assert [s.held for s in lent] == [True, False], order
     assert lent[0].pod != VICTIM and lent[1].pod == VICTIM, order
     assert order.index(("+", lent[0].pod)) < order.index(("gate", VICTIM)), order
+
+
+LENT = (engine("b", 1, 0), engine("c", 2), engine("d"))
+
+
+@pytest.mark.parametrize(
+    ("generations", "expected"),
+    [
+        pytest.param({"b": 6, "c": 6, "d": 6}, ["+1:d", "-1:b"], id="current-takes-a-slot"),
+        pytest.param({"b": 6, "c": 6, "d": 7}, ["+1:d", "-1:b"], id="ahead-takes-a-slot"),
+        pytest.param({"b": 6, "c": 6, "d": 5}, [], id="a-sync-after-its-copy-waits"),
+        pytest.param({"b": 6, "c": 6}, [], id="unread-waits"),
+        pytest.param({}, ["+1:d", "-1:b"], id="nothing-read-anywhere"),
+    ],
+)  # fmt: skip
+def test_a_slot_goes_only_to_an_engine_as_new_as_its_holders(
+    generations: dict[str, int], expected: list[str]
+) -> None:
+    readings = tuple(reading(n, g) for n, g in generations.items())
+    assert moves(slotted_job(), *LENT, readings=readings) == expected
+
+
+def test_a_serving_engine_without_a_slot_behind_the_holders_is_copied_again() -> None:
+    job = slotted_job()
+    pods = tuple(dataclasses.replace(p, containers_ready=True) for p in LENT)
+    readings = (reading("b", 6), reading("c", 6), reading("d", 5))
+    found = weight_copies(job, job.status, Observed(pods=pods), readings)
+    assert [(c.source, c.target, c.generation) for c in found] == [("b", "d", 6)]
+
+
+def test_an_unheld_slot_goes_to_an_engine_as_new_as_the_holders() -> None:
+    """c holds nothing and is behind b, so the slot its crashed holder left goes to b."""
+    pods = (engine("b", 1), engine("c"), engine("x", 0, serving=False))
+    readings = (reading("b", 6), reading("c", 5))
+    assert moves(slotted_job(replicas=2), *pods, readings=readings) == ["+0:b", "-0:x"]
