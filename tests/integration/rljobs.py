@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import secrets
 import subprocess
 from pathlib import Path
@@ -235,3 +236,14 @@ def second_scale_health(source: dict[str, Any], **detectors: Any) -> dict[str, A
 
 # A restarted gang or pod comes back within seconds on the bed.
 FAST_BACKOFF = {"backoff": {"initial": "1s", "max": "2s"}}
+
+
+def engines_job(prometheus_url: str, profile: dict[str, Any], **rollout: Any) -> dict[str, Any]:
+    """A job of simulated rollout engines (one GPU each, `profile` their simulator profile) and
+    a one-node trainer, on second-scale health and a fast backoff; `rollout` its role's fields."""
+    env = [{"name": "RLJOB_SIM_PROFILE", "value": json.dumps(profile)}]
+    return example(
+        roles={"rollout": {"gpus": 1, "env": env, **rollout}, "trainer": {"nodes": 1, "gpus": 8}},
+        health=second_scale_health({"prometheus": {"url": prometheus_url}}),
+        failurePolicy=FAST_BACKOFF,
+    )

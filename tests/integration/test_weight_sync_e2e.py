@@ -14,7 +14,6 @@ hangs, gang restarts) for each mode."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -30,14 +29,12 @@ from tests.integration.conftest import Cluster, Operator
 from tests.integration.rljobs import (
     DRIFT_WARMUP,
     DRIFT_WINDOW,
-    FAST_BACKOFF,
     PODS,
     apply_rljob,
     children,
-    example,
+    engines_job,
     get_rljob,
     pod_uids,
-    second_scale_health,
     wait_condition,
 )
 from tests.integration.test_remediation import _restart_after_the_crash
@@ -69,22 +66,16 @@ def _job(
     prometheus_url: str, weight_sync: str, variant: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     variant = variant or {}
-    profile = {"noise": 0.0, **variant.get("profile", {})}
-    rollout = {
+    rollout: dict[str, Any] = {
         "engine": variant.get("engine", "vllm"),
         "replicas": ENGINES,
-        "gpus": 1,
         "weightSync": weight_sync,
         "drainTimeout": "20s",
-        "env": [{"name": "RLJOB_SIM_PROFILE", "value": json.dumps(profile)}],
     }
     if "generationFrom" in variant:
         rollout["generationFrom"] = variant["generationFrom"]
-    return example(
-        roles={"rollout": rollout, "trainer": {"nodes": 1, "gpus": 8}},
-        health=second_scale_health({"prometheus": {"url": prometheus_url}}),
-        failurePolicy=FAST_BACKOFF,
-    )
+    profile = {"noise": 0.0, **variant.get("profile", {})}
+    return engines_job(prometheus_url, profile, **rollout)
 
 
 class Driver:

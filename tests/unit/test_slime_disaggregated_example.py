@@ -15,8 +15,8 @@ NAME = "slime-disagg"
 def test_the_engines_are_slotted_gated_sglang() -> None:
     rollout = parse_rljob(example_body("frameworks/slime-disaggregated")).spec.roles.rollout
     assert rollout is not None
-    assert (rollout.engine, rollout.weight_sync, rollout.generation_from, rollout.slot_services) == (
-        Engine.SGLANG, WeightSync.GATED, GenerationFrom.ENGINE, True)  # fmt: skip
+    chosen = (rollout.engine, rollout.weight_sync, rollout.generation_from, rollout.slot_services)
+    assert chosen == (Engine.SGLANG, WeightSync.GATED, GenerationFrom.ENGINE, True)
     assert {"--enable-metrics", "--weight-version=0", "--port=30000"} <= set(rollout.args or [])
 
 

@@ -149,8 +149,16 @@ class SimClient:
         result: dict[str, Any] = self._call("POST", "/drivers", body)
         return result
 
+    def start_slot_driver(self, *, namespace: str, job: str, **settings: float) -> dict[str, Any]:
+        """A slime-like driver on the job's slot Services (rljob.dev.sim.slot_driver's
+        SlotSettings); a SimError 409 while the job has no slot Services."""
+        body = {"namespace": namespace, "job": job, "addressing": "slots", **settings}
+        result: dict[str, Any] = self._call("POST", "/drivers", body)
+        return result
+
     def driver(self, *, namespace: str, job: str) -> dict[str, Any]:
-        """The job's driver: generation, group, counters (sent, lost, hangs, ...)."""
+        """The job's driver: generation and counters (sent, lost, hangs or failed updates,
+        ...); a slot driver's has "addressing": "slots"."""
         query = {"namespace": namespace, "job": job}
         result: dict[str, Any] = self._call("GET", "/drivers", query=query)
         return result

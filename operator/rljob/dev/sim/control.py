@@ -14,11 +14,13 @@ from prometheus_client import generate_latest
 
 from rljob.dev.sim import faults as faultlib
 from rljob.dev.sim.driver import DriverSettings
+from rljob.dev.sim.drivers import DriverUnavailableError
 from rljob.dev.sim.exposition import CONTENT_TYPE
 from rljob.dev.sim.httpserver import Request, Response
 from rljob.dev.sim.models import EngineModel
 from rljob.dev.sim.profiles import ProfileError, as_json, override
 from rljob.dev.sim.simulation import ProfileRule, Simulation
+from rljob.dev.sim.slot_driver import SlotSettings
 from rljob.dev.sim.targets import file_sd
 
 if TYPE_CHECKING:
@@ -265,17 +267,28 @@ class ControlApi:
         return selector.namespace, selector.job or ""
 
     async def _start_driver(self, request: Request) -> Response:
-        """{namespace, job, <DriverSettings>}: a rollout driver for the job (sim.driver)."""
+        """{namespace, job, <DriverSettings>}: a rollout driver following the job's roster
+        (sim.driver); {namespace, job, "addressing": "slots", <SlotSettings>}: a slime-like one
+        on the job's slot Services (sim.slot_driver), 409 while the job has none."""
         body = request.json()
         if not isinstance(body, dict):
             raise faultlib.FaultError("the body must be a JSON object")
         namespace, job = self._driver_job(body.pop("namespace", None), body.pop("job", None))
+        addressing = body.pop("addressing", "roster")
+        if addressing not in ("roster", "slots"):
+            raise faultlib.FaultError('addressing must be "roster" or "slots"')
+        drivers = self.app.drivers
+        assert drivers is not None
         try:
-            settings = DriverSettings.parse(body)
+            settings = (SlotSettings if addressing == "slots" else DriverSettings).parse(body)
         except ValueError as exc:
             raise faultlib.FaultError(str(exc)) from None
-        assert self.app.drivers is not None
-        return Response.json(await self.app.drivers.start(namespace, job, settings), 201)
+        if isinstance(settings, DriverSettings):
+            return Response.json(await drivers.start(namespace, job, settings), 201)
+        try:
+            return Response.json(await drivers.start_slots(namespace, job, settings), 201)
+        except DriverUnavailableError as exc:
+            return Response.json({"error": str(exc)}, 409)
 
     async def _driver_report(self, request: Request) -> Response:
         namespace, job = self._driver_job(request.arg("namespace"), request.arg("job"))

@@ -1,5 +1,7 @@
 """What a simulated driver needs of the API server: an rljob.sdk.EngineRoster under an identity
-of its own, and the bed's way of failing a trainer container with torch's NCCL watchdog abort.
+of its own, and the bed's way of failing a trainer container with torch's NCCL watchdog abort;
+for a slot driver, the job's slot Services, their EndpointSlices and a failure with slime's
+exception.
 
 The roster reads the job as a trainer's ServiceAccount would (docs/weight-sync.md): the
 simulator, with the bed's admin credentials, creates a ServiceAccount `rljob-sim-driver` in the
@@ -11,11 +13,23 @@ operation a broadcast."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from rljob.dev.kubeapi import ApiError, KubeApi
+from rljob.dev.sim.pods import JOB_LABEL, ROLE_LABEL
+from rljob.dev.sim.slot_driver import (
+    SERVICE_NAME_LABEL,
+    SlotAddress,
+    ready_pods,
+    ready_pods_by_selector,
+)
 from rljob.sdk.roster import Engine, EngineRoster
+
+log = logging.getLogger("rljob.dev.sim")
 
 ACCOUNT = "rljob-sim-driver"
 TOKEN_SECONDS = 3600
@@ -110,13 +124,85 @@ def trainer_failer(api: KubeApi) -> Callable[[str, str], None]:
     """Fails a trainer pod's container with the NCCL watchdog abort (a kwok stage does it)."""
 
     def fail(namespace: str, pod: str) -> None:
-        try:
-            api.merge_patch(
-                f"/api/v1/namespaces/{namespace}/pods/{pod}",
-                {"metadata": {"annotations": NCCL_FAILURE}},
-            )
-        except ApiError as exc:
-            if exc.status != 404:  # gone already: nothing to fail
-                raise
+        _fail(api, namespace, pod, NCCL_FAILURE)
 
     return fail
+
+
+def _fail(api: KubeApi, namespace: str, pod: str, annotations: dict[str, str]) -> None:
+    try:
+        api.merge_patch(
+            f"/api/v1/namespaces/{namespace}/pods/{pod}", {"metadata": {"annotations": annotations}}
+        )
+    except ApiError as exc:
+        if exc.status != 404:  # gone already: nothing to fail
+            raise
+
+
+SLOT_SERVICE = re.compile(r"-rollout-(\d+)$")  # <job>-rollout-<k> (reconcile.names.rollout_slot)
+
+
+class KubeSlots:
+    """A slot driver's reads with the simulator's credentials: the slot Services a trainer is
+    given (RLJOB_ROLLOUT_SLOT_ADDRESSES) and the ready endpoints kube-proxy routes them on. Those
+    come from the Services' EndpointSlices; a cluster holding none for them (the bed runs no
+    EndpointSlice controller: rljob.dev.components) gets them worked out from the pods and the
+    Services' selectors as that controller would (slot_driver.ready_pods_by_selector)."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self.api = api
+        self.sources: dict[str, str] = {}  # namespace -> "EndpointSlices" or "pods"
+
+    def slot_addresses(self, namespace: str, job: str) -> list[SlotAddress]:
+        """The job's slot Services by slot, each as <svc>.<ns>.svc:<port>."""
+        found: list[tuple[int, SlotAddress]] = []
+        for service in self._services(namespace, job):
+            name = str(service["metadata"]["name"])
+            spec = service.get("spec") or {}
+            slot = SLOT_SERVICE.search(name)
+            if slot is None or spec.get("clusterIP") == "None":
+                continue
+            port = next((p.get("port") for p in spec.get("ports") or []), 0)
+            found.append((int(slot.group(1)), SlotAddress(name, f"{name}.{namespace}.svc:{port}")))
+        return [address for _, address in sorted(found, key=lambda pair: pair[0])]
+
+    def ready_endpoints(
+        self, namespace: str, services: Sequence[str]
+    ) -> dict[str, tuple[str, ...]]:
+        """The ready pods behind each Service now."""
+        if self.sources.get(namespace) != "pods":
+            slices = self._endpoint_slices(namespace, services)
+            if slices or namespace in self.sources:
+                self.sources[namespace] = "EndpointSlices"
+                return ready_pods(slices, services)
+            self.sources[namespace] = "pods"
+            log.info("%s: no EndpointSlices: slot endpoints worked out from pods", namespace)
+        return self._from_pods(namespace, services)
+
+    def _services(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        selector = quote(f"{JOB_LABEL}={job},{ROLE_LABEL}=rollout")
+        path = f"/api/v1/namespaces/{namespace}/services?labelSelector={selector}"
+        items: list[dict[str, Any]] = self.api.get(path).get("items", [])
+        return items
+
+    def _endpoint_slices(self, namespace: str, services: Sequence[str]) -> list[dict[str, Any]]:
+        selector = quote(f"{SERVICE_NAME_LABEL} in ({','.join(services)})")
+        path = (
+            f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+            f"?labelSelector={selector}&resourceVersion=0"
+        )
+        items: list[dict[str, Any]] = self.api.get(path).get("items", [])
+        return items
+
+    def _from_pods(self, namespace: str, services: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        wanted = set(services)
+        listed = self.api.get(f"/api/v1/namespaces/{namespace}/services?resourceVersion=0")
+        chosen = [s for s in listed.get("items", []) if s["metadata"]["name"] in wanted]
+        pods = self.api.get(f"/api/v1/namespaces/{namespace}/pods?resourceVersion=0")
+        ready = ready_pods_by_selector(chosen, pods.get("items", []))
+        return {service: ready.get(service, ()) for service in services}
+
+    def fail_process(self, namespace: str, pod: str, message: str) -> None:
+        """Fails the trainer pod's container with `message` (slime's exception), exit 1."""
+        annotations = {**NCCL_FAILURE, "sim.rljob.io/fail-message": message[:1000]}
+        _fail(self.api, namespace, pod, annotations)

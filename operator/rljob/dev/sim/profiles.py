@@ -91,6 +91,9 @@ class EngineProfile:
     # False: no exporter beside the engine, so its page has no rljob_engine_policy_generation
     # (its weight version is read from its HTTP API only: generationFrom engine).
     generation_gauge: bool = True
+    # The weight version an SGLang engine reports before any update: its --weight-version
+    # (ServerArgs.weight_version, "default" unless given; slime's engines start at "0").
+    start_weight_version: str = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +287,8 @@ def _check_engine(profile: EngineProfile) -> None:
         raise ProfileError("concurrency replaces cycle and load_swings: unset them")
     if profile.step_fixed_batch <= 0:
         raise ProfileError("step_fixed_batch must be > 0")
+    if not profile.start_weight_version.strip():
+        raise ProfileError("start_weight_version must not be empty")
 
 
 def _check_trainer(profile: TrainerProfile) -> None:

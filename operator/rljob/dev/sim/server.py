@@ -128,7 +128,7 @@ def profiles_from_args(items: Sequence[str]) -> Profiles:
 
 async def _amain(args: argparse.Namespace) -> int:
     from rljob.dev.kubeapi import KubeApi
-    from rljob.dev.sim.driver_kube import roster_factory, trainer_failer
+    from rljob.dev.sim.driver_kube import KubeSlots, roster_factory, trainer_failer
     from rljob.dev.sim.drivers import Drivers
     from rljob.dev.sim.kube import credentials_from_kubeconfig
 
@@ -158,7 +158,7 @@ async def _amain(args: argparse.Namespace) -> int:
         lost_nodes=lost_node_lister(api),
         fail_rank=trainer_failer(api),
     )
-    app.drivers = Drivers(app, roster_factory(api), trainer_failer(api))
+    app.drivers = Drivers(app, roster_factory(api), trainer_failer(api), KubeSlots(api))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, app.stop)

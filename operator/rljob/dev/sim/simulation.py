@@ -87,12 +87,31 @@ class ProfileRule:
         return {"seq": self.seq, "selector": self.selector.as_json(), "profile": self.changes}
 
 
-def _engine_api(model: object, path: str) -> Response:
-    """An engine's own HTTP answers beside its page (its weight version), else a 404."""
-    answer = model.weight_version(path) if isinstance(model, EngineModel) else None
+def _engine_api(model: object, request: Request) -> Response:
+    """An engine's own HTTP answers beside its page (its weight version; SGLang's update from
+    disk), else a 404."""
+    if not isinstance(model, EngineModel):
+        return Response.text("not found; try /metrics\n", 404)
+    if request.method == "POST":
+        return _engine_post(model, request)
+    answer = model.weight_version(request.path)
     if answer is None:
         return Response.text("not found; try /metrics\n", 404)
     return Response.json(answer)
+
+
+def _engine_post(model: EngineModel, request: Request) -> Response:
+    if request.path != "/update_weights_from_disk":
+        return Response.text("not found\n", 404)
+    try:
+        body = request.json()
+    except ValueError:
+        body = None  # refused as SGLang refuses a body it cannot validate: a 400
+    answer = model.update_weights_from_disk(body)
+    if answer is None:
+        return Response.text("not found\n", 404)
+    status, content = answer
+    return Response.json(content, status)
 
 
 class Simulation:
@@ -375,13 +394,15 @@ class Simulation:
             workload = self.workloads.get(key)
             if workload is None or workload.pod.uid != uid:
                 return Response.text("gone\n", 503)
-            if request.method not in {"GET", "HEAD"}:
+            if request.method not in {"GET", "HEAD", "POST"} or (
+                request.method == "POST" and request.path == "/metrics"
+            ):
                 return Response.text("method not allowed\n", 405)
             active = self.advance(workload)
             if active.unreachable:
                 return Response.text("unreachable (injected)\n", 503)
             if request.path != "/metrics":
-                return _engine_api(workload.model, request.path)
+                return _engine_api(workload.model, request)
             workload.scrapes += 1
             self.metrics.scrapes.labels(workload.pod.role).inc()
             return Response.text(workload.model.render(), content_type=CONTENT_TYPE)

@@ -1,11 +1,12 @@
 """What a simulated rollout engine holds for a rollout driver (issue #17): the policy generation
 of the weights it serves and the driver's requests in flight on it.
 
-A new engine process serves the weights on its command line, generation 0, until a driver
-pushes it a newer one; it exports the generation as `rljob_engine_policy_generation` (the gauge
-rljob.sdk's engine-side helper exports). While a driver drives it, its running gauge is capped at
-the requests that driver has in flight on it (a drained engine reads 0); requests still in flight
-when the process goes away (pod deleted, container killed) are lost and counted per job.
+A new engine process serves the weights on its command line, generation 0 (or the whole number
+its SGLang --weight-version names), until a driver pushes it a newer one; it exports the
+generation as `rljob_engine_policy_generation` (the gauge rljob.sdk's engine-side helper
+exports). While a driver drives it, its running gauge is capped at the requests that driver has
+in flight on it (a drained engine reads 0); requests still in flight when the process goes away
+(pod deleted, container killed) are lost and counted per job.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 
 ENGINE_POLICY_GENERATION = "rljob_engine_policy_generation"
 ENGINE_POLICY_GENERATION_HELP = "Generation of the policy weights this engine serves."
+# SGLang's ServerArgs.weight_version default (python/sglang/srt/server_args.py, --weight-version).
+DEFAULT_VERSION = "default"
 
 
 @dataclass(slots=True)
@@ -54,15 +57,35 @@ class EngineRequests:
 @dataclass(slots=True)
 class EngineWeights:
     """An engine process's generation and a driver's requests on it. `driven`: a driver is
-    active on the engine's job, so the running gauge shows only that driver's requests."""
+    active on the engine's job, so the running gauge shows only that driver's requests.
+    `version` is the weight version the engine's own HTTP API reports (SGLang's
+    `weight_version`: its --weight-version until an update names another) and `model_path` the
+    checkpoint an update loaded ("": the one on its command line)."""
 
     generation: int = 0
     driven: bool = False
     requests: EngineRequests = field(default_factory=EngineRequests)
+    version: str = DEFAULT_VERSION
+    model_path: str = ""
+
+    @classmethod
+    def started(cls, version: str = DEFAULT_VERSION) -> EngineWeights:
+        """A new process started with weight version `version`: a whole number is its
+        generation, anything else ("default") generation 0."""
+        generation = int(version) if version.isascii() and version.isdigit() else 0
+        return cls(generation=generation, version=version)
 
     def push(self, generation: int) -> None:
         """A weight update: the engine now serves `generation`."""
         self.generation = generation
+        self.version = str(generation)
+
+    def load(self, model_path: str, generation: int | None) -> None:
+        """SGLang's update from disk: the checkpoint at `model_path`, its version `generation`
+        when the update names one (else the version stays)."""
+        self.model_path = model_path
+        if generation is not None:
+            self.push(generation)
 
     def served(self, running: float, waiting: float) -> tuple[float, float]:
         """The (running, waiting) gauges: the model's own, capped at the driver's requests

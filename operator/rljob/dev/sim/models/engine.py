@@ -100,7 +100,8 @@ class EngineModel:
         self._log: SGLangLog | None = None
         self._last_log = self._last_finish = start
         self._logged_tokens = 0.0
-        self.weights = EngineWeights()  # generation 0: the weights on its command line
+        # The weights on its command line: generation 0, or its --weight-version's.
+        self.weights = EngineWeights.started(profile.start_weight_version)
         self._gauges(start, NO_FAULTS)
 
     def set_profile(self, profile: EngineProfile) -> None:
@@ -304,16 +305,35 @@ class EngineModel:
     def weight_version(self, path: str) -> dict[str, Any] | None:
         """The engine's own weight-version answer at `path`, None where it serves none: SGLang's
         GET /model_info (sglang http_server.py @44cedc2b; /get_weight_version is deprecated
-        there, a 404), vLLM's GET /weight_info (0.33.0, dev mode). "default" until a driver
-        pushed weights (generation 0: the command line's)."""
+        there, a 404), vLLM's GET /weight_info (0.33.0, dev mode). Its start version
+        ("default" unless the profile's start_weight_version says otherwise) until a driver
+        pushed weights; SGLang's model_path is the checkpoint its last update loaded."""
         paths = {"sglang": "/model_info", "vllm": "/weight_info"}
         if paths.get(self.profile.exporter) != path:
             return None
-        generation = self.weights.generation
-        version = str(generation) if generation > 0 else "default"
+        version = self.weights.version
         if self.profile.exporter == "sglang":
-            return {"model_path": self.profile.model_name, "weight_version": version}
+            model_path = self.weights.model_path or self.profile.model_name
+            return {"model_path": model_path, "weight_version": version}
         return {"weight_version": version}
+
+    def update_weights_from_disk(self, body: object) -> tuple[int, dict[str, Any]] | None:
+        """SGLang's POST /update_weights_from_disk (sglang python/sglang/srt/entrypoints/
+        http_server.py @44cedc2b): loads the checkpoint at `model_path`, then serves the update's
+        `weight_version` when it names one; 200 {"success": true, ...}, else 400 with success
+        false. None: not an SGLang engine (no such route)."""
+        if self.profile.exporter != "sglang":
+            return None
+        refused = _refused_update(body)
+        if refused is not None:
+            return 400, {"success": False, "message": refused, "num_paused_requests": 0}
+        assert isinstance(body, dict)
+        version = body.get("weight_version")
+        self.weights.load(body["model_path"], None if version is None else int(version))
+        message = "Succeeded to update model weights."
+        if version is not None:
+            message += f" Weight version updated to {version}."
+        return 200, {"success": True, "message": message, "num_paused_requests": 0}
 
     def render(self) -> str:
         profile = self.profile
@@ -391,3 +411,20 @@ class EngineModel:
         last = self._log if self._log is not None else SGLangLog(gauges=gauges)
         self._log = dataclasses.replace(last, gauges=gauges)
         self._last_log, self._logged_tokens = t, self.tokens
+
+
+def _refused_update(body: object) -> str | None:
+    """Why an update from disk is refused, None when it loads. Upstream answers a body missing
+    model_path with its validation error (400); any version string loads there, but the
+    simulator serves whole-number generations only, so it refuses other versions."""
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
+    model_path = body.get("model_path")
+    if not isinstance(model_path, str) or not model_path:
+        return "model_path is required"
+    version = body.get("weight_version")
+    if version is None:
+        return None
+    if not isinstance(version, str) or not (version.isascii() and version.isdigit()):
+        return f"weight_version must be a whole number as a string, not {version!r}"
+    return None
