@@ -5,10 +5,10 @@ emptied:
 
 - every slot is held by a serving engine (Ready, not draining, not leaving) whenever one
   serves: an unheld slot goes to the serving engine holding the fewest;
-- an engine that stops serving (its drain began, its gate closed, it is not Ready) gives its
-  slots up only once another serving engine holds them: the stamps come before the gate closes
-  and before the removals in the same pass (steps.execution_steps), so the Service always has a
-  Ready endpoint;
+- an engine that stops serving (its drain began, its gate closes after an in-place restart, it
+  is not Ready) gives its slots up only once another serving engine holds them: the stamps come
+  before the gate closes and before the removals in the same pass (steps.execution_steps), so
+  the Service always has a Ready endpoint;
 - an engine joins behind its gate holding no slot; the operator brings it to the slots' weights
   itself (a WeightCopy: SGLang's `/update_weights_from_disk` with the `model_path` and
   `weight_version` a serving engine reports in `/model_info`), and once its gate opened and it
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from rljob.api import RLJob, RLJobStatus, RoleName
 from rljob.reconcile.drain import ROLLOUT, delete_stamped_uids, draining_uids, reading_of
 from rljob.reconcile.engine_readings import EngineReading
-from rljob.reconcile.gate import awaiting_gate
+from rljob.reconcile.gate import awaiting_gate, restarted_behind_gate, roster_members
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.pods import serving_port
 
@@ -66,8 +66,10 @@ def slot_count(job: RLJob) -> int:
 
 def serving_engines(status: RLJobStatus, observed: Observed) -> list[ObservedPod]:
     """The rollout pods a slot may route to: Ready behind their gate, neither deleting nor
-    draining nor stamped for their delete; by name."""
+    draining nor stamped for their delete, nor restarted in place (their gate closes this
+    pass: gate.to_close); by name."""
     leaving = draining_uids(status) | delete_stamped_uids(status.in_flight)
+    members = roster_members(status)
     return sorted(
         (
             p
@@ -78,6 +80,7 @@ def serving_engines(status: RLJobStatus, observed: Observed) -> list[ObservedPod
             and not p.terminal
             and not p.deleting
             and p.uid not in leaving
+            and not restarted_behind_gate(p, members.get(p.name))
         ),
         key=lambda p: p.name,
     )
@@ -180,7 +183,7 @@ def weight_copies(
         return ()
     pod, generation = source
     port = serving_port(RoleName.ROLLOUT, role)
-    leaving = draining_uids(status)
+    leaving = draining_uids(status) | delete_stamped_uids(status.in_flight)  # going: no copy
     unslotted = [p for p in serving_engines(status, observed) if not p.slots]
     copies = []
     for target in [*awaiting_gate(job, observed), *unslotted]:

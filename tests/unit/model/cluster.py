@@ -20,6 +20,7 @@ What it keeps of the real thing:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import hashlib
@@ -146,7 +147,7 @@ def _stamp(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-_KUBELETS = ("PodScheduled", "Ready")  # the conditions the model's kubelet owns
+_KUBELETS = ("PodScheduled", "ContainersReady", "Ready")  # the conditions the kubelet owns
 
 
 def _gates_open(pod: Mapping[str, Any]) -> bool:
@@ -283,6 +284,12 @@ class Cluster(Kube):
         self.pod_delete_observers: list[Callable[[str, JSON], None]] = []
         # Called with the RLJob as stored after each status write.
         self.status_observers: list[Callable[[JSON], None]] = []
+        # Called with (verb, ref) as an operator write arrives, before it changes anything, and
+        # with its logged Write (None: none logged) once it is done.
+        self.arrival_observers: list[Callable[[str, Ref], None]] = []
+        self.write_observers: list[Callable[[Write | None], None]] = []
+        self._arrived_at: int | None = None  # the log's length as the write under way arrived
+        self._ips = 0  # pod IPs handed out
 
     # -- the Kube adapter's methods (the operator's side) --------------------------------------
 
@@ -298,10 +305,12 @@ class Cluster(Kube):
         content_type: str | None = None,
         **params: Any,
     ) -> JSON:
-        return self._serve(method.lower(), path, body, content_type, self.actor)
+        with self._operator_write():
+            return self._serve(method.lower(), path, body, content_type, self.actor)
 
     async def apply(self, body: JSON) -> JSON:
-        return self._apply(body, self.actor)
+        with self._operator_write():
+            return self._apply(body, self.actor)
 
     async def delete(
         self,
@@ -314,7 +323,7 @@ class Cluster(Kube):
         grace_period_seconds: int | None = None,
     ) -> None:
         propagation = "Foreground" if kind == "Job" else None
-        with _absent_ok():
+        with self._operator_write(), _absent_ok():
             self._delete(
                 (kind, namespace, name), self.actor, uid=uid, propagation=propagation,
                 grace=grace_period_seconds,
@@ -326,7 +335,26 @@ class Cluster(Kube):
         patch: JSON = {"status": status}
         if resource_version:
             patch["metadata"] = {"resourceVersion": resource_version}
-        return self._patch((KIND, namespace, name), patch, self.actor, status_only=True)
+        with self._operator_write():
+            return self._patch((KIND, namespace, name), patch, self.actor, status_only=True)
+
+    @contextlib.contextmanager
+    def _operator_write(self) -> Iterator[None]:
+        """Tells the write observers about the operator's write once it is done, whatever the
+        API answered (a write that never arrived, a read, tells nothing)."""
+        try:
+            yield
+        finally:
+            start, self._arrived_at = self._arrived_at, None
+            if start is not None:
+                write = self.log[start] if len(self.log) > start else None
+                for observer in self.write_observers:
+                    observer(write)
+
+    def _arrives(self, verb: str, ref: Ref) -> None:
+        self._arrived_at = len(self.log)
+        for observer in self.arrival_observers:
+            observer(verb, ref)
 
     # -- faults --------------------------------------------------------------------------------
 
@@ -366,6 +394,7 @@ class Cluster(Kube):
                 self._writes_until_death = None
                 raise ProcessDied(f"the operator died before {verb} {ref[0]} {ref[2]}")
             self._writes_until_death -= 1
+        self._arrives(verb, ref)
         if self._write_errors:
             status = self._write_errors.pop(0)
             uid = (self.objects.get(ref) or {"metadata": {}})["metadata"].get("uid", "")
@@ -563,17 +592,17 @@ class Cluster(Kube):
                     self._unschedulable(ref, pod)
                     continue
             gates_open = _gates_open(pod)
-            running = pod["status"]["phase"] == "Running" and pod["spec"].get("nodeName")
-            if not self.nodes.get(node, False) or (running and _ready(pod) == gates_open):
+            if not self.nodes.get(node, False) or self._as_started(pod, gates_open):
                 continue
             started = clone(pod)
             started["spec"]["nodeName"] = node
             status = started["status"]
             status["phase"] = "Running"
+            status.setdefault("podIP", self._pod_ip())
             # Ready only once every readiness gate's condition is True (others' conditions stay).
             others = [c for c in status.get("conditions") or [] if c["type"] not in _KUBELETS]
             status["conditions"] = [
-                *self._pod_conditions(scheduled=True, ready=gates_open),
+                *self._pod_conditions(scheduled=True, ready=gates_open, containers_ready=True),
                 *others,
             ]
             for container in status["containerStatuses"]:
@@ -582,6 +611,19 @@ class Cluster(Kube):
                     container["state"] = {"running": {"startedAt": _stamp(self.clock.now)}}
                 container["ready"] = True
             self._put(ref, started)
+
+    @staticmethod
+    def _as_started(pod: Mapping[str, Any], gates_open: bool) -> bool:
+        """Running with every container running and ready, Ready as its gates say: nothing for
+        its kubelet to do (a container that crashed starts again, whatever its gates say)."""
+        running = pod["status"]["phase"] == "Running" and pod["spec"].get("nodeName")
+        containers = pod["status"].get("containerStatuses") or []
+        started = all("running" in (c.get("state") or {}) for c in containers)
+        return bool(running) and started and _ready(pod) == gates_open
+
+    def _pod_ip(self) -> str:
+        self._ips += 1
+        return f"10.244.{self._ips // 250}.{self._ips % 250 + 1}"
 
     def _schedule(self, pod: JSON, ready_nodes: list[str]) -> str | None:
         """A Ready node the pod's required node affinity admits: the most preferred, then the
@@ -929,6 +971,14 @@ class Cluster(Kube):
             self._log(actor, verb, ref, "", 404)
             raise _error(404, f'{ref[0].lower()}s "{ref[2]}" not found')
         uid = live["metadata"]["uid"]
+        precondition = (patch.get("metadata") or {}).get("uid")
+        if precondition is not None and precondition != uid:
+            self._log(actor, verb, ref, precondition, 409)
+            raise _error(
+                409,
+                f"Precondition failed: UID in precondition: {precondition}, UID in object meta: "
+                f"{uid}",
+            )
         wanted = (patch.get("metadata") or {}).get("resourceVersion")
         stale = wanted is not None and wanted != live["metadata"]["resourceVersion"]
         if stale or (status_only and ref[0] == KIND and self._status_conflicts > 0):
@@ -1126,9 +1176,13 @@ class Cluster(Kube):
                 "finishedAt": _stamp(self.clock.now)}  # fmt: skip
 
     @staticmethod
-    def _pod_conditions(*, scheduled: bool, ready: bool) -> list[JSON]:
+    def _pod_conditions(
+        *, scheduled: bool, ready: bool, containers_ready: bool = False
+    ) -> list[JSON]:
+        """The kubelet's: Ready needs the containers ready and every readiness gate True."""
         return [
             {"type": "PodScheduled", "status": str(scheduled)},
+            {"type": "ContainersReady", "status": str(containers_ready)},
             {"type": "Ready", "status": str(ready)},
         ]
 

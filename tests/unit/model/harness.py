@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
@@ -32,7 +32,9 @@ from rljob.health.evaluation import (
 )
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.inputs import PassInputs
+from rljob.reconcile.slots import WeightCopy
 from rljob.runtime.runtime import Runtime, RuntimeOptions
+from rljob.runtime.weight_copies import Tell, WeightCopies
 from rljob.runtime.workers import JobWorkers
 from tests.unit.model.cluster import Clock, Cluster
 from tests.unit.model.s3 import FakeClients, FakeS3
@@ -93,15 +95,47 @@ class _Lease(Leadership):
         return self._cluster.lease_holder == self.identity
 
 
+class RecordedCopies(WeightCopies):
+    """Passes.weight_copies without the network: each copy a pass starts is handed to
+    `started` (the model's engines load it, model/weights.py) and kept in `started_copies`;
+    nothing runs in the background, so nothing is ever in flight."""
+
+    def __init__(self, started: Callable[[WeightCopy], None] | None = None) -> None:
+        super().__init__()
+        self._started_hook = started
+        self.started_copies: list[WeightCopy] = []
+
+    def start(self, job: str, copy: WeightCopy, tell: Tell) -> bool:
+        self.started_copies.append(copy)
+        if self._started_hook is not None:
+            self._started_hook(copy)
+        return True
+
+    def running(self) -> int:
+        return 0
+
+    async def idle(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
 def make_runtime(
-    cluster: Cluster, s3: FakeS3, identity: str, options: RuntimeOptions | None = None
+    cluster: Cluster,
+    s3: FakeS3,
+    identity: str,
+    options: RuntimeOptions | None = None,
+    copies: RecordedCopies | None = None,
 ) -> Runtime:
     """A fresh operator process (replica `identity`, electing its leader on the model's Lease):
-    nothing survives from an earlier one but cluster and S3."""
+    nothing survives from an earlier one but cluster and S3. Its weight copies are `copies`
+    (a RecordedCopies that records to nowhere when not given: no I/O ever)."""
     checkpoints = Checkpoints()
     checkpoints._clients = FakeClients(s3)
     lease = _Lease(cluster, identity)
     runtime = Runtime(cluster, options or RuntimeOptions(), lease, checkpoints=checkpoints)
+    runtime.passes.weight_copies = copies or RecordedCopies()
     runtime.workers = _Bodies()
     runtime.bind_indexes(cluster.index.kopf_indexes())
     return runtime

@@ -30,13 +30,24 @@ from rljob.checkpoint_protocol.layout import CheckpointLocation, KeyKind, Versio
 from rljob.checkpoint_protocol.models import AttemptMarker
 from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
 from rljob.reconcile.engine_readings import EngineReading
+from rljob.reconcile.slots import WeightCopy
 from rljob.runtime.runtime import RuntimeOptions
 from rljob.vocabulary.labels import ATTEMPT_LABEL as ATTEMPT
 from rljob.vocabulary.labels import RESTART_REQUEST_ANNOTATION as RESTART_REQUEST
 from rljob.vocabulary.labels import RESTARTED_AT_ANNOTATION as RESTARTED_AT
 from rljob.vocabulary.labels import RESUME_REQUEST_ANNOTATION as RESUME_REQUEST
 from rljob.vocabulary.labels import ROLE_LABEL as ROLE
-from tests.unit.model import bounds, drain, harness, in_turn, nodes, placement, suspension
+from tests.unit.model import (
+    bounds,
+    drain,
+    harness,
+    in_turn,
+    nodes,
+    placement,
+    slots,
+    suspension,
+    weights,
+)
 from tests.unit.model.cluster import (
     RESTART_KINDS,
     TEMPLATE_HASH_LABEL,
@@ -98,7 +109,7 @@ ALL_CHECKS = frozenset(
     {ONE_ATTEMPT, NEXT_ATTEMPT, NO_DOUBLE_DELETE, LEDGER, FAILED_STOPS, FAILJOB_FAILS,
      RESUMES_NEWEST, KEEPS_LINEAGE, WITHIN_MAX_UNAVAILABLE, NO_PROGRESS_COUNTS_POLICY,
      FORGETS_DELETED, LEASED_WRITES, SOFT_SUSPECTS, *in_turn.CHECKS, *suspension.CHECKS,
-     *drain.CHECKS, *nodes.CHECKS, *bounds.CHECKS, *placement.CHECKS}
+     *drain.CHECKS, *nodes.CHECKS, *bounds.CHECKS, *placement.CHECKS, *slots.CHECKS}
 )  # fmt: skip
 FAIL_THE_JOB = "fail the job"  # how the failure policy's decision message ends for FailJob
 # The failure policy's note when gang restarts made no progress (policy/choose.py).
@@ -108,6 +119,12 @@ NO_PROGRESS = re.compile(
 EDITED_VARIABLE = "MODEL_EDIT"
 GATED_DRAIN_TIMEOUT = "30s"
 SUSPECT_NODE_TTL = "10m"
+# slotServices' engines: SGLang's (its /update_weights_from_disk copies a slot's weights).
+SLOTTED_ROLLOUT = {
+    "engine": "sglang",
+    "args": ["--model-path", "Qwen/Qwen2.5-7B-Instruct"],
+    "slotServices": True,
+}
 EDITS = ("rollout-replicas-1", "rollout-replicas-3", "rollout-env", "verifier-env")
 GANG_ENGINE_RULE = {
     "roles": ["trainer"],
@@ -127,16 +144,19 @@ SUSPEND_RULES = [
 ]
 
 
-def job_body(*, gated: bool = False, from_engine: bool = False) -> JSON:
+def job_body(*, gated: bool = False, from_engine: bool = False, slotted: bool = False) -> JSON:
     """The demo job, small (fewer serving replicas) and with a budget a run can exhaust;
     `gated`: its engines drain (drainTimeout 30s) and rejoin behind the policy-current gate;
-    `from_engine`: the gate reads the engines' own weight version (generationFrom engine)."""
+    `from_engine`: the gate reads the engines' own weight version (generationFrom engine);
+    `slotted`: SGLang engines behind one Service per slot (slotServices: needs both before)."""
     body = example_body()
     roles = body["spec"]["roles"]
     if gated:
         roles["rollout"].update(weightSync="Gated", drainTimeout=GATED_DRAIN_TIMEOUT)
     if from_engine:
         roles["rollout"]["generationFrom"] = "engine"
+    if slotted:
+        roles["rollout"].update(SLOTTED_ROLLOUT)
     roles["rollout"]["replicas"] = 2
     roles["verifier"]["replicas"] = 1
     body["spec"]["failurePolicy"]["maxRestarts"] = 4
@@ -247,12 +267,17 @@ class ActionEngine(RuleBasedStateMachine):
       Gated one acted on within a few passes;
     - the failure policy's Suspend and its resume (model/suspension.py): nothing created while
       a suspension is journaled, a suspension kept and applied once, a resume nonce handled once
-      and ending only a suspension journaled before the user wrote it, no restart counted.
+      and ending only a suspension journaled before the user wrote it, no restart counted;
+    - the engine slots' (model/slots.py): no operator write empties a slot, every slot held once
+      and only once after a settled pass, slots stamped only on serving engines, weight copies
+      only from a serving engine into one no slot routes to, and none of it without
+      slotServices.
     """
 
     CHECKS: ClassVar[frozenset[str]] = ALL_CHECKS
     GATED: ClassVar[bool] = False  # weightSync Gated: engines drain and rejoin behind the gate
     FROM_ENGINE: ClassVar[bool] = False  # generationFrom engine: the gate reads the driver's count
+    SLOTTED: ClassVar[bool] = False  # slotServices: one Service per engine slot (needs both)
     # How each operator process is started (test_kueue_model's runs with --kueue).
     OPTIONS: ClassVar[RuntimeOptions] = RuntimeOptions()
 
@@ -293,13 +318,17 @@ class ActionEngine(RuleBasedStateMachine):
         self.node_checks = nodes.NodeChecks(self.cluster, NAME)
         self.bound_checks = bounds.BoundChecks(self.cluster, NAME)
         self.placement = placement.PlacementChecks(self.cluster, KEY)
+        self.slot_checks = slots.SlotChecks(self.cluster, NAME, self.readings)
+        self.weights = weights.EngineWeights(
+            self.cluster, self.readings, self.drains.engine_reported
+        )
 
     def teardown(self) -> None:
         self._patches.close()
 
     def job_body(self) -> JSON:
         """The RLJob this machine's user creates (and creates again)."""
-        return job_body(gated=self.GATED, from_engine=self.FROM_ENGINE)
+        return job_body(gated=self.GATED, from_engine=self.FROM_ENGINE, slotted=self.SLOTTED)
 
     def _start_operator(self, *, lease: bool = True) -> harness.Operator:
         """A fresh operator process: it keeps nothing of the one before, and its watches start
@@ -311,7 +340,13 @@ class ActionEngine(RuleBasedStateMachine):
         self.shown: JSON | None = self.cluster.index.rljob(NAME)
         if lease:
             self.cluster.move_lease_after_writes(0, identity)
-        return harness.make_runtime(self.cluster, self.s3, identity, self.OPTIONS)
+        copies = harness.RecordedCopies(self._copy_started)
+        return harness.make_runtime(self.cluster, self.s3, identity, self.OPTIONS, copies)
+
+    def _copy_started(self, copy: WeightCopy) -> None:
+        """A pass started a weight copy: checked as it starts, loaded by the engines."""
+        self.slot_checks.copy_started(copy)
+        self.weights.copy_started(copy)
 
     # -- the world -------------------------------------------------------------------------------
 
@@ -676,9 +711,16 @@ class ActionEngine(RuleBasedStateMachine):
                 check: partial(_nothing_recorded, self.placement.faults(check))
                 for check in placement.CHECKS
             },
+            **{
+                check: partial(_nothing_recorded, self.slot_checks.faults(check))
+                for check in slots.CHECKS
+            },
         }
         for name in sorted(self.CHECKS):
-            checks[name]()
+            try:
+                checks[name]()
+            except AssertionError as broken:  # said with the invariant's name
+                raise AssertionError(f"{name}: {broken}") from broken
 
     def _in_turn_holds(self, check: str) -> None:
         _nothing_recorded(self.in_turn.faults(check))
@@ -891,10 +933,16 @@ class ActionEngine(RuleBasedStateMachine):
     # -- helpers ---------------------------------------------------------------------------------
 
     def _round(self) -> None:
+        self.weights.land(self.clock.now)  # copies started a round ago have loaded
         self.cluster.step_controllers()
         self.cluster.kubelet_confirm_all()
+        self._health_reads()
         self._pass()
         self.clock.advance(1)
+
+    def _health_reads(self) -> None:
+        """What the health loop reads of the engines every round (here: nothing; a machine
+        whose engines report on their own says what)."""
 
     def _pass(self, replica: harness.Operator | None = None) -> None:
         """One pass of the RLJob as the leader's worker (or `replica`'s) would run it: with the
@@ -906,12 +954,14 @@ class ActionEngine(RuleBasedStateMachine):
         )
         lost = self.node_checks.before_pass(leading=runtime.leadership.acting())
         overdue = self.bound_checks.before_pass(leading=runtime.leadership.acting())
+        slotting = self.slot_checks.before_pass(leading=runtime.leadership.acting())
         changed = self.cluster.index.deliver()
         gang = self.placement.before_pass()
         if KIND in changed:
             self._watch_delivered(deleted_events=True)
         shown = self.cluster.index.rljob(NAME)
         if shown is None:
+            self.slot_checks.pass_ended()
             return
         if KIND in changed or harness.worker_body(runtime, self.uid) is None:
             harness.submit(runtime, shown)
@@ -926,12 +976,14 @@ class ActionEngine(RuleBasedStateMachine):
             return  # the worker retries with backoff
         finally:
             self.passing = None
+            self.slot_checks.pass_ended()
             self._check_no_progress(decided)
         self.in_turn.after_pass(settling)
         self.drains.after_pass(draining)
         self.node_checks.after_pass(lost)
         self.bound_checks.after_pass(overdue)
         self.placement.after_pass(gang)
+        self.slot_checks.after_pass(slotting)
         after, jobs = self.cluster.peek(KIND, NAME), self.cluster.view("Job")
         ttl = dt.timedelta(seconds=parse_duration(SUSPECT_NODE_TTL))
         self.suspect_faults += suspect_faults(before, after, jobs, self.clock.now, ttl)

@@ -115,6 +115,12 @@ async def _missing_raw(c: Cluster, job: JSON) -> object:
     return await c.request("delete", object_path("v1", "Pod", NAMESPACE, "nope"), {})
 
 
+async def _merge_patch_of_another_uid(c: Cluster, job: JSON) -> object:
+    patch = {"metadata": {"uid": "not-its-uid", "labels": {"rljob.io/slot-0": "held"}}}
+    path = object_path("rljob.io/v1alpha1", "RLJob", NAMESPACE, JOB)
+    return await c.request("patch", path, patch, content_type="application/merge-patch+json")
+
+
 async def _failing_write(c: Cluster, job: JSON) -> object:
     c.fail_next_writes(status=500)
     return await c.apply(deployment())
@@ -139,6 +145,7 @@ async def _job_template_change(c: Cluster, job: JSON) -> object:
         pytest.param(_stale_status, 409, id="status-patch-on-stale-resourceVersion"),
         pytest.param(_injected_conflict, 409, id="injected-status-conflict"),
         pytest.param(_wrong_uid, 409, id="delete-with-another-uid"),
+        pytest.param(_merge_patch_of_another_uid, 409, id="merge-patch-with-another-uid"),
         pytest.param(_missing_raw, 404, id="raw-delete-of-missing-object"),
         pytest.param(_failing_write, 500, id="injected-write-failure"),
         pytest.param(_named_event_twice, 409, id="named-event-posted-twice"),
@@ -303,6 +310,41 @@ async def test_a_container_restarts_in_place() -> None:
     assert (crashed.phase, crashed.ready) == ("Running", False)
     cluster.step_controllers()
     assert summarize_pod(live(cluster, "Pod", name)).ready
+
+
+async def test_pod_labels_merge_under_their_uid() -> None:
+    """Kube.set_pod_labels' merge patch: a value sets, None removes, the other labels stay; one
+    naming another uid (a namesake's) is refused (409) and changes nothing."""
+    cluster = Cluster()
+    pod = await _pod(cluster)
+    name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+    assert await cluster.set_pod_labels(NAMESPACE, name, uid, {"rljob.io/slot-0": "held"})
+    namesake = "its-namesake"
+    assert not await cluster.set_pod_labels(NAMESPACE, name, namesake, {"rljob.io/slot-1": "held"})
+    assert await cluster.set_pod_labels(
+        NAMESPACE, name, uid, {"rljob.io/slot-0": None, "rljob.io/slot-2": "held"}
+    )
+    labels = live(cluster, "Pod", name)["metadata"]["labels"]
+    assert summarize_pod(live(cluster, "Pod", name)).slots == {2}
+    assert labels["rljob.io/role"] == "rollout"
+    assert [w.code for w in cluster.log if w.verb == "patch"] == [200, 409, 200]
+
+
+async def test_behind_a_closed_gate_the_containers_are_ready_and_the_pod_is_not() -> None:
+    """A readiness gate holds Ready back, not ContainersReady; the pod has its IP, and a
+    container that crashes behind the closed gate starts again."""
+    cluster = Cluster()
+    gated = deployment(replicas=1)
+    gated["spec"]["template"]["spec"]["readinessGates"] = [{"conditionType": "rljob.io/gate"}]
+    await running(cluster, gated)
+    name = cluster.pods("rollout")[0]["metadata"]["name"]
+    cluster.crash_container(name)
+    cluster.step_controllers()
+    pod = summarize_pod(live(cluster, "Pod", name))
+    assert (pod.containers_ready, pod.ready, pod.container_running, pod.restart_count) == (
+        True, False, True, 1
+    )  # fmt: skip
+    assert pod.ip.startswith("10.244.")
 
 
 async def test_a_node_going_not_ready_evicts_its_pods_for_good() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from rljob.api import RLJob
-from rljob.api.status import ActionPod, InFlightAction
+from rljob.api import EngineMember, EngineState, RLJob
+from rljob.api.status import ActionPod, InFlightAction, RolesStatus, RoleStatus
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.slots import SlotMove, WeightCopy, slot_moves, weight_copies
@@ -185,3 +185,32 @@ def test_an_unheld_slot_goes_to_an_engine_as_new_as_the_holders() -> None:
     pods = (engine("b", 1), engine("c"), engine("x", 0, serving=False))
     readings = (reading("b", 6), reading("c", 5))
     assert moves(slotted_job(replicas=2), *pods, readings=readings) == ["+0:b", "-0:x"]
+
+
+def test_no_copy_into_an_engine_stamped_for_its_delete() -> None:
+    """An in-turn restart stamps a joining engine's delete: it is going, no copy is started
+    (found by the model: tests/unit/model/test_slot_model.py)."""
+    job = slotted_job(replicas=2)
+    newcomer = engine("new", serving=False, containers_ready=True)
+    entry = ActionPod(name="new", uid="uid-new", deleted_at=T0)
+    action = InFlightAction(id="turn-x", kind="RestartRoleInTurn", started_at=T0, pods=[entry])
+    status = job.status.model_copy(update={"in_flight": action})
+    pods = (engine("a", 0), engine("b", 1), newcomer)
+    readings = (reading("a", 4), reading("b", 4))
+    assert weight_copies(job, status, Observed(pods=pods), readings) == ()
+
+
+def test_a_holder_restarted_in_place_lends_its_slots() -> None:
+    """Its container restarted behind a still-open gate: the pass that closes the gate lends
+    its slot out first (found by the model)."""
+    job = slotted_job(replicas=2)
+    restarted = engine("a", 0, restart_count=1)
+    members = [
+        EngineMember(pod="a", state=EngineState.SERVING, restarts=0, slots=[0]),
+        EngineMember(pod="b", state=EngineState.SERVING, restarts=0, slots=[1]),
+    ]
+    status = job.status.model_copy(
+        update={"roles": RolesStatus(rollout=RoleStatus(engines=members))}
+    )
+    found = [_said(m) for m in slot_moves(job, status, Observed(pods=(restarted, engine("b", 1))))]
+    assert found == ["+0:b", "-0:a"]
