@@ -118,7 +118,7 @@ def _behind(job: Mapping[str, Any]) -> bool:
     """The operator has not acted on the job's newest spec yet (a replicas edit it has not
     seen: its slots are the old count's)."""
     observed = (job.get("status") or {}).get("observedGeneration")
-    return observed != job["metadata"].get("generation")
+    return bool(observed != job["metadata"].get("generation"))
 
 
 class SlotChecks:
