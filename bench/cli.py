@@ -1,4 +1,5 @@
 """`python -m bench [--smoke]`: every benchmark, then bench/RESULTS.md.
+`python -m bench vllm-traces [...]`: traces of vLLM's page from vLLM's own core (bench/vllm_core).
 
 Pure parts first (detection corpus, direct scrape against a loopback server; with --smoke also
 the bottleneck-diagnosis matrix and the model soak, whose full runs are their own commands)
@@ -218,6 +219,10 @@ def _write(results: Results, output: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["vllm-traces"]:  # its own command: no bed, no RESULTS.md
+        from bench.vllm_core import traces
+
+        return traces.main(argv[1:])
     args = _parser().parse_args(argv)
     mode = _mode(args)
     # The binaries: RLJOB_BIN_DIR, else tools/build.sh's cached build (rljob.dev.binaries).
