@@ -226,7 +226,6 @@ ACCESS = [
     _case(False, "list", "configmaps"),
     # Pods only through Jobs and Deployments; no exec, no tokens minted for other accounts.
     _case(False, "create", "pods"),
-    _case(False, "patch", "pods"),
     _case(False, "deletecollection", "pods"),
     _case(False, "create", "pods", subresource="exec"),
     _case(False, "create", "serviceaccounts", subresource="token"),
@@ -266,6 +265,9 @@ ACCESS = [
     _case(True, "delete", "pods"),
     # A Gated engine's rljob.io/policy-current readiness gate, and nothing else of a pod's status.
     _case(True, "patch", "pods", subresource="status"),
+    # The rljob.io/slot-<k> labels of slotServices engines (docs/weight-sync.md#engine-slots).
+    _case(True, "patch", "pods"),
+    _case(False, "update", "pods"),
     _case(False, "update", "pods", subresource="status"),
     _case(True, "list", "nodes", **NODES),
     _case(True, "watch", "nodes", **NODES),

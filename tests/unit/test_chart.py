@@ -470,10 +470,14 @@ def test_without_rbac_the_chart_ships_no_roles(helm: Path) -> None:
     assert not {o["kind"] for o in objects} & {"ClusterRole", "Role", "RoleBinding"}
 
 
-def test_the_operator_may_set_a_pods_readiness_gate_and_nothing_else_on_it() -> None:
-    """pods/status patch for the rljob.io/policy-current gate; never create or patch pods."""
+def test_the_operator_may_set_a_pods_gate_and_slot_labels_and_never_create_one() -> None:
+    """pods/status patch for the rljob.io/policy-current gate, pods patch for the slot labels of
+    slotServices engines; never create pods."""
     pod_rules = {r["resources"][0]: r["verbs"] for r in file_rules() if "pods" in r["resources"][0]}
-    assert pod_rules == {"pods": ["get", "list", "watch", "delete"], "pods/status": ["patch"]}
+    assert pod_rules == {
+        "pods": ["get", "list", "watch", "patch", "delete"],
+        "pods/status": ["patch"],
+    }
 
 
 # ------------------------------------------------------------------------------ Deployment

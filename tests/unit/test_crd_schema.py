@@ -288,6 +288,7 @@ class TestCelRules:
             ".maxUnavailable",
             ".metricNames",
             ".generationFrom",
+            ".slotServices",
         }
         assert rules_at("spec.failurePolicy.backoff") == [
             {

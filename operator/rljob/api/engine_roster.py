@@ -8,7 +8,6 @@ from typing import Annotated
 from pydantic import Field
 
 from rljob.api.base import StatusModel, optional_text
-from rljob.api.roles import MAX_REPLICAS
 from rljob.vocabulary.enums import EngineState
 
 
@@ -37,8 +36,4 @@ class EngineMember(StatusModel):
         default=0,
         description="Container restarts of the pod: a change means the engine restarted in "
         "place (its weights are the command line's again), a leave and a join for a driver.",
-    )
-    slots: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=MAX_REPLICAS)] = Field(
-        default_factory=list,
-        description="slotServices: the slots whose Services route to it, lowest first.",
     )

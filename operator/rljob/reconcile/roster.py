@@ -87,9 +87,7 @@ def _member(
     else:
         reading = reading_of(readings, pod.name)
         generation = reading.generation if reading is not None else None
-    return EngineMember(
-        pod=pod.name, address=pod.ip, state=state, generation=generation, slots=sorted(pod.slots)
-    )
+    return EngineMember(pod=pod.name, address=pod.ip, state=state, generation=generation)
 
 
 def _required(

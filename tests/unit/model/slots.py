@@ -2,7 +2,9 @@
 reconcile/slots.py), read from the cluster's truth (the RLJob as stored, the pods, the write log,
 the copies passes started), never from what the operator believed. A pod *serves* while it is
 Ready with every readiness gate True, running and not terminating (a gate set False turns it
-NotReady at its kubelet's next sync, which may come at once); it *holds* slot k while labelled
+NotReady at its kubelet's next sync, which may come at once), and its container has not
+restarted since the stored roster counted it (its weights are the command line's again, and the
+pass that sees it closes its gate); it *holds* slot k while labelled
 `rljob.io/slot-<k>: held`. Engines are this RLJob's rollout pods; an engine *leaves* once the
 stored journal lists it draining (drainStartedAt) or for its delete (deletedAt). All but the last
 are checked on passes of the leader whose watches were caught up as they began (a stale view may
@@ -114,6 +116,16 @@ def _leaving(job: Mapping[str, Any]) -> set[str]:
     return {e["uid"] for e in entries if e.get("drainStartedAt") or e.get("deletedAt")}
 
 
+def _restarted(pod: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
+    """Its container restarted since the roster in the stored status counted it: its weights
+    are the command line's again, so it serves no slot whatever its gate still says."""
+    rollout = ((job.get("status") or {}).get("roles") or {}).get(ROLLOUT) or {}
+    members = {m["pod"]: m for m in rollout.get("engines") or []}
+    member = members.get(pod["metadata"]["name"])
+    count = sum(int(c.get("restartCount", 0)) for c in pod["status"].get("containerStatuses") or [])
+    return member is not None and count > int(member.get("restarts", 0))
+
+
 def _behind(job: Mapping[str, Any]) -> bool:
     """The operator has not acted on the job's newest spec yet (a replicas edit it has not
     seen: its slots are the old count's)."""
@@ -147,7 +159,7 @@ class SlotChecks:
             pod["metadata"]["uid"]: Engine(
                 pod["metadata"]["name"],
                 slots_held(pod["metadata"].get("labels") or {}),
-                serving(pod),
+                serving(pod) and not _restarted(pod, job),
                 pod["metadata"]["uid"] in leaving,
             )
             for pod in self.cluster.view("Pod")

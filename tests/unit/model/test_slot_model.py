@@ -296,6 +296,15 @@ def test_a_holder_restarted_in_place_lends_its_slot_before_its_gate_closes() -> 
     replay([CRASHES, SETTLE])
 
 
+def test_every_holder_restarted_in_place_leaves_the_slots_to_the_rejoin() -> None:
+    """Both engines' containers restart at once: none of them can lend to the other (each lost
+    its weights), so both gates close and the slots wait for them to rejoin; found by CI's
+    exploration once a restarted engine stopped counting as a lender."""
+    restarts = ("serving_container_restarts", {"how": "exit-93"})
+    replay([(restarts[0], {**restarts[1], "index": 2}), (restarts[0], {**restarts[1], "index": 1}),
+            SETTLE])  # fmt: skip
+
+
 # -- each slot invariant can fail ------------------------------------------------------------------
 
 Moves = Callable[..., tuple[SlotMove, ...]]

@@ -206,8 +206,8 @@ def test_a_holder_restarted_in_place_lends_its_slots() -> None:
     job = slotted_job(replicas=2)
     restarted = engine("a", 0, restart_count=1)
     members = [
-        EngineMember(pod="a", state=EngineState.SERVING, restarts=0, slots=[0]),
-        EngineMember(pod="b", state=EngineState.SERVING, restarts=0, slots=[1]),
+        EngineMember(pod="a", state=EngineState.SERVING, restarts=0),
+        EngineMember(pod="b", state=EngineState.SERVING, restarts=0),
     ]
     status = job.status.model_copy(
         update={"roles": RolesStatus(rollout=RoleStatus(engines=members))}
