@@ -10,12 +10,29 @@ from collections.abc import Collection
 from rljob.api.roles import GangEngines, RolloutRole
 from rljob.api.spec import Health
 from rljob.api.status import EngineHealth
+from rljob.health.causes import (
+    KVLeakConfig,
+    KVLeakDetector,
+    PrefixCollapseConfig,
+    PrefixCollapseDetector,
+)
 from rljob.health.drift import DriftConfig, KVDriftDetector
 from rljob.health.drift.point_detector import FragmentationDetector
+from rljob.health.evaluation import (
+    ENGINE_STALL,
+    KV_DRIFT,
+    KV_FRAGMENTATION,
+    KV_LEAK,
+    PREFIX_COLLAPSE,
+    Evaluation,
+)
 from rljob.health.profiles import EngineMetrics, MissingMetricNamesError, engine_metrics
+from rljob.health.samples import EngineSample
 from rljob.health.stall import EngineStallConfig, EngineStallDetector
 from rljob.vocabulary.enums import EngineExporter, RoleName
 
+# The detectors every engine group runs (evaluation.py's names).
+DETECTORS = (KV_DRIFT, KV_FRAGMENTATION, ENGINE_STALL, KV_LEAK, PREFIX_COLLAPSE)
 # Group keys: what the monitor's queries, feeds and failures are keyed by.
 ROLLOUT_ENGINES = "rollout"
 GANG_ENGINES = "trainer-engines"
@@ -23,7 +40,7 @@ GANG_ENGINES = "trainer-engines"
 
 class EngineGroup:
     """The engines of one group: their metric names (or why there are none), the pods watched
-    now, which of them have given samples, and the drift and stall detectors."""
+    now, which of them have given samples, and the drift, stall and cause detectors."""
 
     def __init__(self, key: str, role: RoleName, health: Health, drift: DriftConfig) -> None:
         self.key = key
@@ -31,6 +48,8 @@ class EngineGroup:
         self.drift = KVDriftDetector(drift, role)
         self.fragmentation = FragmentationDetector(drift, role)
         self.stall = EngineStallDetector(EngineStallConfig.from_health(health))
+        self.leak = KVLeakDetector(KVLeakConfig.from_health(health))
+        self.prefix = PrefixCollapseDetector(PrefixCollapseConfig.from_health(health))
         self.metrics: EngineMetrics | None = None
         self.error = ""
         self.pods: tuple[str, ...] = ()
@@ -43,7 +62,27 @@ class EngineGroup:
         self.drift.retain(self.pods)
         self.fragmentation.retain(self.pods)
         self.stall.retain(self.pods)
+        self.leak.retain(self.pods)
+        self.prefix.retain(self.pods)
         self.seen &= set(self.pods)
+
+    def observe(self, pod: str, sample: EngineSample) -> None:
+        """One sample of one engine, to every detector of the group."""
+        self.drift.observe(pod, sample)
+        self.fragmentation.observe(pod, sample)
+        self.stall.observe(pod, sample)
+        self.leak.observe(pod, sample)
+        self.prefix.observe(pod, sample)
+
+    def evaluate(self, now: float) -> list[Evaluation]:
+        """Every detector's evaluations of the group's engines, in DETECTORS order."""
+        return (
+            self.drift.evaluate(now)
+            + self.fragmentation.evaluate(now)
+            + self.stall.evaluate(now)
+            + self.leak.evaluate(now)
+            + self.prefix.evaluate(now)
+        )
 
     def summaries(self, now: float) -> list[EngineHealth]:
         return self.drift.summaries(now) + self.fragmentation.summaries(now)
@@ -56,6 +95,8 @@ class EngineGroup:
         self.drift.note_restart(pod, at)
         self.fragmentation.note_restart(pod, at)
         self.stall.note_restart(pod, at)
+        self.leak.note_restart(pod, at)
+        self.prefix.note_restart(pod, at)
 
 
 def _profile(spec: RolloutRole | GangEngines | None) -> tuple[EngineMetrics | None, str]:

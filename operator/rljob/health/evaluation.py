@@ -19,6 +19,9 @@ KV_DRIFT = "kv_drift"
 # KV drift judged at each engine's operating point (configured by spec.health.kvDrift too).
 KV_FRAGMENTATION = "kv_fragmentation"
 ENGINE_STALL = "engine_stall"
+# Causes named from an engine's own page (docs/architecture.md section 7, issue 32).
+KV_LEAK = "kv_leak"
+PREFIX_COLLAPSE = "prefix_collapse"
 TRAINER_STALL = "trainer_stall"
 VERIFIER_LATENCY = "verifier_latency"
 CONTAINER_RESTARTS = "container_restarts"

@@ -28,6 +28,7 @@ from rljob.health.canaries import (
     THROUGHPUT_REGRESSION,
     THROUGHPUT_REGRESSION_VALUE,
 )
+from rljob.health.engine_group import DETECTORS as ENGINE_DETECTORS
 from rljob.health.engine_group import GANG_ENGINES, EngineGroup
 from rljob.health.evaluation import (
     CHECKPOINT_STEP_EVIDENCE,
@@ -195,9 +196,7 @@ def _feed_engines(
         )
         diagnosed = group.key == monitor.diagnosed_engines
         for sample in samples:
-            group.drift.observe(pod, sample)
-            group.fragmentation.observe(pod, sample)
-            group.stall.observe(pod, sample)
+            group.observe(pod, sample)
             if diagnosed:
                 monitor.diagnosis.observe_engine(pod, sample)
         if samples:
@@ -315,21 +314,13 @@ def _engines(
     source: str,
     now: float,
 ) -> list[Evaluation]:
-    detectors = (KV_DRIFT, KV_FRAGMENTATION, ENGINE_STALL)
+    detectors = ENGINE_DETECTORS
     if group.metrics is None:
         return _unavailable(detectors, pods, group.error)
     if problem is not None:
         return _unavailable(detectors, pods, f"metrics source {source}: {problem}")
     current = set(pods)
-    evaluations = [
-        e
-        for e in (
-            group.drift.evaluate(now)
-            + group.fragmentation.evaluate(now)
-            + group.stall.evaluate(now)
-        )
-        if e.target in current
-    ]
+    evaluations = [e for e in group.evaluate(now) if e.target in current]
     missing = [pod for pod in pods if pod not in group.seen]
     metric = group.metrics.generation_tokens_total
     evaluations += [

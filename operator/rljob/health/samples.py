@@ -274,6 +274,12 @@ class CumulativeRing:
         self._head = (self._head + 1) % self._capacity
         self._size = min(self._size + 1, self._capacity)
 
+    def span(self) -> tuple[float, float] | None:
+        """The start of the oldest interval held and the end of the latest; None when empty."""
+        if not self._size:
+            return None
+        return self._starts[self._slot(0)], self._ends[self._slot(self._size - 1)]
+
     def clear(self) -> None:
         self._base = (0.0,) * len(self._cumulative)
         self._head = 0

@@ -10,6 +10,14 @@ grows only as requests finish), so without `sglang:realtime_tokens_total` progre
 gauges mean paused (or idle, or wedged): such time is not judged. A wedged SGLang scheduler fails
 its own /health, which runs a one-token generation (http_server.py), so the probe covers it.
 
+The finding names what the page shows of the cause (issue 32): a page frozen in every value while
+requests are shown pending (the engine core dead or deadlocked while /health answers, vllm
+#39863; or no engine step since every request was aborted, vllm #29928: vLLM records its stats
+only in steps, so the real core's `frozen` trace repeats every value); a queue wedged on a full KV
+cache with nothing running (leaked blocks, as the real core's `leak` trace ends; the kv_leak
+detector finds it sooner); else no progress. The reason stays EngineStalled: the remedy and its
+timeout are the same, and the cause is in the message and the evidence's `cause`.
+
 The trainer is judged by the SDK heartbeat. It is gated by the attempt's startup grace and by the
 `waiting_for_rollouts` phase (the trainer waits on engines, whose own detectors cover them). The
 `checkpointing` phase gets twice the timeout rather than none: killing a trainer mid-save wastes
@@ -20,10 +28,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from rljob.api.durations import parse_duration
 from rljob.api.spec import Health
+from rljob.health.causes.leak import WEDGE_USAGE
 from rljob.health.evaluation import (
     ENGINE_STALL,
     TRAINER_STALL,
@@ -40,6 +49,15 @@ from rljob.vocabulary.phases import CHECKPOINTING, WAITING_FOR_ROLLOUTS
 CHECKPOINTING_TIMEOUT_FACTOR = 2.0
 # Samples older than this many intervals (and the timeout) mean the engine's metrics are gone.
 STALE_SAMPLE_INTERVALS = 3.0
+PAGE_FROZEN_CAUSE = "page_frozen"
+KV_WEDGED_CAUSE = "kv_wedged"
+NO_PROGRESS_CAUSE = "no_progress"
+# Every value of a sample but its time: equal in consecutive samples, the page did not change.
+_PAGE_FIELDS = tuple(f.name for f in fields(EngineSample) if f.name != "t")
+
+
+def _page(sample: EngineSample) -> tuple[object, ...]:
+    return tuple(getattr(sample, name) for name in _PAGE_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +78,14 @@ def _stuck(interval: Interval, previous: EngineSample, current: EngineSample) ->
 
 
 class _StallState:
-    __slots__ = ("flat_since", "frozen", "not_before", "series")
+    __slots__ = ("flat_since", "frozen", "not_before", "series", "unchanged_since")
 
     def __init__(self, interval: float) -> None:
         self.series = EngineSeries(interval)
         self.flat_since: float | None = None
         self.not_before = -math.inf
         self.frozen = False  # the last interval had no stats log (SGLang paused or idle)
+        self.unchanged_since: float | None = None  # every page value the same since then
 
     def add(self, sample: EngineSample) -> None:
         if not sample.t >= self.not_before:
@@ -75,12 +94,17 @@ class _StallState:
         interval = self.series.add(sample)
         if interval is None or previous is None or self.series.last is None:
             return
+        current = self.series.last
         self.frozen = interval.frozen
-        if _stuck(interval, previous, self.series.last):
+        if _stuck(interval, previous, current):
             if self.flat_since is None:
                 self.flat_since = interval.start
         else:
             self.flat_since = None
+        if _page(previous) != _page(current):
+            self.unchanged_since = None
+        elif self.unchanged_since is None:
+            self.unchanged_since = interval.start
 
 
 class EngineStallDetector:
@@ -143,11 +167,32 @@ class EngineStallDetector:
             evidence["kv_usage"] = last.kv_usage
         if flat_for < self.config.timeout:
             return healthy(ENGINE_STALL, target, f"{target} generating ({load})", evidence)
+        cause, why = self._cause(state, last)
+        evidence["cause"] = cause
+        if state.unchanged_since is not None:
+            evidence["unchanged_seconds"] = last.t - state.unchanged_since
         message = (
             f"{target} generated no tokens for {format_duration(flat_for)} while awake with "
-            f"requests pending ({load})"
+            f"requests pending ({load}){why}"
         )
         return finding(ENGINE_STALL, target, FailureReason.ENGINE_STALLED, message, evidence)
+
+    def _cause(self, state: _StallState, last: EngineSample) -> tuple[str, str]:
+        """What the page shows of why: its evidence name and the message's clause."""
+        usage = last.kv_usage
+        if last.running == 0 and usage is not None and usage >= WEDGE_USAGE:
+            return KV_WEDGED_CAUSE, (
+                f": queue wedged with nothing running and KV usage {usage:.1%}, blocks no "
+                "running request holds (leaked KV capacity)"
+            )
+        unchanged = last.t - state.unchanged_since if state.unchanged_since is not None else 0.0
+        if unchanged >= self.config.timeout:
+            return PAGE_FROZEN_CAUSE, (
+                f": page frozen, every value unchanged for {format_duration(unchanged)} with "
+                f"{last.running:.0f} running: engine core dead or its stats loop stuck (vllm "
+                "#39863), or no engine step since every request was aborted (vllm #29928)"
+            )
+        return NO_PROGRESS_CAUSE, ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,6 +77,10 @@ class FailureReason(StrEnum):
     KV_CACHE_FRAGMENTATION = "KVCacheFragmentation"
     FLEET_KV_CACHE_FRAGMENTATION = "FleetKVCacheFragmentation"
     ENGINE_STALLED = "EngineStalled"
+    # KV capacity no request holds (an idle engine's usage above a floor, or a queue wedged on a
+    # full cache with nothing running), and prefix-cache hits collapsing at a steady prompt mix.
+    KV_CACHE_LEAK = "KVCacheLeak"
+    PREFIX_CACHE_COLLAPSE = "PrefixCacheCollapse"
     NCCL_TIMEOUT = "NCCLTimeout"
     NCCL_NETWORK_ERROR = "NCCLNetworkError"
     CUDA_OUT_OF_MEMORY = "CUDAOutOfMemory"

@@ -212,7 +212,13 @@ def test_a_failed_signal_feeds_nothing_of_its_role_and_the_other_roles_go_on() -
     assert monitor.trainer_readings[trainer.name].step == 7.0
     evaluations = evaluate(monitor, targets, answers, None, 10.0)
     rollout = [e for e in evaluations if e.target == "mixed-rollout-0"]
-    assert {e.detector for e in rollout} == {"kv_drift", "kv_fragmentation", "engine_stall"}
+    assert {e.detector for e in rollout} == {
+        "kv_drift",
+        "kv_fragmentation",
+        "engine_stall",
+        "kv_leak",
+        "prefix_collapse",
+    }
     why = "metrics source http://prom:9090: HTTP 500: down"
     assert {(e.outcome, e.evidence["source_error"]) for e in rollout} == {(INSUFFICIENT_DATA, why)}
     (trained,) = [e for e in evaluations if e.detector == "trainer_stall"]
@@ -226,8 +232,8 @@ def test_a_source_error_makes_every_evaluation_insufficient_and_feeds_nothing() 
     monitor = monitor_of(make_job("dark"), [Pod("dark-rollout-0", ROLLOUT), trainer])
     answers = trainer_answers(trainer.name, 10.0, 7.0)
     evaluations = evaluate(monitor, monitor.targets(), answers, "connection refused", 10.0)
-    # Three engine detectors on the rollout pod, the trainer stall detector and two canaries.
-    assert len(evaluations) == 6
+    # Five engine detectors on the rollout pod, the trainer stall detector and two canaries.
+    assert len(evaluations) == 8
     assert {e.outcome for e in evaluations} == {INSUFFICIENT_DATA}
     assert all("connection refused" in e.message for e in evaluations)
     assert monitor.trainer_readings == {}

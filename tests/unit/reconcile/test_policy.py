@@ -456,6 +456,8 @@ def test_cooldowns_come_from_the_health_spec() -> None:
         R.KV_CACHE_FRAGMENTATION: 3600.0,
         R.FLEET_KV_CACHE_FRAGMENTATION: 3600.0,
         R.ENGINE_STALLED: 300.0,
+        R.KV_CACHE_LEAK: 300.0,
+        R.PREFIX_CACHE_COLLAPSE: 3600.0,
         R.TRAINER_STALLED: 1800.0,
         R.VERIFIER_SLOW: 600.0,
     }

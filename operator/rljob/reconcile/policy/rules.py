@@ -66,9 +66,14 @@ _TRAINER_FAILURES = [
     _R.RAY_NODE_DIED,
     _R.RAY_OUT_OF_MEMORY,
 ]
+# Causes named from an engine's own page (issue 32), measured on vLLM's own core by
+# `python -m bench.engine_causes` (bench/OPERATING-POINT.md): no false restart over the no-fault
+# matrix and every fault found within two windows naming its cause, so they act by default.
+_ENGINE_CAUSES = [_R.KV_CACHE_LEAK, _R.PREFIX_CACHE_COLLAPSE]
 _POD_FAILURES = [
     _R.KV_CACHE_DRIFT,
     _R.ENGINE_STALLED,
+    *_ENGINE_CAUSES,
     _R.OOM_KILLED,
     _R.CRASH_LOOP,
     _R.CONTAINER_FAILED,
@@ -112,7 +117,7 @@ BUILT_IN_RULES: tuple[tuple[str, FailureRule], ...] = (
         "engines-in-gang",
         FailureRule(
             roles=[RoleName.TRAINER],
-            on_reasons=[*_KV_FINDINGS, _R.ENGINE_STALLED],
+            on_reasons=[*_KV_FINDINGS, *_ENGINE_CAUSES, _R.ENGINE_STALLED],
             action=FailureAction.REPORT,
         ),
     ),
@@ -197,6 +202,9 @@ def cooldowns_from_health(health: Health) -> dict[FailureReason, float]:
         FailureReason.KV_CACHE_FRAGMENTATION: parse_duration(health.kv_drift.cooldown),
         FailureReason.FLEET_KV_CACHE_FRAGMENTATION: parse_duration(health.kv_drift.cooldown),
         FailureReason.ENGINE_STALLED: parse_duration(health.engine_stall.timeout),
+        # A leaked block shows at the next idle reading or wedge; a prefix baseline takes longer.
+        FailureReason.KV_CACHE_LEAK: parse_duration(health.engine_stall.timeout),
+        FailureReason.PREFIX_CACHE_COLLAPSE: parse_duration(health.kv_drift.cooldown),
         FailureReason.TRAINER_STALLED: parse_duration(health.trainer_stall.startup_grace),
         FailureReason.VERIFIER_SLOW: parse_duration(health.verifier_latency.window),
     }
