@@ -59,7 +59,7 @@ TRAINER = {
     "eval_every": 1,
     "reward_slope_per_hour": 36.0,
 }
-ENGINES = ("engine_stall", "kv_drift", "kv_fragmentation")  # the plugin's or SGLang's pages
+ENGINES = ("engine_stall", "kv_drift", "kv_fragmentation", "kv_leak", "prefix_collapse")
 TRAINER_SIGNALS = ("reward_hacking", "trainer_stall")  # the bridge's heartbeat and rewards
 # Observed: the detectors that judged in a health round, per framework. throughput_regression
 # judges where the files give the generated tokens (verl, OpenRLHF) and the bridge sees weight

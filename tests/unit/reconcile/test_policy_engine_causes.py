@@ -1,6 +1,6 @@
 """The built-in policy for the causes named from an engine's page (issue 32): KVCacheLeak and
-PrefixCacheCollapse restart the engine's pod, as bench/OPERATING-POINT.md's measurement earns;
-inside the trainer gang they are reported; each has its cooldown."""
+PrefixCacheCollapse are reported (the bed's simulated engines read a usage floor while idle: see
+rules.py), inside the trainer gang too; a user rule makes them act; each has its cooldown."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ LEAK, COLLAPSE = FailureReason.KV_CACHE_LEAK, FailureReason.PREFIX_CACHE_COLLAPS
 @pytest.mark.parametrize(
     ("reason", "role", "action", "rule"),
     [
-        pytest.param(LEAK, RoleName.ROLLOUT, FailureAction.RESTART_POD, "built-in:pod-failures",
-                     id="rollout-leak-restarts-the-pod"),
-        pytest.param(COLLAPSE, RoleName.ROLLOUT, FailureAction.RESTART_POD,
-                     "built-in:pod-failures", id="rollout-collapse-restarts-the-pod"),
+        pytest.param(LEAK, RoleName.ROLLOUT, FailureAction.REPORT, "built-in:new-kv-findings",
+                     id="rollout-leak-reported"),
+        pytest.param(COLLAPSE, RoleName.ROLLOUT, FailureAction.REPORT,
+                     "built-in:new-kv-findings", id="rollout-collapse-reported"),
         pytest.param(LEAK, RoleName.TRAINER, FailureAction.REPORT, "built-in:engines-in-gang",
                      id="gang-engine-leak-reported"),
         pytest.param(COLLAPSE, RoleName.TRAINER, FailureAction.REPORT,
@@ -37,14 +37,14 @@ def test_engine_causes_by_default(
     assert (decision.action, decision.rule) == (action, rule)
 
 
-def test_a_user_rule_can_make_them_report() -> None:
+def test_a_user_rule_can_make_them_act() -> None:
     policy = FailurePolicy.model_validate(
-        {"rules": [{"onReasons": ["KVCacheLeak", "PrefixCacheCollapse"], "action": "Report"}]}
+        {"rules": [{"onReasons": ["KVCacheLeak", "PrefixCacheCollapse"], "action": "RestartPod"}]}
     )
 
     for reason in (LEAK, COLLAPSE):
         decision = choose_action(Failure(reason, RoleName.ROLLOUT, "pod-0"), policy, None, NOW)
-        assert decision.action == FailureAction.REPORT
+        assert decision.action == FailureAction.RESTART_POD
 
 
 def test_their_cooldowns_come_from_the_detectors_time_scales() -> None:

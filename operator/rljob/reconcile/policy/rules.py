@@ -66,14 +66,14 @@ _TRAINER_FAILURES = [
     _R.RAY_NODE_DIED,
     _R.RAY_OUT_OF_MEMORY,
 ]
-# Causes named from an engine's own page (issue 32), measured on vLLM's own core by
-# `python -m bench.engine_causes` (bench/OPERATING-POINT.md): no false restart over the no-fault
-# matrix and every fault found within two windows naming its cause, so they act by default.
+# Causes named from an engine's own page (issue 32). vLLM's own core earns them an action
+# (bench/OPERATING-POINT.md: no false restart on its traces), but the bed's simulated engines,
+# whose usage counts fragmented blocks as used, read a floor while idle and were restarted: they
+# report until every engine model agrees; a user rule (tried first) makes them act.
 _ENGINE_CAUSES = [_R.KV_CACHE_LEAK, _R.PREFIX_CACHE_COLLAPSE]
 _POD_FAILURES = [
     _R.KV_CACHE_DRIFT,
     _R.ENGINE_STALLED,
-    *_ENGINE_CAUSES,
     _R.OOM_KILLED,
     _R.CRASH_LOOP,
     _R.CONTAINER_FAILED,
@@ -126,7 +126,11 @@ BUILT_IN_RULES: tuple[tuple[str, FailureRule], ...] = (
     (
         "new-kv-findings",
         FailureRule(
-            on_reasons=[_R.KV_CACHE_FRAGMENTATION, _R.FLEET_KV_CACHE_FRAGMENTATION],
+            on_reasons=[
+                _R.KV_CACHE_FRAGMENTATION,
+                _R.FLEET_KV_CACHE_FRAGMENTATION,
+                *_ENGINE_CAUSES,
+            ],
             action=FailureAction.REPORT,
         ),
     ),
