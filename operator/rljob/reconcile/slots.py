@@ -54,11 +54,6 @@ class WeightCopy:
     generation: int
 
 
-def slotted(job: RLJob) -> bool:
-    rollout = job.spec.roles.rollout
-    return rollout is not None and rollout.slot_services
-
-
 def slot_count(job: RLJob) -> int:
     rollout = job.spec.roles.rollout
     return rollout.replicas if rollout is not None and rollout.slot_services else 0
