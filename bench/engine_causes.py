@@ -53,6 +53,9 @@ from rljob.health.profiles import engine_samples
 from rljob.health.profiles.signals import Series
 from rljob.health.profiles.workloads import VLLM
 from rljob.health.samples import MIN_SPACING_INTERVALS, EngineSample
+from rljob.reconcile.policy import Failure
+from rljob.reconcile.policy.rules import match_rule
+from rljob.vocabulary.enums import FailureReason, RoleName
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO / "bench" / "traces" / "vllm"
@@ -426,12 +429,22 @@ def decision_text(rows: list[Row]) -> str:
         "onset, and recall of at least 90 % within two windows naming the cause), the built-in "
         "action of each cause:",
         "",
-        "| cause | built-in action | measured |",
-        "|---|---|---|",
+        "| cause | measured action | the built-in rule today | measured |",
+        "|---|---|---|---|",
     ]
     for cause, (action, why) in decisions(rows).items():
-        lines.append(f"| {cause} | {action} | {why} |")
+        lines.append(f"| {cause} | {action} | {built_in_action(cause)} | {why} |")
     return "\n".join(lines)
+
+
+def built_in_action(cause: str) -> str:
+    """What the operator's built-in rules do today with the cause on a rollout engine (the
+    stall's causes share engineStall's rule), so a gap between measurement and policy shows."""
+    named = cause.rsplit("(", maxsplit=1)[-1].rstrip(")")
+    reasons = {reason.value for reason in FailureReason}
+    reason = FailureReason(named) if named in reasons else FailureReason.ENGINE_STALLED
+    name, rule = match_rule(Failure(reason, RoleName.ROLLOUT, "engine-0"), ())
+    return f"{rule.action.value} (`{name}`)"
 
 
 def section(rows: list[Row], took: float, notes: str) -> str:

@@ -16,6 +16,7 @@ from rljob.health.causes import (
     PrefixCollapseConfig,
     PrefixCollapseDetector,
 )
+from rljob.health.causes.role_wide import role_wide
 from rljob.health.drift import DriftConfig, KVDriftDetector
 from rljob.health.drift.point_detector import FragmentationDetector
 from rljob.health.evaluation import (
@@ -80,8 +81,8 @@ class EngineGroup:
             self.drift.evaluate(now)
             + self.fragmentation.evaluate(now)
             + self.stall.evaluate(now)
-            + self.leak.evaluate(now)
-            + self.prefix.evaluate(now)
+            + role_wide(self.leak.evaluate(now), self.pods)
+            + role_wide(self.prefix.evaluate(now), self.pods)
         )
 
     def summaries(self, now: float) -> list[EngineHealth]:

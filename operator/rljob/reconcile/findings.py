@@ -5,7 +5,7 @@ engine restart, role roll, in-turn role restart or trainer gang restart; a FailJ
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from rljob.api import FailureAction, FailureReason, RLJob, RLJobStatus, RoleName
@@ -99,6 +99,10 @@ def _serving(
     these (the others were not judged down, or are in their cooldown)."""
     # A Gated engine's role restarts in turn (a Deployment roll cannot drain).
     rolled = decision.action == FailureAction.RESTART_ROLE and drains(job, pod.role)
+    # A pod restart for a cause every engine of the role has (the finding names them all).
+    every_engine = decision.action == FailureAction.RESTART_POD and len(named or ()) > 1
+    if every_engine:
+        decision = replace(decision, action=FailureAction.RESTART_ROLE_IN_TURN)
     if decision.action == FailureAction.RESTART_ROLE_IN_TURN or rolled:
         return _in_turn(job, observed, decision, RoleName(pod.role), now=now, key=key, only=named)
     if decision.action == FailureAction.RESTART_POD and not room_to_restart(job, observed, pod):

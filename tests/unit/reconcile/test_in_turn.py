@@ -623,3 +623,33 @@ def test_an_engine_that_stopped_draining_gets_its_gate_back_by_its_reading() -> 
 
     gates = [s for s in reopened.steps if isinstance(s, SetPolicyCurrent)]
     assert [(s.pod, s.current) for s in gates] == [(FIRST, True)]
+
+
+def leak_finding(engines: str | None) -> Any:
+    evidence: dict[str, str | float] = {"engines": engines} if engines is not None else {}
+    message = "idle with 40 % of its KV cache held by no request"
+    return finding("kv_leak", f"{ROLLOUT}-a", FailureReason.KV_CACHE_LEAK, message, evidence)
+
+
+@pytest.mark.parametrize(
+    ("engines", "kind", "listed"),
+    [
+        pytest.param(None, ActionKind.RESTART_POD, None, id="one-engine-restarts-alone"),
+        pytest.param(" ".join(OLDEST_FIRST), ActionKind.RESTART_ROLE_IN_TURN, OLDEST_FIRST,
+                     id="every-engine-restarts-in-turn-oldest-first"),
+    ],
+)  # fmt: skip
+def test_a_cause_every_engine_has_restarts_the_role_in_turn_by_default(
+    engines: str | None, kind: ActionKind, listed: list[str] | None
+) -> None:
+    """The built-in RestartPod of an engine cause, on a finding naming the whole role: one
+    in-turn restart, counted once, rather than four pod restarts racing for maxUnavailable."""
+    decision = decide_now(fleet_world(), findings=(leak_finding(engines),))
+
+    action = decision.plan.status.in_flight
+    assert action is not None and action.kind == kind
+    assert deleted(decision) == [f"{ROLLOUT}-a" if listed is None else listed[0]]
+    if listed is not None:
+        assert [p.name for p in action.pods or []] == listed
+        ledger = decision.plan.status.restarts
+        assert ledger is not None and ledger.recent[-1].action == "RestartRoleInTurn"

@@ -1,6 +1,6 @@
 """The built-in policy for the causes named from an engine's page (issue 32): KVCacheLeak and
-PrefixCacheCollapse are reported (the bed's simulated engines read a usage floor while idle: see
-rules.py), inside the trainer gang too; a user rule makes them act; each has its cooldown."""
+PrefixCacheCollapse restart a serving engine (measured in bench/OPERATING-POINT.md) and are
+reported inside the trainer gang; a user rule can make them report; each has its cooldown."""
 
 from __future__ import annotations
 
@@ -19,10 +19,12 @@ LEAK, COLLAPSE = FailureReason.KV_CACHE_LEAK, FailureReason.PREFIX_CACHE_COLLAPS
 @pytest.mark.parametrize(
     ("reason", "role", "action", "rule"),
     [
-        pytest.param(LEAK, RoleName.ROLLOUT, FailureAction.REPORT, "built-in:new-kv-findings",
-                     id="rollout-leak-reported"),
-        pytest.param(COLLAPSE, RoleName.ROLLOUT, FailureAction.REPORT,
-                     "built-in:new-kv-findings", id="rollout-collapse-reported"),
+        pytest.param(LEAK, RoleName.ROLLOUT, FailureAction.RESTART_POD, "built-in:pod-failures",
+                     id="rollout-leak-restarts-the-engine"),
+        pytest.param(COLLAPSE, RoleName.ROLLOUT, FailureAction.RESTART_POD,
+                     "built-in:pod-failures", id="rollout-collapse-restarts-the-engine"),
+        pytest.param(LEAK, RoleName.REFERENCE, FailureAction.RESTART_POD, "built-in:pod-failures",
+                     id="reference-engine-leak-restarts-it"),
         pytest.param(LEAK, RoleName.TRAINER, FailureAction.REPORT, "built-in:engines-in-gang",
                      id="gang-engine-leak-reported"),
         pytest.param(COLLAPSE, RoleName.TRAINER, FailureAction.REPORT,
@@ -37,14 +39,14 @@ def test_engine_causes_by_default(
     assert (decision.action, decision.rule) == (action, rule)
 
 
-def test_a_user_rule_can_make_them_act() -> None:
+def test_a_user_rule_can_make_them_report() -> None:
     policy = FailurePolicy.model_validate(
-        {"rules": [{"onReasons": ["KVCacheLeak", "PrefixCacheCollapse"], "action": "RestartPod"}]}
+        {"rules": [{"onReasons": ["KVCacheLeak", "PrefixCacheCollapse"], "action": "Report"}]}
     )
 
     for reason in (LEAK, COLLAPSE):
         decision = choose_action(Failure(reason, RoleName.ROLLOUT, "pod-0"), policy, None, NOW)
-        assert decision.action == FailureAction.RESTART_POD
+        assert decision.action == FailureAction.REPORT
 
 
 def test_their_cooldowns_come_from_the_detectors_time_scales() -> None:

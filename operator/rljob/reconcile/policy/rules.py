@@ -66,14 +66,13 @@ _TRAINER_FAILURES = [
     _R.RAY_NODE_DIED,
     _R.RAY_OUT_OF_MEMORY,
 ]
-# Causes named from an engine's own page (issue 32). vLLM's own core earns them an action
-# (bench/OPERATING-POINT.md: no false restart on its traces), but the bed's simulated engines,
-# whose usage counts fragmented blocks as used, read a floor while idle and were restarted: they
-# report until every engine model agrees; a user rule (tried first) makes them act.
+# Causes named from an engine's own page (issue 32): no false restart and full recall on vLLM's
+# own core and the simulator's workload shifts (bench/OPERATING-POINT.md), so they act.
 _ENGINE_CAUSES = [_R.KV_CACHE_LEAK, _R.PREFIX_CACHE_COLLAPSE]
 _POD_FAILURES = [
     _R.KV_CACHE_DRIFT,
     _R.ENGINE_STALLED,
+    *_ENGINE_CAUSES,
     _R.OOM_KILLED,
     _R.CRASH_LOOP,
     _R.CONTAINER_FAILED,
@@ -129,7 +128,6 @@ BUILT_IN_RULES: tuple[tuple[str, FailureRule], ...] = (
             on_reasons=[
                 _R.KV_CACHE_FRAGMENTATION,
                 _R.FLEET_KV_CACHE_FRAGMENTATION,
-                *_ENGINE_CAUSES,
             ],
             action=FailureAction.REPORT,
         ),

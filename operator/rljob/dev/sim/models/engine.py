@@ -283,8 +283,10 @@ class EngineModel:
                 # vllm #39863: a wedged engine keeps its queue, generates nothing, reads 0 % KV.
                 self.running, self.waiting, self.kv_usage = full, max(1.0, profile.waiting), 0.0
             case Mode.PAUSED:
-                self.running = self.waiting = 0.0
-                self.paused, self.kv_usage = full, profile.kv_usage
+                # The driver holds its requests back and the last ones finished: vLLM counts
+                # cached blocks nobody holds as free, so its page reads 0 % (block_pool.py).
+                self.running = self.waiting = self.kv_usage = 0.0
+                self.paused = full
             case _:
                 self.running = self.waiting = self.kv_usage = 0.0
 

@@ -1,0 +1,35 @@
+"""A cause every engine of a role has at once: one finding that names them all, so the operator
+restarts the role in turn (one engine at a time, each back before the next goes) rather than
+every engine at once; it also says the cause is the role's (a version, a config), not a pod's."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+
+from rljob.health.evaluation import ENGINES_EVIDENCE, Evaluation
+
+
+def role_wide(evaluations: Sequence[Evaluation], engines: Collection[str]) -> list[Evaluation]:
+    """One detector's evaluations of a group's `engines`: when two or more engines are watched
+    and each has a finding of one reason, a single finding on the first (by name) that names
+    them all in ENGINES_EVIDENCE, the others said to be in it; else the evaluations as they are."""
+    findings = [e for e in evaluations if e.is_finding]
+    reasons = {e.reason for e in findings}
+    order = sorted({e.target for e in findings})
+    if len(engines) < 2 or len(reasons) != 1 or order != sorted(set(engines)):
+        return list(evaluations)
+    first = next(e for e in findings if e.target == order[0])
+    message = (
+        f"every engine of the role ({len(order)}) has it: restart {', '.join(order)} in turn; "
+        f"{first.message}"
+    )
+    whole = replace(
+        first, message=message, evidence={**first.evidence, ENGINES_EVIDENCE: " ".join(order)}
+    )
+    others = [
+        replace(e, outcome="healthy", reason=None, message=f"{e.message}; in the role-wide finding")
+        for e in evaluations
+        if e is not first
+    ]
+    return [whole, *others]
