@@ -27,11 +27,12 @@ the save, but a save hung on a stalled store must still end in a restart eventua
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 
 from rljob.api.durations import parse_duration
 from rljob.api.spec import Health
+from rljob.health.causes.engines import NEVER, STALE_SAMPLE_INTERVALS, PerEngine
 from rljob.health.causes.leak import WEDGE_USAGE
 from rljob.health.evaluation import (
     ENGINE_STALL,
@@ -47,8 +48,6 @@ from rljob.vocabulary.enums import FailureReason
 from rljob.vocabulary.phases import CHECKPOINTING, WAITING_FOR_ROLLOUTS
 
 CHECKPOINTING_TIMEOUT_FACTOR = 2.0
-# Samples older than this many intervals (and the timeout) mean the engine's metrics are gone.
-STALE_SAMPLE_INTERVALS = 3.0
 PAGE_FROZEN_CAUSE = "page_frozen"
 KV_WEDGED_CAUSE = "kv_wedged"
 NO_PROGRESS_CAUSE = "no_progress"
@@ -83,13 +82,11 @@ class _StallState:
     def __init__(self, interval: float) -> None:
         self.series = EngineSeries(interval)
         self.flat_since: float | None = None
-        self.not_before = -math.inf
+        self.not_before = NEVER
         self.frozen = False  # the last interval had no stats log (SGLang paused or idle)
         self.unchanged_since: float | None = None  # every page value the same since then
 
     def add(self, sample: EngineSample) -> None:
-        if not sample.t >= self.not_before:
-            return
         previous = self.series.last
         interval = self.series.add(sample)
         if interval is None or previous is None or self.series.last is None:
@@ -107,39 +104,19 @@ class _StallState:
             self.unchanged_since = interval.start
 
 
-class EngineStallDetector:
+class EngineStallDetector(PerEngine[_StallState]):
     """Stall detection for the engines of one role of one job."""
 
     def __init__(self, config: EngineStallConfig) -> None:
+        super().__init__(lambda: _StallState(self.config.interval))
         self.config = config
-        self._engines: dict[str, _StallState] = {}
-
-    def observe(self, target: str, sample: EngineSample) -> None:
-        state = self._engines.get(target)
-        if state is None:
-            state = self._engines[target] = _StallState(self.config.interval)
-        state.add(sample)
-
-    def note_restart(self, target: str, at: float) -> None:
-        state = _StallState(self.config.interval)
-        state.not_before = at
-        self._engines[target] = state
-
-    def forget(self, target: str) -> None:
-        self._engines.pop(target, None)
-
-    def retain(self, targets: Collection[str]) -> None:
-        for target in [name for name in self._engines if name not in targets]:
-            del self._engines[target]
 
     def evaluate(self, now: float) -> list[Evaluation]:
-        return [
-            self._evaluate_engine(target, self._engines[target], now)
-            for target in sorted(self._engines)
-        ]
+        return self.evaluate_each(lambda target, state: self._evaluate_engine(target, state, now))
 
     def _evaluate_engine(self, target: str, state: _StallState, now: float) -> Evaluation:
         last = state.series.last
+        # Not `is_stale`: an engine is given the timeout too, and a NaN age is not stale here.
         stale_after = max(self.config.timeout, STALE_SAMPLE_INTERVALS * self.config.interval)
         if last is None or now - last.t > stale_after:
             return insufficient(ENGINE_STALL, target, f"{target}: no recent metrics")
