@@ -17,12 +17,19 @@ REPO = Path(__file__).resolve().parents[2]
 FAKE_GO = r"""#!/usr/bin/env bash
 echo "$*" >> "$FAKE_GO_LOG"
 if [ "$1" = version ]; then echo "go version go1.26.8 linux/amd64"; exit 0; fi
-if [ "$1" = list ]; then  # a module folder holding the manifests the kueue build copies
+if [ "$1" = list ]; then  # a module folder holding the manifests the kueue and jobset builds copy
   mod="$(dirname "$FAKE_GO_LOG")/module"
-  mkdir -p "$mod/config/components/crd/bases" "$mod/config/components/webhook"
+  mkdir -p "$mod/config/components/crd/bases" "$mod/config/components/webhook/patches"
   touch "$mod/config/components/crd/bases/workloads.yaml"
   touch "$mod/config/components/webhook/manifests.yaml"
+  touch "$mod/config/components/webhook/kustomization.yaml"
+  touch "$mod/config/components/webhook/patches/pod-patch.yaml"
   echo "$mod"; exit 0
+fi
+if [ "$1" = mod ]; then  # go mod download -json: the .info file the jobset build reads
+  info="$(dirname "$FAKE_GO_LOG")/module.info"
+  echo '{"Origin":{"Hash":"09e9a3bb4b64dbe75b5b0119d3623903f0434643"}}' > "$info"
+  printf '{\n\t"Info": "%s",\n}\n' "$info"; exit 0
 fi
 out=""; prev=""; pkgs=()
 for a in "$@"; do
@@ -65,10 +72,17 @@ def test_cache_hit_builds_nothing_and_a_changed_key_rebuilds_only_its_tool(
     sandbox: dict[str, str],
 ) -> None:
     first, builds = _build(sandbox)
-    assert len(builds) == 6, builds  # kube (two go builds), kwok, s3, helm, kueue
-    assert {"kube-apiserver", "etcd", "kwok", "kubectl", "versitygw", "helm", "kueue"} <= {
-        p.name for p in first.iterdir()
-    }
+    assert len(builds) == 7, builds  # kube (two go builds), kwok, s3, helm, kueue, jobset
+    assert {
+        "kube-apiserver",
+        "etcd",
+        "kwok",
+        "kubectl",
+        "versitygw",
+        "helm",
+        "kueue",
+        "jobset",
+    } <= {p.name for p in first.iterdir()}
 
     again, builds = _build(sandbox)
     assert (again, builds) == (first, [])
