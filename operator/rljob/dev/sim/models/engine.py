@@ -10,6 +10,13 @@ import random
 from enum import Enum
 from typing import Any
 
+from rljob.dev.host_memory import (
+    GIB,
+    MIB,
+    PROCESS_TREE_HELP,
+    PROCESS_TREE_METRIC,
+    HostMemory,
+)
 from rljob.dev.sim.engines import (
     Gauges,
     Operating,
@@ -82,6 +89,9 @@ class EngineModel:
         self._seed = seed
         self.driver = Driver(profile, seed) if profile.concurrency > 0 else None
         self._rng = random.Random(f"{seed}:engine")
+        # Its own draws: memory readings leave the other series' noise as it was.
+        self._memory_rng = random.Random(f"{seed}:memory")
+        self.memory = 0.0  # host memory of the engine's processes (bytes)
         self.tokens = self.prompt_tokens = self.hits = self.queries = self.preemptions = 0.0
         self.requests_stop = self.requests_length = 0.0
         # Whole requests finished and their tokens; `_finishing` is the one under way.
@@ -249,6 +259,21 @@ class EngineModel:
         return float(max(1, round(full * health))) if self.profile.cache_symptoms else full
 
     def _gauges(self, t: float, faults: Active) -> None:
+        self._load_gauges(t, faults)
+        profile = self.profile
+        memory = HostMemory(
+            base_bytes=profile.host_memory_gib * GIB,
+            offloaded_bytes=profile.offloaded_weights_gib * GIB,
+            per_running_bytes=profile.memory_per_running_mib * MIB,
+        )
+        self.memory = memory.reading(
+            self._memory_rng,
+            sleep_level=self.sleep_level,
+            running=self.running,
+            grown=faults.memory_grown(t),
+        )
+
+    def _load_gauges(self, t: float, faults: Active) -> None:
         profile, rng = self.profile, self._rng
         self.mode = self.mode_at(t, faults)
         # An injected sleep has its level; the profile's own cycle sleeps at level 1.
@@ -301,6 +326,7 @@ class EngineModel:
             "waiting": self.waiting,
             "paused": self.paused,
             "kv_cache_usage_perc": round(self.kv_usage, 4),
+            "host_memory_bytes": round(self.memory),
             **self.weights.state(),
         }
 
@@ -337,7 +363,10 @@ class EngineModel:
             message += f" Weight version updated to {version}."
         return 200, {"success": True, "message": message, "num_paused_requests": 0}
 
-    def render(self) -> str:
+    def render(self, *, plugin: bool = False) -> str:
+        """The engine's page; with `plugin`, as the SDK's vLLM plugin serves it in an engine
+        process: with the process tree's host memory (rljob.sdk.process_memory), which no stock
+        engine page carries."""
         profile = self.profile
         version = version_of(profile.exporter, profile.version)
         if profile.exporter == "sglang":
@@ -352,6 +381,8 @@ class EngineModel:
             page.gauge(
                 ENGINE_POLICY_GENERATION, ENGINE_POLICY_GENERATION_HELP, self.weights.generation
             )
+        if plugin:
+            page.gauge(PROCESS_TREE_METRIC, PROCESS_TREE_HELP, round(self.memory))
         page.gauge(
             PROCESS_START, "Start time of the process since unix epoch in seconds.", self.start
         )
@@ -374,7 +405,10 @@ class EngineModel:
 
     def _now_gauges(self) -> Gauges:
         running, waiting = self.weights.served(self.running, self.waiting)
-        return Gauges(running, waiting, self.kv_usage, self.last_rate, self.sleep_level)
+        # Only running requests hold blocks (vLLM's block_pool.py get_usage): a driver holding
+        # back its requests leaves the engine's usage at the share its own requests fill.
+        usage = self.kv_usage * running / self.running if self.running > running else self.kv_usage
+        return Gauges(running, waiting, usage, self.last_rate, self.sleep_level)
 
     def _stats_log(self, t: float, faults: Active) -> None:
         """SGLang's scheduler logs stats (gauges, realtime counters) every `stats_interval`
