@@ -5,11 +5,15 @@ webhooks aimed at the host process by URL."""
 from __future__ import annotations
 
 import base64
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from rljob.dev.host_manager import ManagerExitedError, await_ready
 from rljob.dev.kueue import KUEUE_NAMESPACE_LABEL, kueue_config, webhook_configurations
+from rljob.dev.processes import Managed, free_ports
 
 MANIFESTS = """---
 apiVersion: admissionregistration.k8s.io/v1
@@ -64,3 +68,16 @@ def test_the_webhooks_call_the_host_process_by_url() -> None:
         assert hook["clientConfig"]["url"].startswith("https://127.0.0.1:9443/")
         assert base64.b64decode(hook["clientConfig"]["caBundle"]) == b"CA"
         assert hook["namespaceSelector"] == {"matchLabels": {KUEUE_NAMESPACE_LABEL: "true"}}
+
+
+def test_a_manager_that_exits_ends_the_wait_at_once_with_its_log(tmp_path: Path) -> None:
+    """The readiness wait gives up on an exited process instead of polling it until timeout."""
+    log = tmp_path / "kueue.log"
+    log.write_text("flag provided but not defined\n")
+    process = subprocess.Popen(["sh", "-c", "exit 3"])
+    process.wait()
+    (port,) = free_ports(1)
+    started = time.monotonic()
+    with pytest.raises(ManagerExitedError, match=r"(?s)kueue exited with 3:.*not defined"):
+        await_ready(Managed("kueue", process, log), port, 60.0, "Kueue")
+    assert time.monotonic() - started < 10

@@ -28,25 +28,18 @@ Jobs and pods they own."""
 
 from __future__ import annotations
 
-import base64
-import copy
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from rljob.dev import pki
-from rljob.dev.controlplane import wait_until
+from rljob.dev import host_manager, pki
 from rljob.dev.kubeapi import KubeApi
-from rljob.dev.processes import Managed, free_ports, spawn, tail, terminate
+from rljob.dev.processes import free_ports
 from rljob.dev.rundir import RunDir
 
 JOBSET_NAMESPACE_LABEL = "rljob.io/jobset-bed"
 JOBSET_API = "/apis/jobset.x-k8s.io/v1alpha2"
-FIELD_MANAGER = "rljob-bed"
-_CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-_ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
 
 def jobset_config(
@@ -115,35 +108,24 @@ def webhook_configurations(
 ) -> list[tuple[str, dict[str, Any]]]:
     """JobSet's webhook configurations aimed at the host process by URL, limited to the bed's
     JobSet namespaces: (API path, body) each."""
-    found = []
-    for doc in docs:
-        body = copy.deepcopy(doc)
-        body["metadata"] = {"name": f"jobset-{doc['metadata']['name']}"}
-        for hook in body.get("webhooks") or []:
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {
-                "url": f"https://127.0.0.1:{port}{path}",
-                "caBundle": base64.b64encode(ca_bundle).decode(),
-            }
-            hook["namespaceSelector"] = {"matchLabels": {JOBSET_NAMESPACE_LABEL: "true"}}
-        plural = "mutatingwebhookconfigurations"
-        if body["kind"] == "ValidatingWebhookConfiguration":
-            plural = "validatingwebhookconfigurations"
-        found.append((f"{_ADMISSION}/{plural}/{body['metadata']['name']}", body))
-    return found
+    return host_manager.webhooks_by_url(
+        docs,
+        prefix="jobset",
+        port=port,
+        ca_bundle=ca_bundle,
+        namespace_label=JOBSET_NAMESPACE_LABEL,
+    )
 
 
-class JobSetManager:
+class JobSetManager(host_manager.HostManager):
     """JobSet's controller manager for one run folder of the bed."""
 
     def __init__(self, run: RunDir, bin_dir: Path) -> None:
+        super().__init__()
         self.run = run
         self.bin_dir = bin_dir
         self.config_dir = bin_dir / "jobset-config"
         self.dir = run.root / "jobset"
-        self.proc: Managed | None = None
-        self.health_port = 0
-        self.webhooks: list[str] = []  # the API paths of its webhook configurations
 
     @property
     def log(self) -> Path:
@@ -157,7 +139,7 @@ class JobSetManager:
                 "folder `bash tools/build.sh` prints"
             )
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._install_crds(api)
+        host_manager.install_crds(api, self.config_dir / "crds", "JobSet")
         webhook, self.health_port, metrics = free_ports(3)
         certs, metrics_certs = self.dir / "webhook", self.dir / "metrics"
         pki.serving_pair(self.run.pki, "jobset-webhook", certs / "tls.crt", certs / "tls.key")
@@ -171,66 +153,13 @@ class JobSetManager:
             cert_dir=certs,
             metrics_cert_dir=metrics_certs,
         )
-        path = self.dir / "config.yaml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        argv = [
-            str(binary),
-            f"--config={path}",
-            f"--kubeconfig={self.run.kubeconfig}",
-            "--zap-log-level=2",
-        ]
-        self.proc = spawn("jobset", argv, self.run.logs)
-        self._await_ready(timeout)
+        self.proc = host_manager.spawn_manager(
+            self.run, "jobset", binary, config, self.dir / "config.yaml"
+        )
+        host_manager.await_ready(self.proc, self.health_port, timeout, "JobSet")
         docs = patched_manifests(self.config_dir / "webhook")
         ca = self.run.pki.ca_crt.read_bytes()
-        for api_path, body in webhook_configurations(docs, webhook, ca):
-            api.apply(api_path, body, field_manager=FIELD_MANAGER)
-            self.webhooks.append(api_path)
-
-    def stop(self, api: KubeApi) -> None:
-        """Its webhooks go first: left behind, they would refuse what they cover (Fail)."""
-        for api_path in self.webhooks:
-            api.delete(api_path)
-        self.webhooks.clear()
-        if self.proc is not None:
-            terminate(self.proc.pid)
-            self.proc = None
-
-    def _install_crds(self, api: KubeApi) -> None:
-        names = []
-        for crd_file in sorted((self.config_dir / "crds").glob("*.yaml")):
-            body = yaml.safe_load(crd_file.read_text())
-            name = body["metadata"]["name"]
-            api.apply(f"{_CRDS}/{name}", body, field_manager=FIELD_MANAGER)
-            names.append(name)
-
-        def established() -> bool:
-            return all(_established(api.get(f"{_CRDS}/{name}")) for name in names)
-
-        wait_until(established, 60, "JobSet's CRD to be Established")
-
-    def _await_ready(self, timeout: float) -> None:
-        proc = self.proc
-        assert proc is not None
-        url = f"http://127.0.0.1:{self.health_port}/readyz"
-
-        def ready() -> bool:
-            if proc.process.poll() is not None:
-                raise RuntimeError(
-                    f"jobset exited with {proc.process.returncode}:\n{tail(proc.log)}"
-                )
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    return bool(resp.status == 200)
-            except OSError:
-                return False
-
-        wait_until(ready, timeout, "JobSet's manager to be ready", gives_up=(RuntimeError,))
-
-
-def _established(crd: dict[str, Any]) -> bool:
-    conditions = crd.get("status", {}).get("conditions", [])
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        self.register_webhooks(api, webhook_configurations(docs, webhook, ca))
 
 
 __all__ = [

@@ -14,26 +14,19 @@ so the bed's other tests, sharing the control plane, never meet Kueue."""
 
 from __future__ import annotations
 
-import base64
-import copy
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from rljob.dev import pki
-from rljob.dev.controlplane import wait_until
+from rljob.dev import host_manager, pki
 from rljob.dev.kubeapi import KubeApi
-from rljob.dev.processes import Managed, free_ports, spawn, tail, terminate
+from rljob.dev.processes import free_ports
 from rljob.dev.rundir import RunDir
 from rljob.vocabulary import kueue
 
 KUEUE_NAMESPACE_LABEL = "rljob.io/kueue-bed"
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # cmd/kueue/main.go:205, fixed upstream
-FIELD_MANAGER = "rljob-bed"
-_CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-_ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
 
 def kueue_config(
@@ -84,45 +77,29 @@ def webhook_configurations(
 ) -> list[tuple[str, dict[str, Any]]]:
     """Kueue's webhook configurations (config/components/webhook/manifests.yaml) aimed at the
     host process by URL, limited to the bed's Kueue namespaces: (API path, body) each."""
-    found = []
-    for doc in yaml.safe_load_all(manifests):
-        if not doc:
-            continue
-        body = copy.deepcopy(doc)
-        body["metadata"] = {"name": f"kueue-{doc['metadata']['name']}"}
-        for hook in body.get("webhooks") or []:
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {
-                "url": f"https://127.0.0.1:{port}{path}",
-                "caBundle": base64.b64encode(ca_bundle).decode(),
-            }
-            hook["namespaceSelector"] = {"matchLabels": {KUEUE_NAMESPACE_LABEL: "true"}}
-        plural = "mutatingwebhookconfigurations"
-        if body["kind"] == "ValidatingWebhookConfiguration":
-            plural = "validatingwebhookconfigurations"
-        found.append((f"{_ADMISSION}/{plural}/{body['metadata']['name']}", body))
-    return found
+    docs = [doc for doc in yaml.safe_load_all(manifests) if doc]
+    return host_manager.webhooks_by_url(
+        docs, prefix="kueue", port=port, ca_bundle=ca_bundle, namespace_label=KUEUE_NAMESPACE_LABEL
+    )
 
 
-class KueueManager:
+class KueueManager(host_manager.HostManager):
     """Kueue's controller manager for one run folder of the bed."""
 
     def __init__(
         self, run: RunDir, bin_dir: Path, *, external: bool = True, pods_ready_timeout: str = "5m"
     ) -> None:
+        super().__init__()
         self.run = run
         self.pods_ready_timeout = pods_ready_timeout
         self.bin_dir = bin_dir
         self.config_dir = bin_dir / "kueue-config"
         self.dir = run.root / "kueue"
         self.external = external
-        self.proc: Managed | None = None
-        self.health_port = 0
-        self.webhooks: list[str] = []  # the API paths of its webhook configurations
 
     def start(self, api: KubeApi, timeout: float = 120.0) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._install_crds(api)
+        host_manager.install_crds(api, self.config_dir / "crds", "Kueue")
         webhook, self.health_port, metrics = free_ports(3)
         certs = self.dir / "webhook"
         pki.serving_pair(self.run.pki, "kueue-webhook", certs / "tls.crt", certs / "tls.key")
@@ -135,66 +112,12 @@ class KueueManager:
             external=self.external,
             pods_ready_timeout=self.pods_ready_timeout,
         )
-        path = self.dir / "config.yaml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        argv = [
-            str(self.bin_dir / "kueue"),
-            f"--config={path}",
-            f"--kubeconfig={self.run.kubeconfig}",
-            "--zap-log-level=2",
-        ]
-        self.proc = spawn("kueue", argv, self.run.logs)
-        self._await_ready(timeout)
+        binary, config_file = self.bin_dir / "kueue", self.dir / "config.yaml"
+        self.proc = host_manager.spawn_manager(self.run, "kueue", binary, config, config_file)
+        host_manager.await_ready(self.proc, self.health_port, timeout, "Kueue")
         manifests = (self.config_dir / "webhooks.yaml").read_text()
         ca = self.run.pki.ca_crt.read_bytes()
-        for api_path, body in webhook_configurations(manifests, webhook, ca):
-            api.apply(api_path, body, field_manager=FIELD_MANAGER)
-            self.webhooks.append(api_path)
-
-    def stop(self, api: KubeApi) -> None:
-        """Its webhooks go first: left behind, they would refuse what they cover (Fail)."""
-        for api_path in self.webhooks:
-            api.delete(api_path)
-        self.webhooks.clear()
-        if self.proc is not None:
-            terminate(self.proc.pid)
-            self.proc = None
-
-    def _install_crds(self, api: KubeApi) -> None:
-        names = []
-        for crd_file in sorted((self.config_dir / "crds").glob("*.yaml")):
-            body = yaml.safe_load(crd_file.read_text())
-            name = body["metadata"]["name"]
-            api.apply(f"{_CRDS}/{name}", body, field_manager=FIELD_MANAGER)
-            names.append(name)
-
-        def established() -> bool:
-            return all(_established(api.get(f"{_CRDS}/{name}")) for name in names)
-
-        wait_until(established, 60, "Kueue's CRDs to be Established")
-
-    def _await_ready(self, timeout: float) -> None:
-        proc = self.proc
-        assert proc is not None
-        url = f"http://127.0.0.1:{self.health_port}/readyz"
-
-        def ready() -> bool:
-            if proc.process.poll() is not None:
-                raise RuntimeError(
-                    f"kueue exited with {proc.process.returncode}:\n{tail(proc.log)}"
-                )
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    return bool(resp.status == 200)
-            except OSError:
-                return False
-
-        wait_until(ready, timeout, "Kueue's manager to be ready")
-
-
-def _established(crd: dict[str, Any]) -> bool:
-    conditions = crd.get("status", {}).get("conditions", [])
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        self.register_webhooks(api, webhook_configurations(manifests, webhook, ca))
 
 
 def _write_metrics_certs(run: RunDir) -> None:
