@@ -15,6 +15,16 @@ detects; a finding on a no-fault trace, or before the onset, is a false restart,
 Recall counts detections within two windows (2 x 5 min, the stall timeout and the prefix window)
 of the onset; the delay is from the onset. The simulator's no-fault scenarios
 (bench/operating_point.py, rljob.dev.engine_physics) run four engines each, sampled every 30 s.
+
+Host memory (`memory_growth`) is simulated everywhere: the real-core traces' memory column is
+bench/vllm_core's HostMemory, and the simulator's engines read rljob.dev.host_memory's model as
+their pod's working set. A 20-minute trace is shorter than the detector's warm-up and its
+first bucket, so its EngineMemoryGrowth decision rests on the simulator: four engines, one of
+them leaking 1, 2 or 4 GiB/h from hour 2 (sync RL sleeping at level 1 between batches, and
+async RL), plus two no-fault memory shapes (the pinned weight copies a wake after hour 3 keeps,
+vllm #16663; a vLLM without the sleep gauge, its asleep readings read as awake). Its recall
+counts a detection within the time the leak takes to reach the threshold (max(25 % of the
+baseline, 2 GiB) at its rate) plus an hour (the warm-up's bucket and the tolerance's lag).
 """
 
 from __future__ import annotations
@@ -25,18 +35,28 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from bench.operating_point import MIX
 from bench.operating_point import scenarios as simulated_scenarios
 from rljob.api.spec import Health
-from rljob.dev.engine_physics import PhysicalEngine
+from rljob.dev.engine_physics import (
+    DEFAULT_HARDWARE,
+    Driver,
+    MemoryGrowth,
+    PhysicalEngine,
+    PhysicalProfile,
+)
+from rljob.dev.host_memory import GIB, HostMemory
 from rljob.health import DriftConfig, EngineStallConfig, EngineStallDetector, KVDriftDetector
 from rljob.health.causes import (
     KVLeakConfig,
     KVLeakDetector,
+    MemoryGrowthConfig,
+    MemoryGrowthDetector,
     PrefixCollapseConfig,
     PrefixCollapseDetector,
 )
@@ -46,11 +66,12 @@ from rljob.health.evaluation import (
     KV_DRIFT,
     KV_FRAGMENTATION,
     KV_LEAK,
+    MEMORY_GROWTH,
     PREFIX_COLLAPSE,
     Evaluation,
 )
 from rljob.health.profiles import engine_samples
-from rljob.health.profiles.signals import Series
+from rljob.health.profiles.signals import MEMORY_WORKING_SET, Series
 from rljob.health.profiles.workloads import VLLM
 from rljob.health.samples import MIN_SPACING_INTERVALS, EngineSample
 from rljob.reconcile.policy import Failure
@@ -70,14 +91,25 @@ WINDOW = 5 * MINUTE
 STALENESS = 15.0
 POD = "rollout-0"
 SHORT_DRIFT = DriftConfig(window=WINDOW, warmup=3 * MINUTE, interval=INTERVAL)
-DETECTORS = (ENGINE_STALL, KV_LEAK, PREFIX_COLLAPSE, KV_DRIFT, KV_FRAGMENTATION)
-NEW_CAUSES = (KV_LEAK, PREFIX_COLLAPSE, ENGINE_STALL)
+DETECTORS = (ENGINE_STALL, KV_LEAK, PREFIX_COLLAPSE, MEMORY_GROWTH, KV_DRIFT, KV_FRAGMENTATION)
+NEW_CAUSES = (KV_LEAK, PREFIX_COLLAPSE, ENGINE_STALL, MEMORY_GROWTH)
 # Which detector a fault is for, and the cause it should name (the stall's evidence `cause`).
+MEMORY_FAULT = "memory-growth"
 EXPECTED = {
     "leak": (KV_LEAK, "KVCacheLeak"),
     "prefix-collapse": (PREFIX_COLLAPSE, "PrefixCacheCollapse"),
     "frozen": (ENGINE_STALL, "page_frozen"),
+    MEMORY_FAULT: (MEMORY_GROWTH, "EngineMemoryGrowth"),
 }
+# Causes decided on the simulator's fault rows only: host memory is simulated everywhere, and a
+# real-core trace is shorter than the detector's warm-up.
+SIMULATED_ONLY = frozenset({MEMORY_FAULT})
+# The real-core traces' simulated columns, read as the signal they stand for.
+SIMULATED_COLUMNS = {MEMORY_WORKING_SET: "sim:container_memory_working_set_bytes"}
+MEMORY = MemoryGrowthConfig.from_health(HEALTH)
+LEAK_RATES = (1.0, 2.0, 4.0)  # GiB/h
+LEAK_ONSET = 2 * HOUR
+VICTIM = "rollout-3"
 # The real-core scenarios in the table's order: the no-fault matrix first.
 ORDER = (
     "rl",
@@ -108,6 +140,7 @@ def detectors(names: Sequence[str] = DETECTORS) -> dict[str, Detector]:
         ENGINE_STALL: lambda: EngineStallDetector(EngineStallConfig.from_health(HEALTH)),
         KV_LEAK: lambda: KVLeakDetector(KVLeakConfig.from_health(HEALTH)),
         PREFIX_COLLAPSE: lambda: PrefixCollapseDetector(PrefixCollapseConfig.from_health(HEALTH)),
+        MEMORY_GROWTH: lambda: MemoryGrowthDetector(MEMORY),
         KV_DRIFT: lambda: KVDriftDetector(SHORT_DRIFT),
         KV_FRAGMENTATION: lambda: FragmentationDetector(SHORT_DRIFT),
     }
@@ -165,7 +198,7 @@ def page_series(trace: Trace, phase: float, until: float) -> dict[str, list[Seri
     ]
     series: dict[str, list[Series]] = {}
     for name, signal in VLLM.signals().items():
-        key = _row_key(signal.metric, signal.matchers)
+        key = SIMULATED_COLUMNS.get(name, _row_key(signal.metric, signal.matchers))
         points = tuple((float(r["t"]), float(r[key])) for r in rows if key in r)
         if points:
             series[name] = [Series(signal.matchers, points)]
@@ -190,8 +223,17 @@ def _named(evaluation: Evaluation) -> str:
     return str(evaluation.reason) if evaluation.reason else ""
 
 
-def _judge(outcome: Outcome, evaluation: Evaluation, onset: float | None, now: float) -> None:
-    if onset is not None and now >= onset:
+def _judge(
+    outcome: Outcome,
+    evaluation: Evaluation,
+    onset: float | None,
+    now: float,
+    victims: Collection[str] | None = None,
+) -> None:
+    """A finding after the onset on a victim (None: every target is) detects; any other is a
+    false restart."""
+    victim = victims is None or evaluation.target in victims
+    if onset is not None and now >= onset and victim:
         if outcome.found_at is None:
             outcome.found_at, outcome.named = now, _named(evaluation)
         return
@@ -203,12 +245,13 @@ def _round(
     outcomes: dict[str, Outcome],
     onset: float | None,
     now: float,
+    victims: Collection[str] | None = None,
 ) -> None:
     for name, detector in found.items():
         for evaluation in detector.evaluate(now):
             outcomes[name].judged += evaluation.outcome != "insufficient_data"
             if evaluation.is_finding:
-                _judge(outcomes[name], evaluation, onset, now)
+                _judge(outcomes[name], evaluation, onset, now, victims)
                 detector.note_restart(evaluation.target, now)
 
 
@@ -237,16 +280,50 @@ def replay(trace: Trace, phase: float, names: Sequence[str] = DETECTORS) -> dict
 
 
 def simulated(hours: float, seeds: int) -> Iterator[tuple[str, list[dict[str, Outcome]]]]:
-    """The operating-point matrix's no-fault scenarios through the stall and cause detectors."""
+    """The operating-point matrix's no-fault scenarios, and the no-fault memory shapes, through
+    the stall and cause detectors."""
     for kind in ("sync", "async"):
         for scenario in simulated_scenarios(kind):
             if scenario.victims:
                 continue
             runs = [_simulate(scenario.profiles, seed, hours * HOUR) for seed in range(seeds)]
             yield f"{kind} {scenario.name}", runs
+    for name, profiles, unknown_sleep in memory_shapes():
+        runs = [
+            _simulate(profiles, seed, hours * HOUR, unknown_sleep=unknown_sleep)
+            for seed in range(seeds)
+        ]
+        yield name, runs
 
 
-def _simulate(profiles: dict[str, Any], seed: int, duration: float) -> dict[str, Outcome]:
+def physical_profile(kind: str, index: int) -> PhysicalProfile:
+    """bench.operating_point's engine: its mix, its driver started `index` x 37 s late."""
+    driver = Driver(kind="async" if kind == "async" else "sync", offset=index * 37.0)
+    return PhysicalProfile(hardware=DEFAULT_HARDWARE, mix=MIX, driver=driver)
+
+
+def memory_shapes() -> list[tuple[str, dict[str, PhysicalProfile], bool]]:
+    """No-fault host memory the detector must not take for a leak: sync RL whose wake after
+    hour 3 leaves the pinned weight copies in PyTorch's host cache for good (vllm #16663), and
+    sync RL on a vLLM without the sleep gauge (before 0.11.1), whose asleep readings, the
+    weights in host memory, read as awake."""
+    fleet = {f"rollout-{i}": physical_profile("sync", i) for i in range(4)}
+    kept = {name: replace(p, memory_pinned_from=3 * HOUR) for name, p in fleet.items()}
+    return [
+        ("sync, a wake keeps the pinned weights (3 h)", kept, False),
+        ("sync without a sleep gauge", fleet, True),
+    ]
+
+
+def _simulate(
+    profiles: dict[str, Any],
+    seed: int,
+    duration: float,
+    *,
+    onset: float | None = None,
+    victims: Collection[str] | None = None,
+    unknown_sleep: bool = False,
+) -> dict[str, Outcome]:
     engines = {name: PhysicalEngine(p, seed=f"{seed}:{name}") for name, p in profiles.items()}
     found = detectors(NEW_CAUSES)
     outcomes = {name: Outcome() for name in found}
@@ -254,11 +331,49 @@ def _simulate(profiles: dict[str, Any], seed: int, duration: float) -> dict[str,
         now = index * INTERVAL
         for name, engine in engines.items():
             sample = engine.sample(now)
+            if sample is not None and unknown_sleep:
+                sample = replace(sample, sleeping=None)
             if sample is not None:
                 for detector in found.values():
                     detector.observe(name, sample)
-        _round(found, outcomes, None, now)
+        _round(found, outcomes, onset, now, victims)
     return outcomes
+
+
+def leak_deadline(gib_per_hour: float) -> float:
+    """From the onset, when a leak of `gib_per_hour` must have been found: the time it takes to
+    reach the threshold on the simulated 40 GiB baseline, plus an hour."""
+    threshold = MEMORY.threshold(HostMemory().base_bytes) / GIB
+    return threshold / gib_per_hour * HOUR + HOUR
+
+
+def memory_rows(seeds: int) -> list[Row]:
+    """One engine of four leaking host memory from LEAK_ONSET, at each rate of LEAK_RATES, in
+    sync and async RL: its detection, and the false restarts of all four."""
+    rows = []
+    for kind in ("sync", "async"):
+        for rate in LEAK_RATES:
+            started = time.monotonic()
+            fleet = {f"rollout-{i}": physical_profile(kind, i) for i in range(4)}
+            fleet[VICTIM] = replace(
+                fleet[VICTIM], memory_growth=MemoryGrowth(start=LEAK_ONSET, gib_per_hour=rate)
+            )
+            deadline = leak_deadline(rate)
+            duration = LEAK_ONSET + deadline + 2 * HOUR
+            runs = [
+                _simulate(fleet, seed, duration, onset=LEAK_ONSET, victims=(VICTIM,))
+                for seed in range(seeds)
+            ]
+            cells = {
+                d: cell([run[d] for run in runs], LEAK_ONSET, True, deadline=deadline)
+                for d in NEW_CAUSES
+            }
+            name = f"{kind}, 1 of 4 engines leaks {rate:g} GiB/h"
+            replicates = f"seeds 0..{seeds - 1}, {duration / HOUR:.0f} h"
+            rows.append(Row(name, "simulator", replicates, MEMORY_FAULT, cells))
+            took = time.monotonic() - started
+            print(f"  {name}: {_cells_text(cells)} ({took:.1f} s)", flush=True)
+    return rows
 
 
 # ---------------------------------------------------------------- the matrix
@@ -266,7 +381,8 @@ def _simulate(profiles: dict[str, Any], seed: int, duration: float) -> dict[str,
 
 @dataclass
 class Cell:
-    """One detector on one scenario over its replicates."""
+    """One detector on one scenario over its replicates; a detection counts within `deadline`
+    of the onset."""
 
     replicates: int
     fault: bool
@@ -274,10 +390,11 @@ class Cell:
     named: list[str] = field(default_factory=list)
     false_restarts: int = 0
     judged: int = 0
+    deadline: float = 2 * WINDOW
 
     @property
     def in_time(self) -> int:
-        return sum(1 for delay in self.delays if delay <= 2 * WINDOW)
+        return sum(1 for delay in self.delays if delay <= self.deadline)
 
     @property
     def recall(self) -> float | None:
@@ -287,14 +404,20 @@ class Cell:
         if not self.judged:
             return "not judged"
         recall = "-" if self.recall is None else f"{self.recall:.0%}"
-        delay = "-" if not self.delays else f"{statistics.median(self.delays) / MINUTE:.1f} min"
+        delay = "-" if not self.delays else _duration(statistics.median(self.delays))
         names = sorted(set(self.named))
         said = f" ({', '.join(names)})" if names and self.fault else ""
         return f"{recall} / {delay} / {self.false_restarts}{said}"
 
 
-def cell(outcomes: list[Outcome], onset: float | None, fault: bool) -> Cell:
-    result = Cell(replicates=len(outcomes), fault=fault)
+def _duration(seconds: float) -> str:
+    return f"{seconds / HOUR:.1f} h" if seconds >= 2 * HOUR else f"{seconds / MINUTE:.1f} min"
+
+
+def cell(
+    outcomes: list[Outcome], onset: float | None, fault: bool, deadline: float = 2 * WINDOW
+) -> Cell:
+    result = Cell(replicates=len(outcomes), fault=fault, deadline=deadline)
     for outcome in outcomes:
         result.false_restarts += outcome.false_restarts
         result.judged += outcome.judged
@@ -383,19 +506,26 @@ def decisions(rows: list[Row]) -> dict[str, tuple[str, str]]:
     result = {}
     for fault, (detector, named) in EXPECTED.items():
         false = sum(row.cells[detector].false_restarts for row in rows if detector in row.cells)
-        faulty = [row.cells[detector] for row in rows if row.fault == fault]
+        simulated_only = fault in SIMULATED_ONLY
+        faulty = [
+            row.cells[detector]
+            for row in rows
+            if row.fault == fault and (row.source == "simulator" or not simulated_only)
+        ]
         replicates = sum(c.replicates for c in faulty)
         right = sum(
             1
             for c in faulty
             for delay, said in zip(c.delays, c.named, strict=True)
-            if delay <= 2 * WINDOW and said == named
+            if delay <= c.deadline and said == named
         )
         recall = right / replicates if replicates else 0.0
         action = "RestartPod" if false == 0 and recall >= 0.9 else "Report"
         why = (
             f"{false} false restarts, recall {recall:.0%} naming {named} ({replicates} replicates)"
         )
+        if simulated_only:
+            why += "; simulated host memory only (rljob.dev.host_memory)"
         result[f"{detector} ({named})"] = (action, why)
     return result
 
@@ -408,7 +538,10 @@ def table(rows: list[Row]) -> str:
         "no verdict on any replicate. "
         "`kv_drift` and `kv_fragmentation` at a 5-minute window and 3-minute warm-up; the "
         "simulator's rows run the stall and cause detectors only (the table above has the drift "
-        "detectors on them).",
+        "detectors on them). `memory_growth` reads simulated host memory on every row (the "
+        "real-core traces' memory column is bench/vllm_core's, not vLLM's); on the leak rows its "
+        "recall counts detections within the time the leak takes to reach the threshold plus an "
+        "hour, and their false restarts are findings on the three engines that do not leak.",
         "",
         "| source | scenario | fault | replicates | "
         + " | ".join(f"`{d}`" for d in DETECTORS)
@@ -452,8 +585,9 @@ def section(rows: list[Row], took: float, notes: str) -> str:
         f"{MARKER}\n\n"
         "Written by `python -m bench.engine_causes` (its docstring says how each cell is "
         "counted; bench/vllm_core/README.md what the traces are). Issue 32: leaked KV capacity "
-        "(`kv_leak`), a prefix-cache collapse at a steady prompt mix (`prefix_collapse`) and a "
-        "frozen page named by `engine_stall`, beside today's detectors. "
+        "(`kv_leak`), a prefix-cache collapse at a steady prompt mix (`prefix_collapse`), a "
+        "frozen page named by `engine_stall` and host memory growth (`memory_growth`, simulated), "
+        "beside today's detectors. "
         f"{notes}Took {took:.0f} s on one core.\n\n"
         f"{table(rows)}\n\n{decision_text(rows)}\n\n{END_MARKER}\n"
     )
@@ -485,6 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = real_rows(traces)
     if not args.no_sim:
         rows += sim_rows(args.sim_hours, args.sim_seeds)
+        rows += memory_rows(args.sim_seeds)
     took = time.monotonic() - started
     notes = _notes(traces)
     text = section(rows, took, notes)

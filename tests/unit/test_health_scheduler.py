@@ -428,7 +428,7 @@ async def test_source_down_makes_every_evaluation_insufficient() -> None:
     rounds = bed.recorder.for_job(("ns1", "dark"))
     assert len(rounds) == 82
     for _, evaluations in rounds:
-        assert len(evaluations) == 4 * 5 + 1 + 1 + 2  # engines, trainer, verifier, canaries
+        assert len(evaluations) == 4 * 6 + 1 + 1 + 2  # engines, trainer, verifier, canaries
         assert {e.outcome for e in evaluations} == {INSUFFICIENT_DATA}
         assert all("connection refused" in e.message for e in evaluations)
         assert all("source_error" in e.evidence for e in evaluations)
@@ -533,7 +533,7 @@ async def test_pods_that_left_are_forgotten_and_new_pods_are_reported_missing() 
     await bed.run_until(15)
     last = bed.recorder.for_job(("ns1", "churn"))[-1][1]
     targets = Counter(e.target for e in last)
-    assert targets == {"churn-rollout-0": 5, "churn-rollout-9": 5}  # five engine detectors
+    assert targets == {"churn-rollout-0": 6, "churn-rollout-9": 6}  # six engine detectors
     missing = [e for e in last if e.target == "churn-rollout-9"]
     assert all(
         e.outcome == INSUFFICIENT_DATA and "no vllm:generation_tokens_total" in e.message

@@ -150,8 +150,17 @@ async def test_one_query_per_signal_for_all_pods_of_all_jobs() -> None:
     def answer(form: dict[str, str]) -> Any:
         name = re.search(r'__name__="([^"]+)"', form["query"])
         assert name is not None
+        # As Prometheus answers: the selector's exact matchers hold on every series.
+        exact = dict(re.findall(r'([a-z_]+)="([^"]*)"', form["query"]))
+        labels = {k: v for k, v in exact.items() if k != "__name__"}
         result = [
-            item(pod, [[100.0, "1"], [101.5, "2"]], namespace=namespace, __name__=name.group(1))
+            item(
+                pod,
+                [[100.0, "1"], [101.5, "2"]],
+                namespace=namespace,
+                __name__=name.group(1),
+                **labels,
+            )
             for namespace in ("ns1", "ns2")
             for pod in ("a", "b", "c")
         ]
@@ -180,6 +189,34 @@ async def test_one_query_per_signal_for_all_pods_of_all_jobs() -> None:
     sleep = collected[SLEEP]
     assert isinstance(sleep, dict)
     assert set(sleep) == {("ns1", "a")}
+
+
+WORKING_SET = Signal(
+    "memory_working_set", "container_memory_working_set_bytes", (("container", ""),)
+)
+
+
+async def test_an_empty_matcher_selects_the_series_without_the_label() -> None:
+    """cAdvisor's pod cgroup series has container="", which Prometheus stores as no label: the
+    selector asks for container="" and the answer's series without the label are kept, those
+    of the pod's containers (should an answer carry them) dropped as unmatched."""
+    answer = matrix(
+        item("a", [[100.0, "1000"]], __name__=WORKING_SET.metric, id="/kubepods/pod1"),
+        item("a", [[100.0, "600"]], __name__=WORKING_SET.metric, container="vllm"),
+        item("a", [[100.0, "700"]], __name__=WORKING_SET.metric, container=""),
+    )
+    recorder = Recorder(lambda form: answer)
+    async with serve(recorder.routes()) as url:
+        source = PrometheusSource(url)
+        collected = await source.collect({WORKING_SET: {"ns1": {"a"}}}, lookback=45, at=1000.0)
+        await source.close()
+    assert 'container=""' in recorder.forms[0]["query"]
+    data = collected[WORKING_SET]
+    assert isinstance(data, dict)
+    assert sorted(s.points[0][1] for s in data["ns1", "a"]) == [700.0, 1000.0]
+    assert WORKING_SET.matches({"id": "/kubepods/pod1"})
+    assert not WORKING_SET.matches({"container": "vllm"})
+    assert SLEEP.matches({"sleep_state": "awake"}) and not SLEEP.matches({})
 
 
 async def test_garbage_in_an_answer_is_dropped_and_counted() -> None:

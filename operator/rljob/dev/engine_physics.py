@@ -24,7 +24,9 @@ H100 bandwidth and FLOPS, and published vLLM benchmark figures. Modelling choice
 mix and driver defaults, the additive step, half a block wasted per sequence, the preemption
 probability (0.02 a finished request, x (1 + 20 loss), x response / 2,048 tokens), cache
 survival (1 - loss)^2, 3% multiplicative noise, prefill not shortened by prefix hits, no
-recompute cost for preemptions, and no prefill burst when a sync batch arrives.
+recompute cost for preemptions, and no prefill burst when a sync batch arrives. Host memory
+(the pod's working set) is rljob.dev.host_memory's model: a base, the weights while asleep, the
+running batch's state, and the `MemoryGrowth` fault's leak.
 """
 
 from rljob.dev.physics.engine import Phase, PhysicalEngine, physical_fleet
@@ -34,6 +36,7 @@ from rljob.dev.physics.workload import (
     DEFAULT_MIX,
     Driver,
     Fragmentation,
+    MemoryGrowth,
     PhysicalProfile,
     RequestMix,
     Shifts,
@@ -45,6 +48,7 @@ __all__ = [
     "Driver",
     "Fragmentation",
     "Hardware",
+    "MemoryGrowth",
     "OperatingPoint",
     "Phase",
     "PhysicalEngine",

@@ -13,6 +13,8 @@ from rljob.api.status import EngineHealth
 from rljob.health.causes import (
     KVLeakConfig,
     KVLeakDetector,
+    MemoryGrowthConfig,
+    MemoryGrowthDetector,
     PrefixCollapseConfig,
     PrefixCollapseDetector,
 )
@@ -24,6 +26,7 @@ from rljob.health.evaluation import (
     KV_DRIFT,
     KV_FRAGMENTATION,
     KV_LEAK,
+    MEMORY_GROWTH,
     PREFIX_COLLAPSE,
     Evaluation,
 )
@@ -33,7 +36,7 @@ from rljob.health.stall import EngineStallConfig, EngineStallDetector
 from rljob.vocabulary.enums import EngineExporter, RoleName
 
 # The detectors every engine group runs (evaluation.py's names).
-DETECTORS = (KV_DRIFT, KV_FRAGMENTATION, ENGINE_STALL, KV_LEAK, PREFIX_COLLAPSE)
+DETECTORS = (KV_DRIFT, KV_FRAGMENTATION, ENGINE_STALL, KV_LEAK, PREFIX_COLLAPSE, MEMORY_GROWTH)
 # Group keys: what the monitor's queries, feeds and failures are keyed by.
 ROLLOUT_ENGINES = "rollout"
 GANG_ENGINES = "trainer-engines"
@@ -51,6 +54,7 @@ class EngineGroup:
         self.stall = EngineStallDetector(EngineStallConfig.from_health(health))
         self.leak = KVLeakDetector(KVLeakConfig.from_health(health))
         self.prefix = PrefixCollapseDetector(PrefixCollapseConfig.from_health(health))
+        self.memory = MemoryGrowthDetector(MemoryGrowthConfig.from_health(health))
         self.metrics: EngineMetrics | None = None
         self.error = ""
         self.pods: tuple[str, ...] = ()
@@ -65,6 +69,7 @@ class EngineGroup:
         self.stall.retain(self.pods)
         self.leak.retain(self.pods)
         self.prefix.retain(self.pods)
+        self.memory.retain(self.pods)
         self.seen &= set(self.pods)
 
     def observe(self, pod: str, sample: EngineSample) -> None:
@@ -74,6 +79,7 @@ class EngineGroup:
         self.stall.observe(pod, sample)
         self.leak.observe(pod, sample)
         self.prefix.observe(pod, sample)
+        self.memory.observe(pod, sample)
 
     def evaluate(self, now: float) -> list[Evaluation]:
         """Every detector's evaluations of the group's engines, in DETECTORS order."""
@@ -83,6 +89,7 @@ class EngineGroup:
             + self.stall.evaluate(now)
             + role_wide(self.leak.evaluate(now), self.pods)
             + role_wide(self.prefix.evaluate(now), self.pods)
+            + role_wide(self.memory.evaluate(now), self.pods)
         )
 
     def summaries(self, now: float) -> list[EngineHealth]:
@@ -98,6 +105,7 @@ class EngineGroup:
         self.stall.note_restart(pod, at)
         self.leak.note_restart(pod, at)
         self.prefix.note_restart(pod, at)
+        self.memory.note_restart(pod, at)
 
 
 def _profile(spec: RolloutRole | GangEngines | None) -> tuple[EngineMetrics | None, str]:

@@ -22,6 +22,8 @@ ENGINE_STALL = "engine_stall"
 # Causes named from an engine's own page (docs/architecture.md section 7, issue 32).
 KV_LEAK = "kv_leak"
 PREFIX_COLLAPSE = "prefix_collapse"
+# Host memory growing steadily while the engine serves (health/causes/memory.py).
+MEMORY_GROWTH = "memory_growth"
 TRAINER_STALL = "trainer_stall"
 VERIFIER_LATENCY = "verifier_latency"
 CONTAINER_RESTARTS = "container_restarts"

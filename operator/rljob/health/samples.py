@@ -24,6 +24,10 @@ MAX_GAP_INTERVALS = 3.0
 # Samples closer together than this share of the evaluation interval are thinned out, so a fast
 # scrape cannot outgrow a ring sized for the window.
 MIN_SPACING_INTERVALS = 0.8
+# EngineSample.memory_signal: the pod cgroup's working set (cAdvisor, through Prometheus), or
+# the engine process tree's resident memory (the rljob SDK's gauge on a plugin page).
+WORKING_SET_MEMORY = "working_set"
+PROCESS_TREE_MEMORY = "process_tree_rss"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,10 @@ class EngineSample:
     finished_generation_tokens_total: float | None = None
     token_latency_seconds_total: float | None = None
     token_latency_count_total: float | None = None
+    # Host memory of the engine's pod or processes (bytes) and which signal it came from
+    # (WORKING_SET_MEMORY or PROCESS_TREE_MEMORY); None: neither is exported.
+    memory_bytes: float | None = None
+    memory_signal: str | None = None
 
     @property
     def serving(self) -> bool:
@@ -123,6 +131,7 @@ def _clean(sample: EngineSample) -> bool:
         sample.finished_generation_tokens_total,
         sample.token_latency_seconds_total,
         sample.token_latency_count_total,
+        sample.memory_bytes,
     )
     flags = (sample.sleeping, sample.paused)
     return (
@@ -159,6 +168,8 @@ def sanitize_sample(sample: EngineSample) -> EngineSample | None:
         finished_generation_tokens_total=_optional(sample.finished_generation_tokens_total),
         token_latency_seconds_total=_optional(sample.token_latency_seconds_total),
         token_latency_count_total=_optional(sample.token_latency_count_total),
+        memory_bytes=_optional(sample.memory_bytes),
+        memory_signal=sample.memory_signal if _plausible(sample.memory_bytes) else None,
     )
 
 

@@ -52,7 +52,10 @@ PAGE_FROZEN_CAUSE = "page_frozen"
 KV_WEDGED_CAUSE = "kv_wedged"
 NO_PROGRESS_CAUSE = "no_progress"
 # Every value of a sample but its time: equal in consecutive samples, the page did not change.
-_PAGE_FIELDS = tuple(f.name for f in fields(EngineSample) if f.name != "t")
+# The engine's own page: memory comes from elsewhere (cAdvisor, the SDK's process gauge) and
+# keeps changing while the page is frozen.
+_NOT_FROM_THE_PAGE = frozenset({"t", "memory_bytes", "memory_signal"})
+_PAGE_FIELDS = tuple(f.name for f in fields(EngineSample) if f.name not in _NOT_FROM_THE_PAGE)
 
 
 def _page(sample: EngineSample) -> tuple[object, ...]:

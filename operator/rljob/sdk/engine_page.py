@@ -9,8 +9,12 @@ a Ray actor serves that registry: this does, on the first free port of
 RLJOB_ENGINE_METRICS_PORT .. + RLJOB_ENGINE_METRICS_PAGES - 1, so several engine processes in
 one pod never clash (a bind is atomic: the loser takes the next port). Each page's samples carry
 `rljob_engine_page="<offset>"`, so two processes' `engine="0"` series stay apart when the
-operator merges a pod's pages. Without RLJOB_ENGINE_METRICS_PORT (set by the operator for
-`engines.exporter: plugin`) nothing is served: an image with the SDK installed behaves as before.
+operator merges a pod's pages. Beside vLLM's registry each page serves the SDK's
+`rljob_engine_process_tree_resident_bytes` (rljob.sdk.process_memory), the resident memory of
+the engine process and its descendants (the engine core, the workers), read from /proc at each
+scrape, for the operator's memory-growth detector. Without RLJOB_ENGINE_METRICS_PORT (set by the
+operator for `engines.exporter: plugin`) nothing is served: an image with the SDK installed
+behaves as before.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rljob.sdk.process_memory import ProcessTreeMemory
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -52,10 +58,15 @@ def page_ports(env: dict[str, str] | os._Environ[str]) -> range:
     return range(port, min(port + pages, 65536))
 
 
-class Relabelled:
-    """A collector that gives every sample of `source` one more label."""
+class _Source(Protocol):
+    def collect(self) -> Iterable[Metric]: ...
 
-    def __init__(self, source: CollectorRegistry, name: str, value: str) -> None:
+
+class Relabelled:
+    """A collector that gives every sample of `source` (a registry or a collector) one more
+    label."""
+
+    def __init__(self, source: _Source, name: str, value: str) -> None:
         self._source, self._name, self._value = source, name, value
 
     def collect(self) -> Iterable[Metric]:
@@ -93,7 +104,9 @@ def serve(
         ports = page_ports(os.environ)
         for port in ports:
             page = CollectorRegistry(auto_describe=False)
-            page.register(Relabelled(source or REGISTRY, PAGE_LABEL, str(port - ports.start)))
+            offset = str(port - ports.start)
+            page.register(Relabelled(source or REGISTRY, PAGE_LABEL, offset))
+            page.register(Relabelled(ProcessTreeMemory(), PAGE_LABEL, offset))
             try:
                 start(port, page)
             except OSError:

@@ -81,6 +81,9 @@ class FailureReason(StrEnum):
     # full cache with nothing running), and prefix-cache hits collapsing at a steady prompt mix.
     KV_CACHE_LEAK = "KVCacheLeak"
     PREFIX_CACHE_COLLAPSE = "PrefixCacheCollapse"
+    # A rollout engine's host memory (its pod's working set or its processes' resident memory)
+    # rising steadily while it serves: a leak a restart gives back.
+    ENGINE_MEMORY_GROWTH = "EngineMemoryGrowth"
     NCCL_TIMEOUT = "NCCLTimeout"
     NCCL_NETWORK_ERROR = "NCCLNetworkError"
     CUDA_OUT_OF_MEMORY = "CUDAOutOfMemory"

@@ -218,6 +218,7 @@ def test_a_failed_signal_feeds_nothing_of_its_role_and_the_other_roles_go_on() -
         "engine_stall",
         "kv_leak",
         "prefix_collapse",
+        "memory_growth",
     }
     why = "metrics source http://prom:9090: HTTP 500: down"
     assert {(e.outcome, e.evidence["source_error"]) for e in rollout} == {(INSUFFICIENT_DATA, why)}
@@ -232,8 +233,8 @@ def test_a_source_error_makes_every_evaluation_insufficient_and_feeds_nothing() 
     monitor = monitor_of(make_job("dark"), [Pod("dark-rollout-0", ROLLOUT), trainer])
     answers = trainer_answers(trainer.name, 10.0, 7.0)
     evaluations = evaluate(monitor, monitor.targets(), answers, "connection refused", 10.0)
-    # Five engine detectors on the rollout pod, the trainer stall detector and two canaries.
-    assert len(evaluations) == 8
+    # Six engine detectors on the rollout pod, the trainer stall detector and two canaries.
+    assert len(evaluations) == 9
     assert {e.outcome for e in evaluations} == {INSUFFICIENT_DATA}
     assert all("connection refused" in e.message for e in evaluations)
     assert monitor.trainer_readings == {}

@@ -17,10 +17,12 @@ from rljob.health.profiles import (
     GENERATION_TOKENS,
     GENERATION_TOKENS_AT_FINISH,
     KV_CACHE_USAGE,
+    MEMORY_WORKING_SET,
     PAUSED_REQUESTS,
     PREEMPTIONS,
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,
+    PROCESS_TREE_RSS,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     SGLANG,
@@ -80,6 +82,10 @@ def test_vllm_names_are_the_designs() -> None:
         "vllm:time_per_output_token_seconds_count",
         # The rljob SDK's engine-side gauge: drains and the policy-current gate read it.
         "rljob_engine_policy_generation",
+        # Host memory for the memory-growth detector: the pod cgroup's working set (cAdvisor,
+        # through Prometheus) and the SDK plugin page's process-tree RSS.
+        "container_memory_working_set_bytes",
+        "rljob_engine_process_tree_resident_bytes",
     }
     sleep = VLLM.signals()[SLEEP_STATE]
     assert sleep.matchers == (("sleep_state", "awake"),)
@@ -127,6 +133,8 @@ def test_custom_engine_uses_metric_names_and_overrides_apply_to_builtins() -> No
         REQUESTS_WAITING,
         SLEEP_STATE,
         ENGINE_POLICY_GENERATION,
+        MEMORY_WORKING_SET,
+        PROCESS_TREE_RSS,
     }
     overridden = engine_metrics(role(metricNames={"requestsWaiting": "vllm:waiting_by_me"}))
     assert overridden.requests_waiting == "vllm:waiting_by_me"

@@ -7,7 +7,11 @@ from rljob.api.roles import EngineMetricNames
 from rljob.health.job_diagnosis import DIAGNOSIS_ROLE
 from rljob.health.monitor import ROLLOUT, TRAINER_ROLE, pods_by_role
 from rljob.health.profiles import VLLM, Signal
-from rljob.health.profiles.signals import ENGINE_POLICY_GENERATION
+from rljob.health.profiles.signals import (
+    ENGINE_POLICY_GENERATION,
+    MEMORY_WORKING_SET,
+    PROCESS_TREE_RSS,
+)
 from tests.unit.health.test_monitor import PROM, Pod, make_job, monitor_of
 
 TRAINER_POD = Pod("j-trainer-0", TRAINER_ROLE, attempt=1)
@@ -48,6 +52,9 @@ def test_required_signals_leave_out_the_diagnosis_and_the_optional_engine_signal
     diagnosis = set(monitor.role_queries(monitor.targets())[DIAGNOSIS_ROLE])
     assert diagnosis <= set(plan.optional)
     assert ENGINE_POLICY_GENERATION in {s.name for s in plan.optional}
+    # Host memory: one more Prometheus query each per round and source, never required (an
+    # engine without it is insufficient data for memory_growth only).
+    assert {MEMORY_WORKING_SET, PROCESS_TREE_RSS} <= {s.name for s in plan.optional}
     assert not set(plan.required) & set(plan.optional)
     everything = {s for _, signals in plan.asked for s in signals}
     assert set(plan.required) | set(plan.optional) == everything

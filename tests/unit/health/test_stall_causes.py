@@ -5,6 +5,7 @@ or no progress; the reason stays EngineStalled."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -45,6 +46,11 @@ CASES = [
         lambda t: sample(t, running=0, waiting=3, usage=0.0),
         "page_frozen",
         id="every-value-repeats-with-a-queue",  # vllm #39863's page: 0 running, 3 waiting, 0 %
+    ),
+    pytest.param(
+        lambda t: replace(sample(t), memory_bytes=40e9 + 1e6 * t),
+        "page_frozen",
+        id="frozen-page-while-the-pods-memory-still-moves",  # memory is not from the page
     ),
     pytest.param(
         lambda t: sample(t, running=0, waiting=112, usage=0.996),

@@ -458,6 +458,7 @@ def test_cooldowns_come_from_the_health_spec() -> None:
         R.ENGINE_STALLED: 300.0,
         R.KV_CACHE_LEAK: 300.0,
         R.PREFIX_CACHE_COLLAPSE: 3600.0,
+        R.ENGINE_MEMORY_GROWTH: 3600.0,
         R.TRAINER_STALLED: 1800.0,
         R.VERIFIER_SLOW: 600.0,
     }

@@ -14,6 +14,7 @@ from rljob.vocabulary.enums import FailureAction, FailureReason, RoleName
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 LEAK, COLLAPSE = FailureReason.KV_CACHE_LEAK, FailureReason.PREFIX_CACHE_COLLAPSE
+MEMORY = FailureReason.ENGINE_MEMORY_GROWTH
 
 
 @pytest.mark.parametrize(
@@ -27,6 +28,10 @@ LEAK, COLLAPSE = FailureReason.KV_CACHE_LEAK, FailureReason.PREFIX_CACHE_COLLAPS
                      id="reference-engine-leak-restarts-it"),
         pytest.param(LEAK, RoleName.TRAINER, FailureAction.REPORT, "built-in:engines-in-gang",
                      id="gang-engine-leak-reported"),
+        pytest.param(MEMORY, RoleName.ROLLOUT, FailureAction.REPORT, "built-in:report-only",
+                     id="rollout-memory-growth-reported-simulated-evidence-only"),
+        pytest.param(MEMORY, RoleName.TRAINER, FailureAction.REPORT, "built-in:engines-in-gang",
+                     id="gang-engine-memory-growth-reported"),
         pytest.param(COLLAPSE, RoleName.TRAINER, FailureAction.REPORT,
                      "built-in:engines-in-gang", id="gang-engine-collapse-reported"),
     ],

@@ -100,8 +100,10 @@ def test_a_process_takes_the_first_free_port_once(
     if served is not None:
         assert again == served  # vLLM builds one logger per engine index: still one page
         (_, registry) = ports.started[0]
-        (family,) = registry.collect()
-        assert family.samples[0].labels[PAGE_LABEL] == str(served - 9410)
+        # vLLM's registry, then the SDK's process-tree memory (tests/unit/sdk/test_process_memory)
+        vllm, memory = registry.collect()
+        assert vllm.samples[0].labels[PAGE_LABEL] == str(served - 9410)
+        assert memory.samples[0].labels[PAGE_LABEL] == str(served - 9410)
 
 
 def test_nothing_is_served_unless_the_operator_asked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -173,7 +173,7 @@ class PrometheusSource(HttpSource):
         rejects = Rejects(self.kind)
         try:
             payload = await self._post(path, form)
-            data = parse_matrix(payload, selectors, rejects, *self._labels)
+            data = parse_matrix(payload, selectors, rejects, *self._labels, signal=signal)
             outcome = "ok"
             return data
         except SourceUnavailable:

@@ -3,7 +3,9 @@
 A selector names the metric as a `__name__` matcher and the pods as two alternations
 (namespaces and pod names, a cross product: the parser drops the pods not asked for). An answer
 is a matrix (or a vector); its garbage (NaN and infinite values, non-numeric values, series
-without pod or namespace labels, duplicated series, pods not asked for) is dropped and tallied.
+without pod or namespace labels, duplicated series, pods not asked for, series the signal's exact
+matchers exclude) is dropped and tallied. As in PromQL, a matcher `label=""` selects series
+without the label (Prometheus stores no empty label), so the answer is held to the same rule.
 """
 
 from __future__ import annotations
@@ -106,9 +108,12 @@ def parse_matrix(
     rejects: Rejects,
     pod_label: str = "pod",
     namespace_label: str = "namespace",
+    *,
+    signal: Signal | None = None,
 ) -> SignalData:
-    """A Prometheus query answer (matrix, or vector) -> each requested pod's series.
-    Raises SourceError when the answer as a whole is not one."""
+    """A Prometheus query answer (matrix, or vector) -> each requested pod's series (those
+    `signal`'s matchers select, when given). Raises SourceError when the answer as a whole is
+    not one."""
     if not isinstance(payload, dict):
         raise SourceError("answer is not a JSON object")
     if payload.get("status") != "success":
@@ -137,6 +142,9 @@ def parse_matrix(
             rejects.add("unrequested")
             continue
         labels = _labels(metric, dropped)
+        if signal is not None and not signal.matches_series(labels):
+            rejects.add("unmatched")
+            continue
         raw = item.get("values") if kind == "matrix" else [item.get("value")]
         if (key, labels) in raws:
             reject_duplicate((key, labels), raw != raws[key, labels], conflicting, rejects)

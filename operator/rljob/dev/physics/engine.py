@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from enum import Enum
 
+from rljob.dev.host_memory import grown
 from rljob.dev.physics.model import (
     OperatingPoint,
     operating_point,
@@ -25,7 +26,7 @@ from rljob.dev.physics.model import (
     throughput_ratio,
 )
 from rljob.dev.physics.workload import PhysicalProfile, RequestMix
-from rljob.health.samples import EngineSample
+from rljob.health.samples import WORKING_SET_MEMORY, EngineSample
 
 # Rates change slowly (hours-long shifts and ramps), so one noise draw per half minute is enough.
 MAX_CHUNK = 30.0
@@ -82,6 +83,8 @@ class PhysicalEngine:
         self.profile = profile
         self.start = start
         self._rng = random.Random(f"{seed}:physics")
+        self._memory_rng = random.Random(f"{seed}:memory")  # the other draws stay as they were
+        self._pinned = False  # a wake kept the pinned weight copies (memory_pinned_from)
         self._t = start
         self._counters = _Counters()
         self._resets = deque(sorted(start + at for at in profile.counter_resets_at))
@@ -138,6 +141,7 @@ class PhysicalEngine:
         elif self._phase is Phase.SERVING:
             self._phase, self._phase_end = Phase.ASLEEP, at + driver.train_seconds
         else:
+            self._pinned |= at - self.start >= self.profile.memory_pinned_from
             self._phase, self._phase_end = Phase.SYNCING, at + driver.weight_sync_seconds
 
     def _conditions(self, t: float) -> tuple[RequestMix, float]:
@@ -243,6 +247,8 @@ class PhysicalEngine:
         counters = self._counters
         return EngineSample(
             t=self._t,
+            memory_bytes=self._memory(running),
+            memory_signal=WORKING_SET_MEMORY,
             generated_tokens_total=counters.tokens,
             running=float(running),
             waiting=float(waiting),
@@ -257,6 +263,18 @@ class PhysicalEngine:
             finished_generation_tokens_total=counters.generation_tokens,
             token_latency_seconds_total=counters.latency_seconds,
             token_latency_count_total=counters.latency_count,
+        )
+
+    def _memory(self, running: float) -> float:
+        profile = self.profile
+        growth, kept = profile.memory_growth, 0.0
+        if growth is not None:
+            kept = grown(growth.gib_per_hour, self.start + growth.start, self._t)
+        asleep = 1 if self._phase is Phase.ASLEEP else 0
+        if self._pinned and not asleep:  # asleep, the cached copies hold the weights again
+            kept += profile.memory.offloaded_bytes
+        return profile.memory.reading(
+            self._memory_rng, sleep_level=asleep, running=running, grown=kept
         )
 
 

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rljob.dev.host_memory import HostMemory
 from rljob.dev.physics.hardware import DEFAULT_HARDWARE, Hardware
 
 DAY = 86_400.0
@@ -103,9 +104,19 @@ class Driver:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryGrowth:
+    """The host memory fault: from `start` the engine's processes keep `gib_per_hour` more
+    (rljob.dev.host_memory), never given back."""
+
+    start: float
+    gib_per_hour: float
+
+
+@dataclass(frozen=True, slots=True)
 class PhysicalProfile:
     """One engine's hardware, workload and disturbances. Counter resets and scrape gaps are
-    times (and spans) since the engine's start."""
+    times (and spans) since the engine's start. Its pod's host memory (the working set the
+    operator reads through Prometheus) follows `memory`, plus `memory_growth`'s leak."""
 
     hardware: Hardware = DEFAULT_HARDWARE
     mix: RequestMix = DEFAULT_MIX
@@ -115,6 +126,11 @@ class PhysicalProfile:
     counter_resets_at: tuple[float, ...] = ()
     gaps: tuple[tuple[float, float], ...] = ()
     noise: float = 0.03
+    memory: HostMemory = field(default_factory=HostMemory)
+    memory_growth: MemoryGrowth | None = None
+    # No fault: the first wake at or after this age leaves sleep level 1's pinned weight copies
+    # in PyTorch's pinned-host cache for good (vllm #16663), one step of the weights' size.
+    memory_pinned_from: float = math.inf
 
     def loss_at(self, age: float) -> float:
         """The share of KV blocks lost to fragmentation at `age`."""

@@ -5,7 +5,8 @@ agent shows of vLLM's RayPrometheusStatLogger (vllm/v1/metrics/ray_wrappers.py @
 names reduced to [a-zA-Z0-9_], Ray 2.60.0 adds `ray_`, each actor's series carry its
 WorkerId); on a port of their own it is vLLM's own page, the engines told apart by `engine`.
 Under exporter plugin each engine is a process of its own serving its own page on the next port
-(rljob.sdk.engine_page): `engine="0"` on every page, told apart by `rljob_engine_page`."""
+(rljob.sdk.engine_page): `engine="0"` on every page, told apart by `rljob_engine_page`, with the
+SDK's process-tree memory gauge beside vLLM's series (no other page carries it)."""
 
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ class GangEngines:
         """One page: the first engine's with its HELP and TYPE lines, the others' samples; or
         engine `page`'s own page (exporter plugin)."""
         if page is not None:
-            return on_page(self.models[page].render(), page)
+            return on_page(self.models[page].render(plugin=True), page)
         pages = [
             through_ray(
                 model.render(), f"{self.pod.uid}-{index}", gauges=model.mode not in NOT_STEPPING

@@ -61,7 +61,12 @@ class EngineProfile:
     `step_fixed_batch` (rljob.dev.physics' H100 figures). kv_usage is m / knee x `kv_usage`.
     With `sync_tail` the driver is a synchronous RL rollout: `concurrency` requests of
     log-normal lengths (mean `generation_length`, sigma `length_sigma`) start together and
-    finish one by one down to none, then the engine idles `sync_idle` seconds."""
+    finish one by one down to none, then the engine idles `sync_idle` seconds.
+
+    Host memory (rljob.dev.host_memory; served only on the SDK plugin's pages, as
+    rljob_engine_process_tree_resident_bytes): `host_memory_gib` once warm, the
+    `offloaded_weights_gib` more while asleep at level 1, `memory_per_running_mib` per running
+    sequence; the `memory_growth` fault adds what a leak keeps."""
 
     throughput: float = 800.0
     noise: float = 0.05
@@ -94,6 +99,9 @@ class EngineProfile:
     # The weight version an SGLang engine reports before any update: its --weight-version
     # (ServerArgs.weight_version, "default" unless given; slime's engines start at "0").
     start_weight_version: str = "default"
+    host_memory_gib: float = 40.0
+    offloaded_weights_gib: float = 16.06e9 / 2**30  # Llama-3.1-8B's BF16 weights
+    memory_per_running_mib: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from rljob.api.durations import parse_duration
 from rljob.api.spec import Health
-from rljob.health.causes.engines import NEVER, PerEngine, is_stale
+from rljob.health.causes.cause import CauseDetector, SeriesState
+from rljob.health.causes.engines import is_stale
 from rljob.health.evaluation import (
     KV_LEAK,
     Evaluation,
@@ -34,7 +35,7 @@ from rljob.health.evaluation import (
     healthy,
     insufficient,
 )
-from rljob.health.samples import EngineSample, EngineSeries
+from rljob.health.samples import EngineSample
 from rljob.vocabulary.enums import FailureReason
 
 IDLE_FLOOR = 0.05
@@ -78,32 +79,22 @@ def wedged_reading(sample: EngineSample, config: KVLeakConfig) -> bool:
     )
 
 
-class _LeakState:
-    __slots__ = (
-        "config",
-        "high_idle",
-        "high_idle_since",
-        "idle_usage",
-        "not_before",
-        "series",
-        "wedged_since",
-    )
+class _LeakState(SeriesState):
+    __slots__ = ("config", "high_idle", "high_idle_since", "idle_usage", "wedged_since")
 
     def __init__(self, config: KVLeakConfig) -> None:
+        super().__init__(config.interval)
         self.config = config
-        self.series = EngineSeries(config.interval)
-        self.not_before = NEVER
         self.high_idle = 0  # consecutive idle readings above the floor
         self.high_idle_since: float | None = None
         self.idle_usage: float | None = None
         self.wedged_since: float | None = None
 
     def add(self, sample: EngineSample) -> None:
-        previous = self.series.last
-        self.series.add(sample)
-        current = self.series.last
-        if current is None or current is previous:
+        accepted = self.accept(sample)
+        if accepted is None:
             return  # dropped: garbage, a duplicate, out of order or too close
+        previous, current, _ = accepted
         if previous is not None and _gauges_unchanged(previous, current):
             self.wedged_since = None  # SGLang logged nothing: no reading either way
             return
@@ -134,20 +125,18 @@ def _gauges_unchanged(previous: EngineSample, current: EngineSample) -> bool:
     return current.gauges is not None and previous.gauges == current.gauges
 
 
-class KVLeakDetector(PerEngine[_LeakState]):
+class KVLeakDetector(CauseDetector[_LeakState, KVLeakConfig]):
     """Leaked KV capacity for the engines of one role of one job."""
 
-    def __init__(self, config: KVLeakConfig) -> None:
-        super().__init__(lambda: _LeakState(config))
-        self.config = config
+    detector = KV_LEAK
 
-    def evaluate(self, now: float) -> list[Evaluation]:
-        return self.evaluate_each(lambda target, state: self._judge(target, state, now))
+    def __init__(self, config: KVLeakConfig) -> None:
+        super().__init__(config, _LeakState)
 
     def _judge(self, target: str, state: _LeakState, now: float) -> Evaluation:
         last = state.series.last
         if last is None or is_stale(last.t, now, self.config.interval):
-            return insufficient(KV_LEAK, target, f"{target}: no recent metrics")
+            return self.no_recent_metrics(target)
         if last.kv_usage is None:
             return insufficient(KV_LEAK, target, f"{target}: no KV cache usage exported")
         wedged_for = last.t - state.wedged_since if state.wedged_since is not None else 0.0

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from rljob.api.durations import parse_duration
 from rljob.api.spec import Health
-from rljob.health.causes.engines import NEVER, PerEngine, is_stale
+from rljob.health.causes.cause import CauseDetector, SeriesState
+from rljob.health.causes.engines import is_stale
 from rljob.health.evaluation import (
     PREFIX_COLLAPSE,
     Evaluation,
@@ -40,7 +41,6 @@ from rljob.health.evaluation import (
 from rljob.health.samples import (
     CumulativeRing,
     EngineSample,
-    EngineSeries,
     optional_delta,
     ring_capacity,
 )
@@ -137,31 +137,23 @@ def totals(ring: CumulativeRing, start: float, end: float) -> Totals:
     )
 
 
-class _PrefixState:
-    __slots__ = (
-        "baseline",
-        "committed_until",
-        "finished_known",
-        "mix_off_since",
-        "not_before",
-        "ring",
-        "series",
-    )
+class _PrefixState(SeriesState):
+    __slots__ = ("baseline", "committed_until", "finished_known", "mix_off_since", "ring")
 
     def __init__(self, config: PrefixCollapseConfig) -> None:
-        self.series = EngineSeries(config.interval)
+        super().__init__(config.interval)
         self.ring = CumulativeRing(ring_capacity(config.lookback, config.interval), _WIDTH)
         self.baseline = Totals()
         self.committed_until: float | None = None  # the baseline holds history up to here
         self.mix_off_since: float | None = None
         self.finished_known = False
-        self.not_before = NEVER
 
     def add(self, sample: EngineSample) -> None:
-        previous = self.series.last
-        interval = self.series.add(sample)
-        current = self.series.last
-        if interval is None or previous is None or current is None:
+        accepted = self.accept(sample)
+        if accepted is None:
+            return
+        previous, current, interval = accepted
+        if interval is None or previous is None:
             return
         finished = optional_delta(previous.finished_requests_total, current.finished_requests_total)
         prompt = optional_delta(
@@ -178,20 +170,18 @@ class _PrefixState:
         self.ring.append(interval.start, interval.end, amounts)
 
 
-class PrefixCollapseDetector(PerEngine[_PrefixState]):
+class PrefixCollapseDetector(CauseDetector[_PrefixState, PrefixCollapseConfig]):
     """Prefix-hit collapse for the engines of one role of one job."""
 
-    def __init__(self, config: PrefixCollapseConfig) -> None:
-        super().__init__(lambda: _PrefixState(config))
-        self.config = config
+    detector = PREFIX_COLLAPSE
 
-    def evaluate(self, now: float) -> list[Evaluation]:
-        return self.evaluate_each(lambda target, state: self._judge(target, state, now))
+    def __init__(self, config: PrefixCollapseConfig) -> None:
+        super().__init__(config, _PrefixState)
 
     def _judge(self, target: str, state: _PrefixState, now: float) -> Evaluation:
         last, span = state.series.last, state.ring.span()
         if last is None or span is None or is_stale(last.t, now, self.config.interval):
-            return insufficient(PREFIX_COLLAPSE, target, f"{target}: no recent metrics")
+            return self.no_recent_metrics(target)
         if last.prefix_hits_total is None or last.prefix_queries_total is None:
             return insufficient(PREFIX_COLLAPSE, target, f"{target}: no prefix-cache counters")
         oldest, end = span[0], last.t

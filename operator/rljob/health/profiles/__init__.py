@@ -30,6 +30,11 @@ shared/reference/workload-signals.md section 0):
   (the rljob SDK's engine-side helper, on the engine's own metrics page), the weight generation
   the engine serves; drains and the policy-current gate read it, no detector does. The
   trainer's colocated engines are not asked for it.
+- Host memory, optional, read by the memory-growth detector only: cAdvisor's
+  `container_memory_working_set_bytes{container=""}` (the pod cgroup, through Prometheus; a
+  direct scrape has no such page) and the SDK plugin page's
+  `rljob_engine_process_tree_resident_bytes`. The trainer's colocated engines are asked for the
+  latter only, under `exporter: plugin` (their pod's working set is the trainer's too).
 - Trainer (the rljob SDK's progress exporter): `rljob_trainer_step`,
   `rljob_trainer_heartbeat_timestamp_seconds`, `rljob_trainer_phase{phase}` (1 for the current
   phase), `rljob_policy_generation`, `rljob_checkpoint_step`.
@@ -54,6 +59,7 @@ from rljob.health.profiles.signals import (
     GENERATION_TOKENS_AT_FINISH,
     KV_CACHE_USAGE,
     KV_CACHE_USAGE_LEGACY,
+    MEMORY_WORKING_SET,
     OPTIONAL_ENGINE_SIGNALS,
     PAUSED_REQUESTS,
     POLICY_GENERATION,
@@ -62,6 +68,7 @@ from rljob.health.profiles.signals import (
     PREFIX_CACHE_HITS_LEGACY,
     PREFIX_CACHE_QUERIES,
     PREFIX_CACHE_QUERIES_LEGACY,
+    PROCESS_TREE_RSS,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     SLEEP_STATE,
@@ -100,6 +107,7 @@ __all__ = [
     "GENERATION_TOKENS_AT_FINISH",
     "KV_CACHE_USAGE",
     "KV_CACHE_USAGE_LEGACY",
+    "MEMORY_WORKING_SET",
     "OPTIONAL_ENGINE_SIGNALS",
     "PAUSED_REQUESTS",
     "POLICY_GENERATION",
@@ -108,6 +116,7 @@ __all__ = [
     "PREFIX_CACHE_HITS_LEGACY",
     "PREFIX_CACHE_QUERIES",
     "PREFIX_CACHE_QUERIES_LEGACY",
+    "PROCESS_TREE_RSS",
     "REQUESTS_RUNNING",
     "REQUESTS_WAITING",
     "SGLANG",

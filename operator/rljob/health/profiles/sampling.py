@@ -16,12 +16,14 @@ from rljob.health.profiles.signals import (
     GENERATION_TOKENS_AT_FINISH,
     KV_CACHE_USAGE,
     KV_CACHE_USAGE_LEGACY,
+    MEMORY_WORKING_SET,
     PAUSED_REQUESTS,
     PREEMPTIONS,
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_HITS_LEGACY,
     PREFIX_CACHE_QUERIES,
     PREFIX_CACHE_QUERIES_LEGACY,
+    PROCESS_TREE_RSS,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     SLEEP_STATE,
@@ -35,7 +37,7 @@ from rljob.health.profiles.signals import (
     Series,
 )
 from rljob.health.profiles.workloads import EngineMetrics, SleepGauge, VerifierMetrics
-from rljob.health.samples import EngineSample
+from rljob.health.samples import PROCESS_TREE_MEMORY, WORKING_SET_MEMORY, EngineSample
 from rljob.health.verifier import VerifierSample
 
 
@@ -73,7 +75,9 @@ def engine_samples(
     timestamp are None. Where the pod lacks a metric under its current name, the older name
     (vLLM before 0.9, or before 0.11 for the decode latency) or the fallback counter (SGLang
     before realtime_tokens) is read. A signal the profile shares with another (SGLang's
-    finish-time counters) is read from that one's series."""
+    finish-time counters) is read from that one's series. Host memory is the pod's working set
+    where Prometheus has it, else the SDK page's process-tree RSS (each summed over the pod's
+    engines, as a pod's engines share its memory)."""
     label, shared = profile.engine_label, profile.shared_series()
 
     def lookup(name: str, older: str | None = None) -> SeriesLookup:
@@ -103,6 +107,10 @@ def engine_samples(
         lookup(FINISHED_GENERATION_TOKENS),
     )
     latency = _latency_lookups(lookup)
+    memory = (
+        (lookup(MEMORY_WORKING_SET), WORKING_SET_MEMORY),
+        (lookup(PROCESS_TREE_RSS), PROCESS_TREE_MEMORY),
+    )
     samples = []
     times = sample_times(series.get(token_signal, ()), after=after, min_spacing=min_spacing)
     for t in times:
@@ -110,6 +118,7 @@ def engine_samples(
         if required[0] is None or required[1] is None or required[2] is None:
             continue
         kv_usage, decode_rate = kv.reduce(t, _mean), rate.reduce(t, sum)
+        memory_bytes, memory_signal = _memory(memory, t)
         samples.append(
             EngineSample(
                 t=t,
@@ -132,9 +141,23 @@ def engine_samples(
                 finished_generation_tokens_total=finished[2].reduce(t, sum),
                 token_latency_seconds_total=latency[0].reduce(t, sum),
                 token_latency_count_total=latency[1].reduce(t, sum),
+                memory_bytes=memory_bytes,
+                memory_signal=memory_signal,
             )
         )
     return samples
+
+
+def _memory(
+    lookups: tuple[tuple[SeriesLookup, str], ...], t: float
+) -> tuple[float | None, str | None]:
+    """The first of the memory signals with a value at t, and its name."""
+    for found, name in lookups:
+        if found:
+            value = found.reduce(t, sum)
+            if value is not None:
+                return value, name
+    return None, None
 
 
 def _latency_lookups(

@@ -32,7 +32,9 @@ class Series:
 class Signal:
     """One metric queried for a set of pods. `name` says which quantity it is (bounded: the
     `signal` label of rljob_health_queries_total); `metric` is the exposed series name and
-    `matchers` are exact label matches every returned series must have."""
+    `matchers` are exact label matches every returned series must have; as in PromQL, a
+    matcher of "" also matches a series without that label (Prometheus drops empty labels, so
+    cAdvisor's pod-level series, `container=""`, arrive without a `container` label)."""
 
     name: str
     metric: str
@@ -47,7 +49,11 @@ class Signal:
         return self._hash
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(labels.get(key) == value for key, value in self.matchers)
+        return all(labels.get(key, "") == value for key, value in self.matchers)
+
+    def matches_series(self, labels: Labels) -> bool:
+        """`matches` for a series' sorted label pairs."""
+        return not self.matchers or self.matches(dict(labels))
 
 
 # Signal names, the bounded `signal` label values.
@@ -87,5 +93,12 @@ VERIFIER_ERRORS = "verifier_errors"
 # A rollout engine's weight generation (rljob_engine_policy_generation): what drains and the
 # policy-current gate read beside its running requests; no detector needs it.
 ENGINE_POLICY_GENERATION = "engine_policy_generation"
+# Host memory of a rollout engine's pod or processes, read by the memory-growth detector only
+# (rljob.health.causes.memory): cAdvisor's working set of the pod's cgroup through Prometheus,
+# or the rljob SDK's gauge of the engine process tree's resident memory on a plugin page.
+MEMORY_WORKING_SET = "memory_working_set"
+PROCESS_TREE_RSS = "process_tree_rss"
 # Engine signals whose absence or failure never makes an engine detector "insufficient data".
-OPTIONAL_ENGINE_SIGNALS = frozenset({ENGINE_POLICY_GENERATION})
+OPTIONAL_ENGINE_SIGNALS = frozenset(
+    {ENGINE_POLICY_GENERATION, MEMORY_WORKING_SET, PROCESS_TREE_RSS}
+)

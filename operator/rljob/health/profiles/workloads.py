@@ -21,6 +21,7 @@ from rljob.health.profiles.signals import (
     GENERATION_TOKENS_AT_FINISH,
     KV_CACHE_USAGE,
     KV_CACHE_USAGE_LEGACY,
+    MEMORY_WORKING_SET,
     PAUSED_REQUESTS,
     POLICY_GENERATION,
     PREEMPTIONS,
@@ -28,6 +29,7 @@ from rljob.health.profiles.signals import (
     PREFIX_CACHE_HITS_LEGACY,
     PREFIX_CACHE_QUERIES,
     PREFIX_CACHE_QUERIES_LEGACY,
+    PROCESS_TREE_RSS,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     SLEEP_STATE,
@@ -46,6 +48,17 @@ from rljob.vocabulary.enums import Engine, EngineExporter
 
 # The rljob SDK's engine-side gauge, exported on the engine's own metrics page.
 ENGINE_POLICY_GENERATION_METRIC = "rljob_engine_policy_generation"
+# Host memory (rljob.health.causes.memory). cAdvisor's gauge as the kubelet serves it at
+# /metrics/cadvisor (google/cadvisor metrics/prometheus.go: the cgroup's usage less its inactive
+# file pages, container/libcontainer/handler.go setMemoryStats) with kubelet's labels
+# (pkg/kubelet/server/server.go containerPrometheusLabelsFunc: `container` is the container's
+# name, blank for the pod's own cgroup, which it maps to the pod by its cgroup path). The pod
+# cgroup holds every container of the pod; Prometheus drops the blank label, and `container=""`
+# matches a series without it.
+MEMORY_WORKING_SET_METRIC = "container_memory_working_set_bytes"
+POD_CGROUP_MATCHERS = (("container", ""),)
+# rljob.sdk.engine_page's gauge on a plugin page: the engine process's tree's summed RSS.
+PROCESS_TREE_RSS_METRIC = "rljob_engine_process_tree_resident_bytes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +110,10 @@ class EngineMetrics:
     versions: str = ""
     # The weight generation a rollout engine serves (optional; drains and the gate read it).
     policy_generation: str | None = ENGINE_POLICY_GENERATION_METRIC
+    # Host memory (optional; only the memory-growth detector reads it): the pod cgroup's working
+    # set through Prometheus, and the SDK plugin page's process-tree RSS.
+    memory_working_set: str | None = MEMORY_WORKING_SET_METRIC
+    process_tree_rss: str | None = PROCESS_TREE_RSS_METRIC
 
     def signals(self) -> dict[str, Signal]:
         """Signal name -> signal, for the metrics this engine exports (the same every round:
@@ -116,6 +133,7 @@ class EngineMetrics:
             GENERATION_TOKENS_AT_FINISH: self.generation_tokens_at_finish,
             GENERATION_RATE: self.generation_rate,
             ENGINE_POLICY_GENERATION: self.policy_generation,
+            PROCESS_TREE_RSS: self.process_tree_rss,
             **dict(self.legacy),
         }
         shared = self.shared_series()
@@ -129,6 +147,10 @@ class EngineMetrics:
         if self.sleep is not None:
             matchers = (self.sleep.matcher,) if self.sleep.matcher is not None else ()
             signals[SLEEP_STATE] = Signal(SLEEP_STATE, self.sleep.metric, matchers)
+        if self.memory_working_set:
+            signals[MEMORY_WORKING_SET] = Signal(
+                MEMORY_WORKING_SET, self.memory_working_set, POD_CGROUP_MATCHERS
+            )
         return signals
 
     def shared_series(self) -> dict[str, str]:
@@ -277,6 +299,9 @@ def ray_exported(profile: EngineMetrics) -> EngineMetrics:
         legacy=tuple((signal, ray_metric_name(name)) for signal, name in profile.legacy),
         engine_label=RAY_WORKER_LABEL,
         policy_generation=None,  # only the trainer's colocated engines go through Ray
+        # Ray exports no SDK gauge, and the pod's working set is the trainer's too.
+        memory_working_set=None,
+        process_tree_rss=None,
         versions=f"{profile.versions}; through Ray's metrics agent (Ray 2.60.0)",
     )
 
@@ -300,12 +325,14 @@ def engine_metrics(role: RolloutRole | GangEngines, *, through_ray: bool = False
     profile = _named(role, through_ray)
     if not isinstance(role, GangEngines):
         return profile
-    # Only rollout engines drain and rejoin behind the gate: the gang's are not asked.
-    profile = replace(profile, policy_generation=None)
+    # Only rollout engines drain and rejoin behind the gate: the gang's are not asked. The pod's
+    # working set holds the trainer's memory too, so it says nothing of the engines'; only the
+    # SDK plugin's pages carry the engine processes' own.
+    profile = replace(profile, policy_generation=None, memory_working_set=None)
     if role.exporter == EngineExporter.PLUGIN:
         # Every engine process's page says engine="0": the page tells them apart.
-        profile = replace(profile, engine_label=ENGINE_PAGE_LABEL)
-    return profile
+        return replace(profile, engine_label=ENGINE_PAGE_LABEL)
+    return replace(profile, process_tree_rss=None)
 
 
 def _named(role: RolloutRole | GangEngines, through_ray: bool) -> EngineMetrics:

@@ -116,7 +116,7 @@ BUILT_IN_RULES: tuple[tuple[str, FailureRule], ...] = (
         "engines-in-gang",
         FailureRule(
             roles=[RoleName.TRAINER],
-            on_reasons=[*_KV_FINDINGS, *_ENGINE_CAUSES, _R.ENGINE_STALLED],
+            on_reasons=[*_KV_FINDINGS, *_ENGINE_CAUSES, _R.ENGINE_STALLED, _R.ENGINE_MEMORY_GROWTH],
             action=FailureAction.REPORT,
         ),
     ),
@@ -138,9 +138,14 @@ BUILT_IN_RULES: tuple[tuple[str, FailureRule], ...] = (
         "rl-canaries",
         FailureRule(on_reasons=_RL_CANARIES, action=FailureAction.REPORT),
     ),
+    # Host memory growth: measured on the simulator's growth model only (no real engine's trace
+    # is long enough: bench/OPERATING-POINT.md), so said, not acted on.
     (
         "report-only",
-        FailureRule(on_reasons=[_R.VERIFIER_SLOW, _R.UNSCHEDULABLE], action=FailureAction.REPORT),
+        FailureRule(
+            on_reasons=[_R.VERIFIER_SLOW, _R.UNSCHEDULABLE, _R.ENGINE_MEMORY_GROWTH],
+            action=FailureAction.REPORT,
+        ),
     ),
     ("pod-failures", FailureRule(on_reasons=_POD_FAILURES, action=FailureAction.RESTART_POD)),
 )
@@ -207,6 +212,7 @@ def cooldowns_from_health(health: Health) -> dict[FailureReason, float]:
         # A leaked block shows at the next idle reading or wedge; a prefix baseline takes longer.
         FailureReason.KV_CACHE_LEAK: parse_duration(health.engine_stall.timeout),
         FailureReason.PREFIX_CACHE_COLLAPSE: parse_duration(health.kv_drift.cooldown),
+        FailureReason.ENGINE_MEMORY_GROWTH: parse_duration(health.kv_drift.cooldown),
         FailureReason.TRAINER_STALLED: parse_duration(health.trainer_stall.startup_grace),
         FailureReason.VERIFIER_SLOW: parse_duration(health.verifier_latency.window),
     }

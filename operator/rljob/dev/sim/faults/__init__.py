@@ -10,8 +10,9 @@ An instance is one run of a pod's container (pod uid and restart count): a resta
 new instance. A rule that does not survive restarts applies only to the instances it matched when
 it was injected; one that does also applies to instances started later (its time then starts at
 the instance's start). By default `sleep`, `pause` and `load` survive restarts (they are the
-driver's and the load's doing), while `drift`, `stall`, `hang`, `latency`, `errors` and
-`unreachable` do not (they are the process's own trouble, gone with a fresh process).
+driver's and the load's doing), while `drift`, `stall`, `hang`, `latency`, `errors`,
+`memory_growth` and `unreachable` do not (they are the process's own trouble, gone with a fresh
+process).
 """
 
 from __future__ import annotations

@@ -12,10 +12,12 @@ from rljob.dev.sim.profiles import ROLES
 
 # Which kinds each role understands; `stall` on a trainer is a hang.
 ROLE_KINDS: dict[str, frozenset[str]] = {
-    "rollout": frozenset({"drift", "stall", "sleep", "pause", "load", "unreachable"}),
+    "rollout": frozenset(
+        {"drift", "stall", "sleep", "pause", "load", "memory_growth", "unreachable"}
+    ),
     "reference": frozenset({"drift", "stall", "unreachable"}),
-    # drift: the trainer pod's colocated engines (TrainerProfile.colocated_engines).
-    "trainer": frozenset({"hang", "stall", "drift", "unreachable"}),
+    # drift, memory_growth: the trainer pod's colocated engines (TrainerProfile.colocated_engines).
+    "trainer": frozenset({"hang", "stall", "drift", "memory_growth", "unreachable"}),
     "verifier": frozenset({"latency", "errors", "unreachable"}),
 }
 KINDS = frozenset().union(*ROLE_KINDS.values())
@@ -31,6 +33,8 @@ _PARAMS: dict[str, set[str]] = {
     "sleep": {"on", "level"},
     "pause": {"on"},
     "load": {"waiting", "fraction"},
+    # Host memory the engine's processes keep from the injection on (rljob.dev.host_memory).
+    "memory_growth": {"gib_per_hour"},
     "unreachable": set(),
 }
 
@@ -73,6 +77,7 @@ class Fault:
     sleep_level: int = 0  # 0: awake (an explicit wake-up), 1: weights offloaded, 2: discard all
     waiting: int = 0
     fraction: float | None = None
+    gib_per_hour: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
         match self.kind:
@@ -88,6 +93,8 @@ class Fault:
                 return {"kind": "pause", "on": self.sleep_level > 0}
             case "load":
                 return {"kind": "load", "waiting": self.waiting, "fraction": self.fraction}
+            case "memory_growth":
+                return {"kind": "memory_growth", "gib_per_hour": self.gib_per_hour}
             case _:
                 return {"kind": self.kind}
 
@@ -173,6 +180,10 @@ def parse_fault(kind: Any, params: Mapping[str, Any]) -> Fault:
                 "load",
                 waiting=int(waiting),
                 fraction=None if fraction is None else _number(params, "fraction", None, 0.01, 1),
+            )
+        case "memory_growth":
+            return Fault(
+                "memory_growth", gib_per_hour=_number(params, "gib_per_hour", None, 0.0, 1024.0)
             )
         case _:
             return Fault(kind)

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rljob.dev.host_memory import grown
 from rljob.dev.sim.faults.injection import (
     KINDS,
     ROLE_KINDS,
@@ -57,6 +58,7 @@ class Active:
     sleep: tuple[float, int] | None = None  # (start, level); level 0 = explicitly awake
     pause: tuple[float, bool] | None = None  # (start, paused); a weight sync pausing requests
     load: tuple[float, int, float | None] | None = None  # (start, waiting, fraction)
+    memory_growth: tuple[float, float] | None = None  # (start, GiB an hour)
     p99_seconds: float | None = None
     error_rate: float | None = None
     unreachable: bool = False
@@ -83,6 +85,13 @@ class Active:
     def hung(self, t: float) -> bool:
         since = self.hang_since if self.hang_since is not None else self.stall_since
         return since is not None and t >= since
+
+    def memory_grown(self, t: float) -> float:
+        """Host memory bytes the engine's processes have kept by t (rljob.dev.host_memory)."""
+        if self.memory_growth is None:
+            return 0.0
+        since, gib_per_hour = self.memory_growth
+        return grown(gib_per_hour, since, t)
 
     def load_at(self, t: float) -> tuple[int, float | None] | None:
         if self.load is None or t < self.load[0]:
@@ -120,6 +129,7 @@ def resolve(
     drift = newest.get("drift")
     sleep, load, pause = newest.get("sleep"), newest.get("load"), newest.get("pause")
     latency, errors = newest.get("latency"), newest.get("errors")
+    growth = newest.get("memory_growth")
     stall_since = since("stall")
     return Active(
         drifts=()
@@ -132,6 +142,9 @@ def resolve(
         load=None
         if load is None
         else (max(load.created, started), load.fault.waiting, load.fault.fraction),
+        memory_growth=None
+        if growth is None
+        else (max(growth.created, started), growth.fault.gib_per_hour),
         p99_seconds=None if latency is None else latency.fault.p99_seconds,
         error_rate=None if errors is None else errors.fault.rate,
         unreachable="unreachable" in newest,
