@@ -155,6 +155,24 @@ TRAINER_STEP_RATE = JobFamily(
     "rljob_job_trainer_steps_per_second",
     "Trainer steps per second between the operator's last two readings of a new step.",
 )
+GOODPUT_RATIO = JobFamily(
+    "rljob_job_goodput_ratio",
+    "Effective training time: status.goodput.ratio, the share of wall-clock since the job's "
+    "creation (suspensions aside) that advanced training.",
+)
+PRODUCTIVE_SECONDS = JobFamily(
+    "rljob_job_productive_seconds", "Seconds of trainer time that advanced training."
+)
+LOST_SECONDS = JobFamily(
+    "rljob_job_lost_seconds",
+    "Seconds of trainer time lost, by cause: detection, teardown, scheduling, startup, "
+    "recomputation (status.goodput.total.lostSeconds).",
+    "cause",
+)
+SUSPENDED_SECONDS = JobFamily(
+    "rljob_job_suspended_seconds", "Seconds the job was suspended, by user or by queue.", "by"
+)
+GOODPUT_FAMILIES = (GOODPUT_RATIO, PRODUCTIVE_SECONDS, LOST_SECONDS, SUSPENDED_SECONDS)
 # The health loop's families (rljob.runtime.health_series): a finished job's go, its
 # checkpoint's stay until it is deleted.
 HEALTH_FAMILIES = (DETECTOR_VALUE, DETECTOR_JUDGED, STEP_PHASE_SECONDS, BOTTLENECK)
@@ -174,6 +192,7 @@ class JobSeries(Collector):
         CHECKPOINT_SAVED,
         TRAINER_STEP,
         TRAINER_STEP_RATE,
+        *GOODPUT_FAMILIES,
     )
 
     def __init__(self) -> None:

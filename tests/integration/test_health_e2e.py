@@ -183,9 +183,10 @@ def test_a_hung_trainer_is_gang_restarted_after_the_timeout(
 
     def training() -> bool:
         (trainer,) = client.workloads(namespace=namespace, role="trainer")
-        return bool(trainer["state"].get("phase") == "training")
+        # Past a few steps, so the hung attempt has trained (status.goodput below).
+        return bool(trainer["state"].get("phase") == "training" and trainer["state"]["step"] >= 3)
 
-    wait_for(training, 30, "the trainer to be training", interval=0.1)
+    wait_for(training, 60, "the trainer to be training past step 3", interval=0.1)
     client.inject("hang", namespace=namespace, job=NAME, role="trainer")
     wait_for(
         lambda: any(
@@ -197,6 +198,26 @@ def test_a_hung_trainer_is_gang_restarted_after_the_timeout(
     job = get_rljob(cluster, namespace, NAME)
     assert job["status"]["restarts"]["byReason"] == {"TrainerStalled": 1}
     _counted_in_prometheus(prometheus, operator, namespace, "TrainerStalled")
+    _hang_in_goodput(job, operator, namespace)
+
+
+def _hang_in_goodput(job: dict[str, Any], operator: Operator, namespace: str) -> None:
+    """The hung attempt is folded into status.goodput: its marks stamped, its detection run
+    from its last step read (a hang leaves no failed container), and said to be inferred."""
+    hung, goodput = job["status"]["attempts"][0], job["status"]["goodput"]
+    assert {"runningAt", "firstStepAt", "healthyAt", "reachedStep"} <= set(hung), hung
+    assert "failedAt" not in hung
+    assert goodput["closedThrough"] == 1
+    closed = goodput["closed"]
+    assert closed["productiveSeconds"] >= 1 and closed["lostSeconds"]["detection"] >= 1, (
+        hung,
+        closed,
+    )
+    assert any("no failed container" in note for note in goodput["notes"])
+    ratios = metric_values(
+        operator.metrics_url, "rljob_job_goodput_ratio", f'namespace="{namespace}"'
+    )
+    assert len(ratios) == 1 and 0 < ratios[0] < 1
 
 
 def test_with_prometheus_down_nothing_restarts_from_metrics_but_nccl_is_still_handled(

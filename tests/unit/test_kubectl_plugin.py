@@ -258,3 +258,28 @@ def test_a_closed_pipe_ends_the_plugin_quietly(lines: int) -> None:
     )
     assert piped.stdout == "line\n"
     assert piped.stderr == ""
+
+
+def test_status_shows_goodput_with_its_losses_largest_first_and_its_notes() -> None:
+    goodput = {
+        "ratio": 0.9612,
+        "total": {
+            "productiveSeconds": 86400,
+            "lostSeconds": {"detection": 240, "teardown": 60, "recomputation": 1800},
+            "suspendedSeconds": {"user": 0, "queue": 7200},
+            "recomputedSteps": 12,
+        },
+        "notes": ["detection of a failure with no failed container runs from the last step"],
+        "updatedAt": "2026-05-01T11:57:00Z",
+    }
+
+    text = plugin.render_status(job(phase="Running", goodput=goodput), NOW)
+
+    assert "GOODPUT 96.1% of wall-clock trained (suspensions aside)" in text
+    assert "  trained 24h\n  lost recomputation 30m, detection 4m, teardown 60s" in text
+    assert "  steps recomputed 12\n  suspended by queue 2h" in text
+    assert "  note: detection of a failure with no failed container" in text
+
+
+def test_status_without_goodput_has_no_goodput_section() -> None:
+    assert "GOODPUT" not in plugin.render_status(RUNNING, NOW)

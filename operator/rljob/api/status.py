@@ -17,6 +17,7 @@ from rljob.api.diagnosis import (
     ResumeRequest,
 )
 from rljob.api.engine_roster import EngineMember
+from rljob.api.goodput import GoodputStatus
 from rljob.api.roles import MAX_REPLICAS
 from rljob.api.rounding import DetectorValue, TokensPerSecond
 from rljob.api.rules import CelCheck, KubeList
@@ -330,6 +331,30 @@ class AttemptRecord(StatusModel):
         description="Why it ended: a failure reason, FailJob, Suspended, Succeeded, "
         "RestartRequested or JobDeleted.",
     )
+    # The marks status.goodput splits its time by (reconcile/goodput.py).
+    running_at: datetime | None = Field(
+        default=None, description="When all its ranks were first Ready."
+    )
+    first_step_at: datetime | None = Field(
+        default=None, description="When the operator first read a step it completed."
+    )
+    caught_up_at: datetime | None = Field(
+        default=None,
+        description="When it passed the step the attempt before had reached (the end of "
+        "recomputation).",
+    )
+    reached_step: Count | None = Field(
+        default=None, description="The last step the operator read of it."
+    )
+    healthy_at: datetime | None = Field(
+        default=None,
+        description="When that step was first read: its last evidence of health.",
+    )
+    failed_at: datetime | None = Field(
+        default=None,
+        description="When its first failed rank's container ended, where one did (the failure "
+        "instant; else detection runs from healthyAt).",
+    )
 
 
 def _short_keys(values: dict[str, float]) -> bool:
@@ -454,6 +479,11 @@ class RLJobStatus(StatusModel):
     )
     last_resume_request: ResumeRequest | None = Field(
         default=None, description="Last rljob.io/resume-request handled."
+    )
+    goodput: GoodputStatus | None = Field(
+        default=None,
+        description="Effective training time: the share of wall-clock that advanced training, "
+        "and the time lost by cause.",
     )
     renamed: Annotated[
         list[Annotated[str, Field(pattern=RENAMED_SCOPE_PATTERN, max_length=20)]],

@@ -1,7 +1,7 @@
 """`kubectl rljob`: one-screen views of an RLJob, a manual restart and a resume. A kubectl plugin
 runs with kubectl on PATH and the user's kubeconfig, so it reads and writes through kubectl itself.
 
-    kubectl rljob status NAME [-n NS]             phase, roles, engines, progress, restarts
+    kubectl rljob status NAME [-n NS]             phase, roles, engines, progress, goodput, restarts
     kubectl rljob diagnose NAME [-n NS] [-o json] what bounds the step, and what to change
     kubectl rljob restart NAME --role R [-n NS]   ask the operator to restart a role once
     kubectl rljob resume NAME [-n NS] [--force]   end a failure-policy suspension once
@@ -29,7 +29,7 @@ from rljob.kubectl.requests import (
     restart_request,
     resume_refusal,
 )
-from rljob.kubectl.text import Body, job_name, namespace_flag, table, when
+from rljob.kubectl.text import Body, format_age, job_name, namespace_flag, table, when
 from rljob.vocabulary.enums import RoleName
 from rljob.vocabulary.labels import RESTART_REQUEST_ANNOTATION, RESUME_REQUEST_ANNOTATION
 
@@ -130,6 +130,36 @@ def _progress_lines(status: Body, now: datetime | None) -> list[str]:
     return lines
 
 
+def _goodput_lines(status: Body, now: datetime | None) -> list[str]:
+    goodput = status.get("goodput") or {}
+    total = goodput.get("total") or {}
+    if not total:
+        return []
+    ratio = goodput.get("ratio")
+    head = f"GOODPUT {ratio:.1%}" if ratio is not None else "GOODPUT -"
+    lines = ["", f"{head} of wall-clock trained (suspensions aside)"]
+    lost = {k: v for k, v in (total.get("lostSeconds") or {}).items() if v}
+    suspended = {k: v for k, v in (total.get("suspendedSeconds") or {}).items() if v}
+    lines.append(f"  trained {format_age(total.get('productiveSeconds', 0))}")
+    if lost:
+        causes = ", ".join(f"{k} {format_age(v)}" for k, v in sorted(lost.items(), key=_larger))
+        lines.append(f"  lost {causes}")
+    if total.get("recomputedSteps"):
+        lines.append(f"  steps recomputed {total['recomputedSteps']}")
+    if suspended:
+        lines.append(
+            "  suspended " + ", ".join(f"by {k} {format_age(v)}" for k, v in suspended.items())
+        )
+    lines += [f"  note: {note}" for note in goodput.get("notes") or []]
+    if goodput.get("updatedAt"):
+        lines.append(f"  computed {when(goodput['updatedAt'], now)}")
+    return lines
+
+
+def _larger(item: tuple[str, int]) -> int:
+    return -item[1]
+
+
 def _condition_lines(status: Body) -> list[str]:
     conditions = status.get("conditions") or []
     if not conditions:
@@ -187,6 +217,7 @@ def render_status(job: Body, now: datetime | None = None) -> str:
             *_role_lines(status),
             *_engine_lines(status),
             *_progress_lines(status, now),
+            *_goodput_lines(status, now),
             *_condition_lines(status),
             *_restart_lines(status, now),
             *_checkpoint_lines(status, now),

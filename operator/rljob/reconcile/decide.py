@@ -32,6 +32,7 @@ from rljob.reconcile.engine_health import with_engine_health
 from rljob.reconcile.engine_readings import with_stopped_engines
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.gate import gate_recheck_after, generation_from_engine
+from rljob.reconcile.goodput import with_goodput
 from rljob.reconcile.in_turn import InTurnPass, advance_in_turn
 from rljob.reconcile.inputs import PassInputs
 from rljob.reconcile.journal import settle_journal
@@ -180,6 +181,7 @@ def _decided(
         job, observed, plan, extras, gathered=inputs.attempt, now=inputs.now
     )
     job, plan = started.job, started.plan
+    plan = replace(plan, status=_with_goodput(job, plan.status, observed, inputs))
     for state in _overriding_states(job, inputs):
         plan = replace(
             plan, status=with_condition(plan.status, state, inputs.now, job.metadata.generation)
@@ -214,6 +216,15 @@ def _decided(
         restarted=restarted,
         watch=watch,
     )
+
+
+def _with_goodput(
+    job: RLJob, status: RLJobStatus, observed: Observed, inputs: PassInputs
+) -> RLJobStatus:
+    """status.goodput, recomputed with the progress refresh (this pass wrote its time)."""
+    progress = status.progress
+    refreshed = progress is not None and progress.updated_at == inputs.now
+    return with_goodput(job, status, observed, inputs.progress, inputs.now, refreshed=refreshed)
 
 
 def _overriding_states(job: RLJob, inputs: PassInputs) -> list[ConditionState]:

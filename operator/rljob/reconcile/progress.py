@@ -28,6 +28,11 @@ class ProgressReading:
     tokens_per_second: float | None = None
     baseline_tokens_per_second: float | None = None
     policy_generation: int | None = None
+    # The newest step the operator has read of the trainer (this round's, or an earlier round's
+    # when this one read none: a hung trainer's page may stop answering) and when it first read
+    # it (unix seconds): the trainer's last evidence of health.
+    seen_step: int | None = None
+    step_at: float | None = None
 
 
 def progress_reading(evaluations: Sequence[Evaluation]) -> ProgressReading:

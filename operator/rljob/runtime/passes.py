@@ -22,14 +22,20 @@ from rljob.adapters.kube import Kube, KubeError
 from rljob.adapters.leadership import Leadership
 from rljob.adapters.observe import JobKey
 from rljob.api import InvalidRLJobError, RLJob, RLJobStatus, parse_rljob
+from rljob.api.goodput import GoodputStatus
 from rljob.health.monitor import pods_by_role
 from rljob.observability import (
     ACTION_LATENCY,
+    GOODPUT_RATIO,
+    JOB_SERIES,
     JOBS_BY_PHASE,
+    LOST_SECONDS,
+    PRODUCTIVE_SECONDS,
     RECONCILE_ERRORS,
     RECONCILE_SECONDS,
     RESTARTS,
     SPEC_REJECTIONS,
+    SUSPENDED_SECONDS,
 )
 from rljob.reconcile.acceptance import invalid_spec_status, with_accepted
 from rljob.reconcile.conditions import ConditionState, with_condition
@@ -174,6 +180,7 @@ class Passes:
             await post_event(self.kube, body, guidance, now, name=_guidance_event_name(job))
         await self._report(body, decision, memory, now)
         self._count_phase(memory, plan.status.phase)
+        export_goodput(memory.key, plan.status.goodput)
         return plan.requeue_after
 
     def _watch(self, decision: Decision, memory: JobMemory) -> None:
@@ -255,6 +262,20 @@ class Passes:
             JOBS_BY_PHASE.labels(phase=memory.phase).dec()
         JOBS_BY_PHASE.labels(phase=new).inc()
         memory.phase = new
+
+
+def export_goodput(key: tuple[str, str], goodput: GoodputStatus | None) -> None:
+    """rljob_job_goodput_ratio, its productive, lost and suspended seconds, from status."""
+    if goodput is None:
+        return
+    total = goodput.total
+    if goodput.ratio is not None:
+        JOB_SERIES.set(key, GOODPUT_RATIO, goodput.ratio)
+    JOB_SERIES.set(key, PRODUCTIVE_SECONDS, total.productive_seconds)
+    for cause, seconds in total.lost_seconds.model_dump().items():
+        JOB_SERIES.set(key, LOST_SECONDS, seconds, cause)
+    for by, seconds in total.suspended_seconds.model_dump().items():
+        JOB_SERIES.set(key, SUSPENDED_SECONDS, seconds, by)
 
 
 def _count_restarts(body: dict[str, Any], status: RLJobStatus) -> None:

@@ -8,7 +8,7 @@ import datetime as dt
 import fnmatch
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rljob.adapters.checkpoints import Checkpoints
@@ -226,9 +226,14 @@ class Runtime:
             return
         self._note_saved_step(memory, evaluations)
         reading = progress_reading(evaluations)
-        memory.progress = reading
         if reading.step is not None:
-            self._export_step(memory, StepSample(reading.step, time.time()))
+            sample = StepSample(reading.step, time.time())
+            if memory.step_seen is None or memory.step_seen.step != reading.step:
+                memory.step_seen = sample
+            self._export_step(memory, sample)
+        if (seen := memory.step_seen) is not None:
+            reading = replace(reading, seen_step=seen.step, step_at=seen.at)
+        memory.progress = reading
         findings = [e for e in evaluations if e.is_finding]
         if findings or memory.findings:
             memory.findings = findings

@@ -105,10 +105,11 @@ NO_PROGRESS_COUNTS_POLICY = "no-progress-counts-policy-restarts-only"
 FORGETS_DELETED = "a-deleted-rljob-leaves-nothing-in-memory"
 LEASED_WRITES = "a-replica-without-the-lease-writes-nothing"
 SOFT_SUSPECTS = "suspect-nodes-are-expiring-preferences"
+GOODPUT = "goodput-counts-each-second-once"
 ALL_CHECKS = frozenset(
     {ONE_ATTEMPT, NEXT_ATTEMPT, NO_DOUBLE_DELETE, LEDGER, FAILED_STOPS, FAILJOB_FAILS,
      RESUMES_NEWEST, KEEPS_LINEAGE, WITHIN_MAX_UNAVAILABLE, NO_PROGRESS_COUNTS_POLICY,
-     FORGETS_DELETED, LEASED_WRITES, SOFT_SUSPECTS, *in_turn.CHECKS, *suspension.CHECKS,
+     FORGETS_DELETED, LEASED_WRITES, SOFT_SUSPECTS, GOODPUT, *in_turn.CHECKS, *suspension.CHECKS,
      *drain.CHECKS, *nodes.CHECKS, *bounds.CHECKS, *placement.CHECKS, *slots.CHECKS}
 )  # fmt: skip
 FAIL_THE_JOB = "fail the job"  # how the failure policy's decision message ends for FailJob
@@ -174,6 +175,20 @@ def job_body(*, gated: bool = False, from_engine: bool = False, slotted: bool = 
 
 def _labels(body: Mapping[str, Any]) -> Mapping[str, str]:
     return body["metadata"].get("labels") or {}
+
+
+def _accounted(totals: Mapping[str, Any] | None) -> float:
+    """Seconds a goodput block accounts: productive, lost and suspended."""
+    totals = totals or {}
+    return float(
+        totals.get("productiveSeconds", 0)
+        + sum((totals.get("lostSeconds") or {}).values())
+        + sum((totals.get("suspendedSeconds") or {}).values())
+    )
+
+
+def _parsed(stamp: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
 def _nothing_recorded(*findings: list[str]) -> None:
@@ -292,6 +307,7 @@ class ActionEngine(RuleBasedStateMachine):
         self.operator = self._start_operator()
         self.uid = ""
         self.step = 0
+        self.goodput_seen: dict[str, tuple[int, float]] = {}  # uid -> closedThrough, closed
         self.nonces = 0
         self.written_annotations: dict[str, list[str]] = {}  # request annotation -> its values
         self.failed_passes: list[str] = []  # why a pass that began Failed left a trainer running
@@ -690,6 +706,7 @@ class ActionEngine(RuleBasedStateMachine):
                 _nothing_recorded, self.cluster.unleased_writes, self.unleased_store_writes
             ),
             SOFT_SUSPECTS: partial(_nothing_recorded, self.suspect_faults),
+            GOODPUT: self._goodput_counts_each_second_once,
             **{check: partial(self._in_turn_holds, check) for check in in_turn.CHECKS},
             **{
                 check: partial(_nothing_recorded, self.drains.faults(check))
@@ -785,6 +802,27 @@ class ActionEngine(RuleBasedStateMachine):
             if i != current and not self._done(action, attempt)
         ]  # fmt: skip
         assert not undone, f"journaled, settled, never carried out: {undone}"
+
+    def _goodput_counts_each_second_once(self) -> None:
+        """status.goodput as written: what ended attempts added never shrinks or goes back, and
+        the seconds it accounts fit in the wall-clock since the job's creation (whole seconds,
+        rounded per bucket and attempt)."""
+        job = self.cluster.peek(KIND, NAME)
+        goodput = ((job or {}).get("status") or {}).get("goodput")
+        if job is None or not goodput:
+            return
+        uid, through = job["metadata"]["uid"], goodput.get("closedThrough", 0)
+        closed, total = _accounted(goodput.get("closed")), _accounted(goodput.get("total"))
+        seen = self.goodput_seen.get(uid, (0, 0.0))
+        assert (through, closed) >= seen, f"closed went back: {seen} -> {(through, closed)}"
+        self.goodput_seen[uid] = (through, closed)
+        assert total >= closed, f"total {total} s below what ended attempts added ({closed} s)"
+        created, updated = (
+            _parsed(job["metadata"]["creationTimestamp"]),
+            _parsed(goodput["updatedAt"]),
+        )
+        wall = (updated - created).total_seconds()
+        assert total <= wall + 8 * (through + 1), f"{total} s accounted in {wall} s of wall-clock"
 
     def _a_deleted_rljob_leaves_nothing_in_memory(self) -> None:
         left = {
