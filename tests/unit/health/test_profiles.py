@@ -22,7 +22,6 @@ from rljob.health.profiles import (
     PREEMPTIONS,
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,
-    PROCESS_TREE_RSS,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     SGLANG,
@@ -134,7 +133,6 @@ def test_custom_engine_uses_metric_names_and_overrides_apply_to_builtins() -> No
         SLEEP_STATE,
         ENGINE_POLICY_GENERATION,
         MEMORY_WORKING_SET,
-        PROCESS_TREE_RSS,
     }
     overridden = engine_metrics(role(metricNames={"requestsWaiting": "vllm:waiting_by_me"}))
     assert overridden.requests_waiting == "vllm:waiting_by_me"

@@ -324,7 +324,9 @@ def engine_metrics(role: RolloutRole | GangEngines, *, through_ray: bool = False
     `through_ray`), with `metricNames` overriding them (custom engines have only those)."""
     profile = _named(role, through_ray)
     if not isinstance(role, GangEngines):
-        return profile
+        # The SDK plugin serves a page only for gang engines (RLJOB_ENGINE_METRICS_PORT): a
+        # rollout engine never has its gauge, so it is not queried for.
+        return replace(profile, process_tree_rss=None)
     # Only rollout engines drain and rejoin behind the gate: the gang's are not asked. The pod's
     # working set holds the trainer's memory too, so it says nothing of the engines'; only the
     # SDK plugin's pages carry the engine processes' own.
