@@ -328,7 +328,7 @@ def test_profiles_ask_for_the_memory_they_can_have() -> None:
         signals = profile.signals()
         assert signals[MEMORY_WORKING_SET].metric == "container_memory_working_set_bytes"
         assert signals[MEMORY_WORKING_SET].matchers == (("container", ""),)
-        assert signals[PROCESS_TREE_RSS].metric == "rljob_engine_process_tree_resident_bytes"
+        assert PROCESS_TREE_RSS not in signals
 
     custom = engine_metrics(
         RolloutRole.model_validate(

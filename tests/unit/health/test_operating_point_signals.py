@@ -145,9 +145,9 @@ def test_sglang_reads_one_series_for_two_signals_and_queries_each_metric_once() 
     metrics = [(s.metric, s.matchers) for s in signals.values()]
     assert len(metrics) == len(set(metrics))
     # Per engine and round: 9 series before the operating point, 12 with it (18 for vLLM), a
-    # rollout engine's generation gauge and its two host memory signals (none asked of the
-    # trainer's engines through Ray).
-    assert (len(SGLANG.signals()), len(VLLM.signals()), len(THROUGH_RAY.signals())) == (15, 21, 18)
+    # rollout engine's generation gauge and its pod's working set (none asked of the trainer's
+    # engines through Ray).
+    assert (len(SGLANG.signals()), len(VLLM.signals()), len(THROUGH_RAY.signals())) == (14, 20, 18)
     assert VLLM.shared_series() == {}
 
 

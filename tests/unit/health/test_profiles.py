@@ -82,9 +82,8 @@ def test_vllm_names_are_the_designs() -> None:
         # The rljob SDK's engine-side gauge: drains and the policy-current gate read it.
         "rljob_engine_policy_generation",
         # Host memory for the memory-growth detector: the pod cgroup's working set (cAdvisor,
-        # through Prometheus) and the SDK plugin page's process-tree RSS.
+        # through Prometheus; the SDK plugin's process-tree RSS is the gang engines' only).
         "container_memory_working_set_bytes",
-        "rljob_engine_process_tree_resident_bytes",
     }
     sleep = VLLM.signals()[SLEEP_STATE]
     assert sleep.matchers == (("sleep_state", "awake"),)

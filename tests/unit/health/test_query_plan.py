@@ -52,9 +52,10 @@ def test_required_signals_leave_out_the_diagnosis_and_the_optional_engine_signal
     diagnosis = set(monitor.role_queries(monitor.targets())[DIAGNOSIS_ROLE])
     assert diagnosis <= set(plan.optional)
     assert ENGINE_POLICY_GENERATION in {s.name for s in plan.optional}
-    # Host memory: one more Prometheus query each per round and source, never required (an
-    # engine without it is insufficient data for memory_growth only).
-    assert {MEMORY_WORKING_SET, PROCESS_TREE_RSS} <= {s.name for s in plan.optional}
+    # Host memory: one more Prometheus query per round and source, never required (an engine
+    # without it is insufficient data for memory_growth only); a rollout engine has no SDK page.
+    optional = {s.name for s in plan.optional}
+    assert MEMORY_WORKING_SET in optional and PROCESS_TREE_RSS not in optional
     assert not set(plan.required) & set(plan.optional)
     everything = {s for _, signals in plan.asked for s in signals}
     assert set(plan.required) | set(plan.optional) == everything

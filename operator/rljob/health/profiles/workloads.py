@@ -111,9 +111,10 @@ class EngineMetrics:
     # The weight generation a rollout engine serves (optional; drains and the gate read it).
     policy_generation: str | None = ENGINE_POLICY_GENERATION_METRIC
     # Host memory (optional; only the memory-growth detector reads it): the pod cgroup's working
-    # set through Prometheus, and the SDK plugin page's process-tree RSS.
+    # set through Prometheus, and the SDK plugin page's process-tree RSS (set for the trainer's
+    # colocated engines with exporter plugin: the SDK serves a page for no other engine).
     memory_working_set: str | None = MEMORY_WORKING_SET_METRIC
-    process_tree_rss: str | None = PROCESS_TREE_RSS_METRIC
+    process_tree_rss: str | None = None
 
     def signals(self) -> dict[str, Signal]:
         """Signal name -> signal, for the metrics this engine exports (the same every round:
@@ -324,17 +325,17 @@ def engine_metrics(role: RolloutRole | GangEngines, *, through_ray: bool = False
     `through_ray`), with `metricNames` overriding them (custom engines have only those)."""
     profile = _named(role, through_ray)
     if not isinstance(role, GangEngines):
-        # The SDK plugin serves a page only for gang engines (RLJOB_ENGINE_METRICS_PORT): a
-        # rollout engine never has its gauge, so it is not queried for.
-        return replace(profile, process_tree_rss=None)
+        return profile
     # Only rollout engines drain and rejoin behind the gate: the gang's are not asked. The pod's
     # working set holds the trainer's memory too, so it says nothing of the engines'; only the
     # SDK plugin's pages carry the engine processes' own.
     profile = replace(profile, policy_generation=None, memory_working_set=None)
     if role.exporter == EngineExporter.PLUGIN:
         # Every engine process's page says engine="0": the page tells them apart.
-        return replace(profile, engine_label=ENGINE_PAGE_LABEL)
-    return replace(profile, process_tree_rss=None)
+        return replace(
+            profile, engine_label=ENGINE_PAGE_LABEL, process_tree_rss=PROCESS_TREE_RSS_METRIC
+        )
+    return profile
 
 
 def _named(role: RolloutRole | GangEngines, through_ray: bool) -> EngineMetrics:
