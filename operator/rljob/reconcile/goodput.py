@@ -50,6 +50,7 @@ INFERRED_DETECTION = (
     "detection of a failure with no failed container (a hang, a lost node) runs from the last "
     "step read: its instant is unknown"
 )
+NO_STEP_GRACE_SECONDS = 600.0
 NO_STEP_SIGNAL = (
     "no step signal (the SDK or a framework bridge): time from all ranks Ready counts as "
     "training; startup and recomputation are unknown"
@@ -152,7 +153,7 @@ def goodput(job: RLJob, status: RLJobStatus, now: datetime) -> GoodputStatus:
         closed=closed,
         closed_through=through,
         updated_at=now,
-        notes=_notes(records, context),
+        notes=_notes(records, context, now),
     )
 
 
@@ -319,12 +320,14 @@ def _start_of(job: RLJob, before: AttemptRecord | None) -> datetime | None:
     return before.ended_at if before is not None else job.metadata.creation_timestamp
 
 
-def _notes(records: Sequence[AttemptRecord], context: _Context) -> list[str]:
+def _notes(records: Sequence[AttemptRecord], context: _Context, now: datetime) -> list[str]:
     notes = []
     failures = [r for r in records if _failed(r) and r.end_reason not in _NOT_FAILURES]
     if any(r.failed_at is None for r in failures):
         notes.append(INFERRED_DETECTION)
-    if not context.steps_known and any(r.running_at is not None for r in records):
+    # A trainer still loading has read no step yet: said once it has run a while without one.
+    ran = [_seconds(r.running_at, r.ended_at or now) for r in records]
+    if not context.steps_known and max(ran, default=0.0) >= NO_STEP_GRACE_SECONDS:
         notes.append(NO_STEP_SIGNAL)
     return notes
 

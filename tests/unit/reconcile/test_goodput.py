@@ -176,6 +176,9 @@ def test_without_a_step_signal_ready_time_counts_as_training_and_says_so() -> No
 
     assert result["productive"] == 60 and result["lost"] == {"scheduling": 3}
     assert result["notes"] == [NO_STEP_SIGNAL]
+    assert figures(record(1, started_at=1, running_at=3), now=8)["notes"] == [], (
+        "a trainer still loading has no step yet: nothing to say about its signal"
+    )
 
 
 def test_an_inferred_failure_instant_is_noted() -> None:
