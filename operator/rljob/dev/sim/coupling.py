@@ -6,7 +6,8 @@ Each step waits tokens_per_step / (the job's engines' tokens/s) for generation, 
 of its verifiers' delays (service time and queue wait, rljob.dev.sim.models.verifier) for the
 rewards. An engine counts at the throughput its profile gives at its concurrency (over a
 synchronous batch, its mean while generating; without the concurrency model, its profile's
-throughput), times its health; one asleep, paused or stalled adds nothing. The trainer's clock
+throughput), times its health; one asleep, paused or stalled adds nothing, nor one (re)started
+less than the trainer profile's `engine_load_seconds` ago (loading its model). The trainer's clock
 and the engines' batches are not synchronised: the wait is a rate, recomputed whenever the
 trainer advances. Without an attached engine in the job the profile's wait_for_rollouts
 stands. The job's workloads are those of the trainer's namespace and `rljob.io/job`.
@@ -49,12 +50,14 @@ def rollout_wait(
     return min(MAX_WAIT_SECONDS, tokens_per_step / supply + delay)
 
 
-def couple(trainer: Workload, workloads: Iterable[Workload]) -> None:
-    """Sets a coupled trainer's wait from its job's engines and verifiers, as they are now."""
+def couple(trainer: Workload, workloads: Iterable[Workload], now: float | None = None) -> None:
+    """Sets a coupled trainer's wait from its job's engines and verifiers, as they are at `now`
+    (None: ignores engine load times)."""
     model = trainer.model
     if not isinstance(model, TrainerModel) or not model.profile.couple_rollouts:
         return
     pod = trainer.pod
+    load = model.profile.engine_load_seconds
     rates: list[float] = []
     delays: list[float] = []
     for workload in workloads:
@@ -62,7 +65,8 @@ def couple(trainer: Workload, workloads: Iterable[Workload]) -> None:
             continue
         other = workload.model
         if isinstance(other, EngineModel):
-            rates.append(engine_rate(other))
+            loading = now is not None and now - workload.started < load
+            rates.append(0.0 if loading else engine_rate(other))
         elif isinstance(other, VerifierModel):
             delays.append(other.delay())
     model.rollout_wait = rollout_wait(model.profile.tokens_per_step, rates, delays)

@@ -17,6 +17,10 @@ MANAGED_BY = "rljob-operator"
 JOB_LABEL = "rljob.io/job"
 ROLE_LABEL = "rljob.io/role"
 ATTEMPT_LABEL = "rljob.io/attempt"
+# A JobSet's pods carry no operator attempt: its controller labels each with the JobSet's restart
+# count (sigs.k8s.io/jobset v0.12.0: pkg/constants RestartsKey, set on every Job and its pod
+# template by pkg/controllers/jobset_controller.go), which stands in for it.
+JOBSET_RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 LOOPBACK = "127.0.0.1"
@@ -132,7 +136,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
         restarts=restarts,
         running=status.get("phase") == "Running",
         terminating=meta.get("deletionTimestamp") is not None,
-        attempt=_int(labels.get(ATTEMPT_LABEL), None),
+        attempt=_int(labels.get(ATTEMPT_LABEL, labels.get(JOBSET_RESTART_ATTEMPT_LABEL)), None),
         completion_index=_int(index, 0) or 0,
         env=env,
         profile=profile,

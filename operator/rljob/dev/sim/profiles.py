@@ -117,7 +117,13 @@ class TrainerProfile:
     at training's), `eval_seconds` evaluating every `eval_every` steps. Seconds per phase accrue
     in rljob_trainer_phase_seconds_total as the SDK's counter does (rljob.dev.sim.models.phases).
     With `couple_rollouts` the wait for rollouts is `tokens_per_step` over the job's engines'
-    throughput plus its verifiers' delay (rljob.dev.sim.coupling).
+    throughput plus its verifiers' delay (rljob.dev.sim.coupling); an engine (re)started less
+    than `engine_load_seconds` ago is loading its model and supplies nothing.
+
+    A rank starts with `load_seconds` in phase starting (loading its model and checkpoint) before
+    its first step. With `resume_from_store` and no RLJOB_RESUME_STEP in its pod it resumes from
+    the newest checkpoint in its own store location, as a framework on its own does
+    (rljob.dev.sim.checkpoints; needs the simulator's --checkpoints).
 
     With `canaries` the SDK's RL series are reported every step (rljob.dev.sim.models.canaries):
     training reward rises by `reward_slope_per_hour`, the held-out eval reward (every
@@ -147,6 +153,9 @@ class TrainerProfile:
     eval_every: int = 5
     tokens_per_step: float = 16384.0
     couple_rollouts: bool = False
+    engine_load_seconds: float = 0.0
+    load_seconds: float = 0.0
+    resume_from_store: bool = False
     canaries: bool = True
     reward_hacking: bool = False
     reward_slope_per_hour: float = 0.02

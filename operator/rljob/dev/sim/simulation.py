@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rljob.dev.sim")
 
 MAX_WORKLOADS = 5000
+RESUME_STEP_ENV = "RLJOB_RESUME_STEP"  # the step the operator resumes an attempt from
 EVENTS_KEPT = 200
 PodLister = Callable[[], list[dict[str, Any]]]
 NodeLister = Callable[[], set[str]]  # the nodes the API says are not Ready
@@ -221,7 +222,11 @@ class Simulation:
                     profile = override(profile, rule.changes)
         return profile
 
-    def _model(self, pod: PodInfo, now: float) -> tuple[Model, bool]:
+    def _model(
+        self, pod: PodInfo, now: float, stored_step: int | None = None
+    ) -> tuple[Model, bool]:
+        """The pod's model; a trainer starts at RLJOB_RESUME_STEP, else at `stored_step` (what
+        `_stored_step` read), else at 0."""
         profile = self.effective_profile(pod)
         seed = pod.instance
         if isinstance(profile, EngineProfile):
@@ -233,7 +238,7 @@ class Simulation:
         assert isinstance(profile, TrainerProfile)
         writes = self.sink is not None and self.sink.wants(pod.env, pod.completion_index)
         try:
-            step = max(0, int(pod.env.get("RLJOB_RESUME_STEP", "0") or 0))
+            step = max(0, int(pod.env.get(RESUME_STEP_ENV) or stored_step or 0))
         except ValueError:
             step = 0
         if profile.tensorboard_keys:
@@ -269,7 +274,21 @@ class Simulation:
         exporter = getattr(profile, "engines_exporter", "")
         return dataclasses.replace(engine, exporter=exporter) if exporter else engine
 
+    async def _stored_step(self, pod: PodInfo) -> int | None:
+        """A trainer resuming on its own (profile `resume_from_store`, no RLJOB_RESUME_STEP in
+        its pod): the step of the newest checkpoint in its store location, read off the loop."""
+        if self.sink is None or pod.role != "trainer" or pod.env.get(RESUME_STEP_ENV):
+            return None
+        profile = self.effective_profile(pod)
+        if not getattr(profile, "resume_from_store", False):
+            return None
+        step = await asyncio.to_thread(self.sink.newest_step, pod.env)
+        if step is not None:
+            self.event("resumed-from-store", pod, step=step)
+        return step
+
     async def _attach(self, pod: PodInfo) -> None:
+        stored = await self._stored_step(pod)
         now = self.clock()
         host, port = listen_address(pod)
         try:
@@ -277,7 +296,7 @@ class Simulation:
         except OSError as exc:  # the IP's previous pod not detached yet: the next poll retries
             log.warning("cannot listen for %s on %s:%d: %s", pod.key, host, port, exc)
             return
-        model, writes = self._model(pod, now)
+        model, writes = self._model(pod, now, stored)
         workload = Workload(pod, listener, model, now, writes_checkpoints=writes)
         self.workloads[pod.key] = workload
         profile = self.effective_profile(pod)
@@ -374,7 +393,7 @@ class Simulation:
     def advance(self, workload: Workload, now: float | None = None) -> faultlib.Active:
         active = self.faults_of(workload)
         now = self.clock() if now is None else now
-        couple(workload, self.workloads.values())
+        couple(workload, self.workloads.values(), now)
         workload.model.advance(now, active)
         if workload.gang is not None:
             workload.gang.advance(now, active)

@@ -2,6 +2,7 @@
 takes, the seconds each accrues in the SDK's rljob_trainer_phase_seconds_total{phase}, and a
 throughput regression after a weight sync.
 
+A rank starts in phase starting for `load_seconds` (if any: loading its model and checkpoint).
 A step: generating (if `generate_seconds`) -> waiting_for_rollouts -> training -> syncing_weights
 (if `sync_seconds`) -> evaluating (if `eval_seconds`, every `eval_every` steps) -> checkpointing
 (every `checkpoint_every` steps). The names are the SDK's (rljob.sdk.progress.PHASES, the
@@ -16,6 +17,7 @@ from __future__ import annotations
 from rljob.dev.sim.exposition import Page, labels_text
 from rljob.dev.sim.profiles import TrainerProfile
 
+PHASE_STARTING = "starting"
 PHASE_GENERATING = "generating"
 PHASE_WAITING_FOR_ROLLOUTS = "waiting_for_rollouts"
 PHASE_TRAINING = "training"
@@ -24,7 +26,7 @@ PHASE_EVALUATING = "evaluating"
 PHASE_CHECKPOINTING = "checkpointing"
 # The gauge's series every exporter starts with; others appear once entered.
 SDK_PHASES = (
-    "starting",
+    PHASE_STARTING,
     PHASE_GENERATING,
     PHASE_WAITING_FOR_ROLLOUTS,
     PHASE_TRAINING,
@@ -62,6 +64,11 @@ def first_phase(profile: TrainerProfile) -> str:
     return PHASE_GENERATING if profile.generate_seconds > 0 else PHASE_WAITING_FOR_ROLLOUTS
 
 
+def start_phase(profile: TrainerProfile) -> str:
+    """The phase a rank starts in: starting while it loads (`load_seconds`), else its step's."""
+    return PHASE_STARTING if profile.load_seconds > 0 else first_phase(profile)
+
+
 def next_phase(phase: str, step: int, profile: TrainerProfile) -> str:
     """The phase after `phase`, `step` steps done (training has counted its step)."""
     later = _ORDER[_ORDER.index(phase) + 1 :] if phase in _ORDER else ()
@@ -84,6 +91,8 @@ def duration(
             return profile.sync_seconds
         case "evaluating":
             return profile.eval_seconds
+        case "starting":
+            return profile.load_seconds
     return profile.checkpoint_seconds
 
 

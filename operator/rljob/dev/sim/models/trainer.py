@@ -20,8 +20,8 @@ from rljob.dev.sim.models.phases import (
     PhaseSeconds,
     Regression,
     duration,
-    first_phase,
     next_phase,
+    start_phase,
 )
 from rljob.dev.sim.profiles import TrainerProfile
 
@@ -74,7 +74,7 @@ class TrainerModel:
         self.profile = profile
         self.start = self.t = start
         self.work = 0.0
-        self.phase = _Phase(first_phase(profile), 0.0, start)
+        self.phase = _Phase(start_phase(profile), 0.0, start)
         self.phases_seen = set(SDK_PHASES) | {self.phase.name}
         self.phase_seconds = PhaseSeconds(self.phase.name, start)
         self.canaries = Canaries(seed, start)
