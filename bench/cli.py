@@ -1,5 +1,7 @@
 """`python -m bench [--smoke]`: every benchmark, then bench/RESULTS.md.
 `python -m bench vllm-traces [...]`: traces of vLLM's page from vLLM's own core (bench/vllm_core).
+`python -m bench goodput [--smoke] [--output bench/GOODPUT.md]`: effective training time of the
+operator, restarting everything and a JobSet on one failure trace (bench/goodput).
 
 Pure parts first (detection corpus, direct scrape against a loopback server; with --smoke also
 the bottleneck-diagnosis matrix and the model soak, whose full runs are their own commands)
@@ -223,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.vllm_core import traces
 
         return traces.main(argv[1:])
+    if argv[:1] == ["goodput"]:  # its own bed and page, bench/GOODPUT.md
+        from bench.goodput import run
+
+        return run.main(argv[1:])
     args = _parser().parse_args(argv)
     mode = _mode(args)
     # The binaries: RLJOB_BIN_DIR, else tools/build.sh's cached build (rljob.dev.binaries).

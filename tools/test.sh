@@ -52,11 +52,11 @@ lane() { # lane NAME PYTEST-ARGS...: one lane, its output prefixed, its time and
 
 integration() {
   local rc=0 shared alone
-  lane shared -n "$workers" --dist loadgroup -m "not (cluster_wide or own_plane)" \
+  lane shared -n "$workers" --dist loadgroup -m "not (cluster_wide or own_plane or goodput_bench)" \
     tests/integration &
   shared=$!
   # Never on a plane named by RLJOB_TEST_RUN_DIR: the shared lane's workers may be using it.
-  (unset RLJOB_TEST_RUN_DIR; lane alone -m "cluster_wide or own_plane" tests/integration) &
+  (unset RLJOB_TEST_RUN_DIR; lane alone -m "(cluster_wide or own_plane) and not goodput_bench" tests/integration) &
   alone=$!
   wait $alone || rc=1
   wait $shared || rc=1
@@ -68,13 +68,14 @@ smoke() { # its progress lines (figures per size, per-job slopes), not the repor
 }
 
 unit() { tests -n auto tests/unit; }
+goodput() { tests -m goodput_bench tests/integration; }
 upstream() { tests tests/upstream; }
 
 # A tier's name runs that tier only (after lint); other arguments replace the tiers with one
 # pytest run; none runs every tier and the bench smoke.
 timed "lint, types and import contracts" lint
 case "${1:-}" in
-  unit | upstream | integration) timed "$1 tests" "$1"; exit ;;
+  unit | upstream | integration | goodput) timed "$1 tests" "$1"; exit ;;
   "") ;;
   *) timed "pytest $*" tests "$@"; exit ;;
 esac
@@ -84,19 +85,21 @@ esac
 # wait: torchrun's and Ray's start-up, a watchdog's timeout) and the bench smoke, which proves
 # the benchmark command works on a plane of its own (figures only, bench/RESULTS.md kept): it
 # starts when the upstream tests end, in the unit tier's last minutes, and ends early in the
-# integration tier, off the path of its longest lane. Every tier runs, so one run reports every
-# failure.
+# integration tier, off the path of its longest lane; then the goodput smoke (issue 33: three
+# arms on one failure trace, a bed of its own, about 10 minutes), which fits in what is left of
+# the integration tier. Every tier runs, so one run reports every failure.
 failed=()
 beside=$(mktemp -d)
 {
   prefixed upstream "upstream tests" upstream || touch "$beside/upstream"
   prefixed bench "bench --smoke" smoke || touch "$beside/bench-smoke"
+  prefixed goodput "goodput smoke" goodput || touch "$beside/goodput-smoke"
 } &
 beside_pid=$!
 timed "unit and model tests" unit || failed+=(unit)
 timed "integration tests" integration || failed+=(integration)
 wait $beside_pid
-for tier in upstream bench-smoke; do
+for tier in upstream bench-smoke goodput-smoke; do
   if [ -e "$beside/$tier" ]; then failed+=("$tier"); fi
 done
 rm -rf "$beside"
