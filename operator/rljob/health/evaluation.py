@@ -37,6 +37,10 @@ POLICY_GENERATION_EVIDENCE = "policy_generation"
 # A finding on several engines of a role at once: their pod names, space-separated, in the order
 # to repair them (the fleet finding); its remedy takes these and no others.
 ENGINES_EVIDENCE = "engines"
+# A slow pod whose peers the same round judged mostly within the bound (1.0; else 0.0): the fault
+# is the pod's (a noisy node, a leaking sandbox), which a restart fixes, not the load's or the
+# code's, which it does not. The failure policy's built-in rule restarts only such a pod.
+AMONG_FAST_PEERS_EVIDENCE = "among_fast_peers"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,13 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rljob.api.durations import parse_duration
 from rljob.api.spec import Health
 from rljob.health.evaluation import (
+    AMONG_FAST_PEERS_EVIDENCE,
+    HEALTHY,
     VERIFIER_LATENCY,
     Evaluation,
     Evidence,
@@ -85,6 +87,8 @@ def bucket_increase(start: Sequence[float], end: Sequence[float]) -> list[float]
 
 # The evidence key of the p99 (rljob_detector_value; the bottleneck reads it too).
 P99_EVIDENCE = "p99_seconds"
+# How many of a slow verifier's peers the same round judged within the bound.
+PEERS_WITHIN_BOUND_EVIDENCE = "peers_within_bound"
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,9 +251,10 @@ class VerifierLatencyDetector:
         return sum(len(series.snapshots) for series in self._series.values())
 
     def evaluate(self, now: float) -> list[Evaluation]:
-        return [
+        evaluations = [
             self._evaluate(target, self._series[target], now) for target in sorted(self._series)
         ]
+        return among_peers(evaluations)
 
     def _evaluate(self, target: str, series: _Series, now: float) -> Evaluation:
         edges = self._edges(series, now)
@@ -310,3 +315,28 @@ def _all_over(
 ) -> bool:
     values = [value(s) for s in slices]
     return bool(values) and all(v is not None and v > bound for v in values)
+
+
+def among_peers(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
+    """Each slow verifier's finding with its peers in evidence: how many the round judged within
+    the bound, and whether the slow ones are at most half of the verifiers judged (1.0) or not
+    (0.0: every one slow, most of them, or none to compare with)."""
+    slow = [e for e in evaluations if e.is_finding]
+    fast = [e for e in evaluations if e.outcome == HEALTHY]
+    among_fast = bool(fast) and len(slow) <= len(fast)
+    peers = f"{len(fast)} of {len(evaluations) - 1} peers within the bound"
+    said = "" if among_fast else ": the load or the reward code, not one pod"
+    return [
+        replace(
+            e,
+            message=f"{e.message}; {peers}{said}",
+            evidence={
+                **e.evidence,
+                PEERS_WITHIN_BOUND_EVIDENCE: float(len(fast)),
+                AMONG_FAST_PEERS_EVIDENCE: float(among_fast),
+            },
+        )
+        if e.is_finding
+        else e
+        for e in evaluations
+    ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from rljob.api import FailureAction, FailureReason, RLJob, RLJobStatus, RoleName
-from rljob.health.evaluation import ENGINES_EVIDENCE, Evaluation
+from rljob.health.evaluation import AMONG_FAST_PEERS_EVIDENCE, ENGINES_EVIDENCE, Evaluation
 from rljob.reconcile.drain import drains
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.in_turn import journal_in_turn_restart
@@ -48,7 +48,10 @@ def finding_remedy(
     pod = None if trainer else next((p for p in observed.pods if p.name == finding.target), None)
     role = RoleName.TRAINER if trainer else _role_of(pod)
     target = None if trainer else finding.target
-    failure = Failure(reason, role, target=target, message=finding.message)
+    among_fast = finding.evidence.get(AMONG_FAST_PEERS_EVIDENCE) == 1.0
+    failure = Failure(
+        reason, role, target=target, message=finding.message, among_fast_peers=among_fast
+    )
     decision = _decide(job, failure, now)
     key = f"{reason.value}/{finding.target}"
     if decision.action in _JOB_WIDE:

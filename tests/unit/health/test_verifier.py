@@ -17,7 +17,14 @@ from rljob.health import (
     bucket_increase,
     histogram_quantile,
 )
-from rljob.health.verifier import proven_over
+from rljob.health.evaluation import (
+    AMONG_FAST_PEERS_EVIDENCE,
+    VERIFIER_LATENCY,
+    finding,
+    healthy,
+    insufficient,
+)
+from rljob.health.verifier import PEERS_WITHIN_BOUND_EVIDENCE, among_peers, proven_over
 from rljob.vocabulary.enums import FailureReason
 
 INF = math.inf
@@ -188,3 +195,56 @@ def test_slowness_is_proven_by_a_bucket_at_or_above_the_bound(
     bounds: tuple[float, ...], cumulative: tuple[float, ...], over: bool
 ) -> None:
     assert proven_over(bounds, cumulative, 1.0) is over
+
+
+def _judged(outcomes: str) -> list[Evaluation]:
+    """One evaluation a verifier: s slow, h within the bound, i insufficient data."""
+    made = {
+        "s": lambda name: finding(VERIFIER_LATENCY, name, FailureReason.VERIFIER_SLOW, name, {}),
+        "h": lambda name: healthy(VERIFIER_LATENCY, name, name),
+        "i": lambda name: insufficient(VERIFIER_LATENCY, name, name),
+    }
+    return [made[o](f"verifier-{n}") for n, o in enumerate(outcomes)]
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "peers_within_bound", "among_fast"),
+    [
+        pytest.param("shhh", 3.0, 1.0, id="one-slow-of-four"),
+        pytest.param("sshh", 2.0, 1.0, id="half-slow"),
+        pytest.param("sssh", 1.0, 0.0, id="most-slow"),
+        pytest.param("ssss", 0.0, 0.0, id="all-slow"),
+        pytest.param("s", 0.0, 0.0, id="a-lone-verifier"),
+        pytest.param("sii", 0.0, 0.0, id="peers-not-judged"),
+        pytest.param("shi", 1.0, 1.0, id="one-judged-peer-fast"),
+    ],
+)
+def test_a_slow_verifier_says_how_its_peers_fare(
+    outcomes: str, peers_within_bound: float, among_fast: float
+) -> None:
+    evaluations = among_peers(_judged(outcomes))
+
+    slow = [e for e in evaluations if e.is_finding]
+    assert slow, evaluations
+    for evaluation in slow:
+        assert evaluation.evidence[PEERS_WITHIN_BOUND_EVIDENCE] == peers_within_bound
+        assert evaluation.evidence[AMONG_FAST_PEERS_EVIDENCE] == among_fast
+        assert ("not one pod" in evaluation.message) is (among_fast == 0.0)
+    assert [e for e in evaluations if not e.is_finding] == [
+        e for e in _judged(outcomes) if not e.is_finding
+    ]
+
+
+def test_the_detector_judges_each_verifier_among_its_peers() -> None:
+    detector = VerifierLatencyDetector(CONFIG)
+    slow = SimulatedVerifier(VerifierProfile(slow_factor=12.0, slow_at=0.0), seed=1)
+    fast = SimulatedVerifier(VerifierProfile(), seed=2)
+    for t in range(0, 1201, 30):
+        detector.observe("verifier-0", slow.sample(float(t)))
+        detector.observe("verifier-1", fast.sample(float(t)))
+
+    found = [e for e in detector.evaluate(1200.0) if e.is_finding]
+
+    assert [e.target for e in found] == ["verifier-0"]
+    assert found[0].evidence[AMONG_FAST_PEERS_EVIDENCE] == 1.0
+    assert "1 of 1 peers within the bound" in found[0].message

@@ -28,7 +28,13 @@ from rljob.api import FailureReason, parse_duration
 from rljob.checkpoint_protocol.errors import CommitRefused, StoreError
 from rljob.checkpoint_protocol.layout import CheckpointLocation, KeyKind, VersionId
 from rljob.checkpoint_protocol.models import AttemptMarker
-from rljob.health.evaluation import KV_DRIFT, TRAINER_STALL, finding
+from rljob.health.evaluation import (
+    AMONG_FAST_PEERS_EVIDENCE,
+    KV_DRIFT,
+    TRAINER_STALL,
+    VERIFIER_LATENCY,
+    finding,
+)
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.slots import WeightCopy
 from rljob.runtime.runtime import RuntimeOptions
@@ -71,6 +77,7 @@ KV_CACHE_DRIFT = FailureReason.KV_CACHE_DRIFT
 KV_FRAGMENTATION = FailureReason.KV_CACHE_FRAGMENTATION
 FLEET_KV_FRAGMENTATION = FailureReason.FLEET_KV_CACHE_FRAGMENTATION
 TRAINER_STALLED = FailureReason.TRAINER_STALLED
+VERIFIER_SLOW = FailureReason.VERIFIER_SLOW
 REWARD_HACKING = FailureReason.REWARD_HACKING_SUSPECTED
 NCCL = (
     "[rank1]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: "
@@ -431,21 +438,31 @@ class ActionEngine(RuleBasedStateMachine):
         self.cluster.crash_container(name, reason, exit_code, message)
 
     @precondition(lambda self: bool(self._pods("rollout", "trainer")))
-    @rule(index=st.integers(0, 5))
+    @rule(index=st.integers(0, 7))
     def health_round_finds(self, index: int) -> None:
         """A finding of the detectors: a drifting engine (index < 2), a drifting engine inside
         a trainer pod (index 4: the gang restarts by GANG_ENGINE_RULE), a fragmented engine (5:
-        restarted alone by KV_FRAGMENTATION_RULES) or a stalled trainer."""
-        engines, ranks = self._pods("rollout"), self._pods("trainer")
+        restarted alone by KV_FRAGMENTATION_RULES), a slow verifier among fast peers (6:
+        restarted alone by the built-in slow-verifier rule) or without them (7: reported), or a
+        stalled trainer."""
+        engines, ranks, verifiers = (
+            self._pods("rollout"),
+            self._pods("trainer"),
+            self._pods("verifier"),
+        )
+        evidence: dict[str, float | str] = {}
         if index < 2 and engines:
             target, detector, reason = engines[index % len(engines)], KV_DRIFT, KV_CACHE_DRIFT
         elif index == 4 and ranks:
             target, detector, reason = ranks[0], KV_DRIFT, KV_CACHE_DRIFT
         elif index == 5 and engines:
             target, detector, reason = engines[0], KV_DRIFT, KV_FRAGMENTATION
+        elif index in (6, 7) and verifiers:
+            target, detector, reason = verifiers[0], VERIFIER_LATENCY, VERIFIER_SLOW
+            evidence[AMONG_FAST_PEERS_EVIDENCE] = float(index == 6)
         else:
             target, detector, reason = "trainer", TRAINER_STALL, TRAINER_STALLED
-        evaluation = finding(detector, target, reason, f"{reason.value} of {target}", {})
+        evaluation = finding(detector, target, reason, f"{reason.value} of {target}", evidence)
         harness.feed_health(self.operator, KEY, [evaluation])
 
     @precondition(lambda self: bool(self._pods("rollout")))

@@ -135,6 +135,12 @@ KIND = "RLJob"
         pytest.param([("trainer_rank_fails", {"index": 0, "how": "exit-93"}),
                       ("health_round_finds", {"index": 2}), ("world_settles", {"rounds": 2})],
                      1, 0, "Failed", id="failjob-wins-over-a-finding-in-the-same-pass"),
+        pytest.param([("world_settles", {"rounds": 3}), ("health_round_finds", {"index": 6}),
+                      ("world_settles", {"rounds": 3})],
+                     1, 1, "Running", id="a-slow-verifier-among-fast-peers-restarts-alone"),
+        pytest.param([("world_settles", {"rounds": 3}), ("health_round_finds", {"index": 7}),
+                      ("world_settles", {"rounds": 3})],
+                     1, 0, "Running", id="a-slow-verifier-without-fast-peers-is-reported"),
         # Found by the exploration, fixed since:
         pytest.param([("user_deletes_a_child", {"what": "trainer-job", "index": 0}),
                       ("world_settles", {"rounds": 6})],

@@ -62,7 +62,10 @@ DEFAULT_CASES = [
     pytest.param(failure(R.OOM_KILLED, exit_code=137), A.RESTART_POD, True, id="rollout-oom-pod"),
     pytest.param(failure(R.CRASH_LOOP, VERIFIER), A.RESTART_POD, True, id="verifier-crash-pod"),
     pytest.param(failure(R.CRASH_LOOP, REFERENCE), A.RESTART_POD, True, id="reference-crash-pod"),
-    pytest.param(failure(R.VERIFIER_SLOW, VERIFIER), A.REPORT, False, id="verifier-slow-report"),
+    pytest.param(failure(R.VERIFIER_SLOW, VERIFIER), A.REPORT, False,
+                 id="verifier-slow-without-fast-peers-reports"),
+    pytest.param(failure(R.VERIFIER_SLOW, VERIFIER, among_fast_peers=True), A.RESTART_POD, True,
+                 id="verifier-slow-among-fast-peers-restarts-alone"),
     pytest.param(failure(R.PREEMPTED), A.RESTART_POD, False, id="preempted-not-counted"),
     pytest.param(failure(R.EVICTED, REFERENCE), A.RESTART_POD, False, id="evicted-not-counted"),
     pytest.param(failure(R.NODE_LOST, TRAINER), A.RESTART_TRAINER_GANG, False,
@@ -118,6 +121,24 @@ def test_new_kv_findings_say_which_rule_reported_them(role: RoleName, rule: str,
     decision = choose_action(failure(R.FLEET_KV_CACHE_FRAGMENTATION, role), DEFAULT, None, NOW)
 
     assert (decision.action, decision.rule) == (A.REPORT, rule)
+    assert says in decision.message
+
+
+@pytest.mark.parametrize(
+    ("among_fast_peers", "action", "says"),
+    [
+        pytest.param(True, A.RESTART_POD, "restart pod pod-0", id="among-fast-peers-restarts"),
+        pytest.param(False, A.REPORT, "a restart would not help", id="the-load-reports"),
+    ],
+)
+def test_a_slow_verifier_restarts_only_among_fast_peers(
+    among_fast_peers: bool, action: FailureAction, says: str
+) -> None:
+    slow = failure(R.VERIFIER_SLOW, VERIFIER, among_fast_peers=among_fast_peers)
+
+    decision = choose_action(slow, DEFAULT, None, NOW)
+
+    assert (decision.action, decision.rule) == (action, "built-in:slow-verifier")
     assert says in decision.message
 
 

@@ -24,6 +24,8 @@ from rljob.reconcile.policy.rules import (
 )
 from rljob.vocabulary.enums import FailureAction, RoleName
 
+SLOW_VERIFIER_RULE = "built-in:slow-verifier"
+
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
@@ -72,6 +74,8 @@ def choose_action(
 def _soften(action: FailureAction, failure: Failure, rule_name: str) -> FailureAction:
     built_in_fail = rule_name == "built-in:image-or-config" and action == FailureAction.FAIL_JOB
     if built_in_fail and failure.role_has_run:
+        return FailureAction.REPORT
+    if rule_name == SLOW_VERIFIER_RULE and not failure.among_fast_peers:
         return FailureAction.REPORT
     return action
 
@@ -196,6 +200,11 @@ def _phrase(plan: _Plan) -> str:
             return "report (an engine in the trainer gang; a rule on role trainer may restart it)"
         case FailureAction.REPORT if plan.rule == "built-in:new-kv-findings":
             return "report (a new detector reports by default; a rule may restart on it)"
+        case FailureAction.REPORT if plan.rule == SLOW_VERIFIER_RULE:
+            return (
+                "report (not one slow verifier among fast ones: a restart would not help; a "
+                "user rule may restart it)"
+            )
         case FailureAction.REPORT if plan.rule == "built-in:rl-canaries":
             return "report (an RL canary; a user rule with action Suspend stops the run)"
         case FailureAction.REPORT:

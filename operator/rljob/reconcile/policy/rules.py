@@ -138,12 +138,23 @@ BUILT_IN_RULES: tuple[tuple[str, FailureRule], ...] = (
         "rl-canaries",
         FailureRule(on_reasons=_RL_CANARIES, action=FailureAction.REPORT),
     ),
+    # A slow verifier among fast peers restarts alone (bench/GOODPUT.md: only reported, it was
+    # the operator's costliest class); softened to Report when the slow ones are not the few
+    # (choose._soften): the load or the reward code, which no restart fixes.
+    (
+        "slow-verifier",
+        FailureRule(
+            roles=[RoleName.VERIFIER],
+            on_reasons=[_R.VERIFIER_SLOW],
+            action=FailureAction.RESTART_POD,
+        ),
+    ),
     # Host memory growth: measured on the simulator's growth model only (no real engine's trace
     # is long enough: bench/OPERATING-POINT.md), so said, not acted on.
     (
         "report-only",
         FailureRule(
-            on_reasons=[_R.VERIFIER_SLOW, _R.UNSCHEDULABLE, _R.ENGINE_MEMORY_GROWTH],
+            on_reasons=[_R.UNSCHEDULABLE, _R.ENGINE_MEMORY_GROWTH],
             action=FailureAction.REPORT,
         ),
     ),
@@ -155,7 +166,8 @@ _FALLBACK = ("no-rule-matched", FailureRule(action=FailureAction.REPORT))
 @dataclass(frozen=True, slots=True)
 class Failure:
     """A finding or pod failure to decide on. `target` is the pod (None for role-wide ones);
-    `message` is the evidence, one line."""
+    `message` is the evidence, one line; `among_fast_peers`: the detector judged most of the
+    pod's peers fine in the same round (health.evaluation.AMONG_FAST_PEERS_EVIDENCE)."""
 
     reason: FailureReason
     role: RoleName
@@ -163,6 +175,7 @@ class Failure:
     exit_code: int | None = None
     message: str = ""
     role_has_run: bool = True
+    among_fast_peers: bool = False
 
 
 @dataclass(frozen=True, slots=True)
