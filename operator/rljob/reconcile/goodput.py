@@ -269,7 +269,7 @@ def _stamped(
             and running is not None
             and (done or record.first_step_at is not None)
         ):
-            first = record.first_step_at or step_at
+            first = record.first_step_at or _first_step_read(record, reading) or step_at
             update["first_step_at"] = first
             if record.caught_up_at is None and _caught_up(step, before):
                 update["caught_up_at"] = max(step_at, first)
@@ -288,6 +288,16 @@ def _reading_of(
         return None, None
     at = datetime.fromtimestamp(int(reading.step_at), UTC)  # status times in whole seconds
     return (reading.seen_step, at) if at >= record.started_at else (None, None)
+
+
+def _first_step_read(record: AttemptRecord, reading: ProgressReading | None) -> datetime | None:
+    """When the round that first read a step past the attempt's resume step ran, if the steps
+    the reading keeps still hold it."""
+    for sample in reading.steps_seen if reading is not None else ():
+        at = datetime.fromtimestamp(int(sample.at), UTC)
+        if sample.step > (record.resumed_from_step or 0) and at >= record.started_at:
+            return at
+    return None
 
 
 def _caught_up(step: int, before: AttemptRecord | None) -> bool:

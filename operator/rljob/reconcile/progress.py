@@ -21,6 +21,26 @@ PROGRESS_REFRESH = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
+class StepSample:
+    """A trainer step and when the operator read it (unix seconds)."""
+
+    step: int
+    at: float
+
+
+# The distinct steps whose first reading is kept: an attempt's first step past its resume step is
+# timed from the round that read it, not from the pass that next looks (up to a resync later).
+STEPS_KEPT = 8
+
+
+def with_step(steps: tuple[StepSample, ...], sample: StepSample) -> tuple[StepSample, ...]:
+    """The last STEPS_KEPT distinct steps read, each with when it was first read, oldest first."""
+    if steps and steps[-1].step == sample.step:
+        return steps
+    return (*steps, sample)[-STEPS_KEPT:]
+
+
+@dataclass(frozen=True)
 class ProgressReading:
     """What the latest health round saw; None where nothing was reported."""
 
@@ -33,6 +53,8 @@ class ProgressReading:
     # it (unix seconds): the trainer's last evidence of health.
     seen_step: int | None = None
     step_at: float | None = None
+    # The last distinct steps read and when each was first read (with_step), oldest first.
+    steps_seen: tuple[StepSample, ...] = ()
 
 
 def progress_reading(evaluations: Sequence[Evaluation]) -> ProgressReading:
@@ -107,14 +129,6 @@ def _last_step_time(old: Progress | None, step: int | None, now: datetime) -> da
     if old is None or step is None or old.step != step:
         return now if step is not None else None
     return old.last_step_time
-
-
-@dataclass(frozen=True)
-class StepSample:
-    """A trainer step and when the operator read it (unix seconds)."""
-
-    step: int
-    at: float
 
 
 STEP_RATE_WINDOW = 300.0  # seconds of step readings the rate is taken over

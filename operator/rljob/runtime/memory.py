@@ -39,7 +39,7 @@ class JobMemory:
     engine_readings: tuple[EngineReading, ...] = ()  # the rollout engines' latest, by pod name
     listed_step: int | None = None  # the saved step the store was last listed for
     step_window: list[StepSample] = field(default_factory=list)
-    step_seen: StepSample | None = None  # the trainer's step and when it was first read
+    steps_seen: tuple[StepSample, ...] = ()  # the trainer's last distinct steps, first read when
     reported: Recent = field(default_factory=lambda: Recent(REPORT_REPEAT_SECONDS))
     deletes_issued: Recent = field(default_factory=lambda: Recent(EXPECTATION_SECONDS))
     events_posted: Recent = field(default_factory=lambda: Recent(EXPECTATION_SECONDS))

@@ -23,7 +23,13 @@ from rljob.reconcile.admission import Flavor
 from rljob.reconcile.bottleneck import advice_moved
 from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.observed import Observed, ObservedChild, ObservedPod
-from rljob.reconcile.progress import StepSample, progress_reading, step_rate, step_window
+from rljob.reconcile.progress import (
+    StepSample,
+    progress_reading,
+    step_rate,
+    step_window,
+    with_step,
+)
 from rljob.reconcile.reach import Allowlist
 from rljob.runtime.health_loop import HealthScheduler
 from rljob.runtime.loop_lag import watch_loop_lag
@@ -228,11 +234,13 @@ class Runtime:
         reading = progress_reading(evaluations)
         if reading.step is not None:
             sample = StepSample(reading.step, time.time())
-            if memory.step_seen is None or memory.step_seen.step != reading.step:
-                memory.step_seen = sample
+            memory.steps_seen = with_step(memory.steps_seen, sample)
             self._export_step(memory, sample)
-        if (seen := memory.step_seen) is not None:
-            reading = replace(reading, seen_step=seen.step, step_at=seen.at)
+        if memory.steps_seen:
+            seen = memory.steps_seen[-1]
+            reading = replace(
+                reading, seen_step=seen.step, step_at=seen.at, steps_seen=memory.steps_seen
+            )
         memory.progress = reading
         findings = [e for e in evaluations if e.is_finding]
         if findings or memory.findings:

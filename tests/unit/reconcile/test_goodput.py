@@ -14,7 +14,7 @@ from rljob.api import RLJob, RLJobStatus
 from rljob.api.status import AttemptRecord, RolesStatus, RoleStatus
 from rljob.reconcile.goodput import INFERRED_DETECTION, NO_STEP_SIGNAL, goodput, with_goodput
 from rljob.reconcile.observed import Observed
-from rljob.reconcile.progress import ProgressReading
+from rljob.reconcile.progress import STEPS_KEPT, ProgressReading, StepSample, with_step
 from tests.unit.reconcile.world import T0, example_job, pod
 
 
@@ -272,3 +272,44 @@ def test_the_step_an_attempt_resumed_at_is_not_its_first_step() -> None:
     status = pass_at(status, 70, reading(81, 69))
 
     assert status.attempts[0].first_step_at == at(69)
+
+
+def read_over(*steps_at: tuple[int, float]) -> ProgressReading:
+    """The rounds' readings as the runtime keeps them: each distinct step, first read when."""
+    kept: tuple[StepSample, ...] = ()
+    for step, minutes in steps_at:
+        kept = with_step(kept, StepSample(step, at(minutes).timestamp()))
+    last = kept[-1]
+    return ProgressReading(step=last.step, seen_step=last.step, step_at=last.at, steps_seen=kept)
+
+
+@pytest.mark.parametrize(
+    ("rounds", "first_step_at"),
+    [
+        pytest.param([(80, 65), (81, 66), (82, 68), (83, 70)], 66,
+                     id="the-round-that-read-the-first-step-past-the-resume-step"),
+        pytest.param([(79, 63), (81, 66), (82, 68)], 66, id="not-a-step-read-before-it-started"),
+        pytest.param([(80, 65), *((81 + n, 66 + n) for n in range(STEPS_KEPT + 1))], 67,
+                     id="the-earliest-still-kept"),
+    ],
+)  # fmt: skip
+def test_a_late_pass_stamps_the_first_step_when_a_round_first_read_it(
+    rounds: list[tuple[int, float]], first_step_at: float
+) -> None:
+    """Passes come on a child's change, a checkpoint or the resync, not on every step: the mark
+    is the time of the round that read it, not of the pass."""
+    status = running_status([record(2, started_at=64, resumed_from_step=80)])
+
+    status = pass_at(status, 80, read_over(*rounds))
+
+    assert status.attempts[0].first_step_at == at(first_step_at)
+
+
+def test_the_runtime_keeps_each_distinct_step_once_and_the_last_few() -> None:
+    kept: tuple[StepSample, ...] = ()
+    for step, t in [(1, 0.0), (1, 5.0), (2, 9.0), *((3 + n, 10.0 + n) for n in range(20))]:
+        kept = with_step(kept, StepSample(step, t))
+
+    assert len(kept) == STEPS_KEPT
+    assert [s.step for s in kept] == list(range(23 - STEPS_KEPT, 23))
+    assert with_step((StepSample(1, 0.0),), StepSample(1, 5.0)) == (StepSample(1, 0.0),)
