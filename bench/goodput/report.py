@@ -80,20 +80,26 @@ class Report:
     trace: list[FailureEvent]
     results: Results
     seconds: float
+    commit: str = ""  # what ran (checkout_commit at the run); empty: the checkout's now
 
 
-def _git_sha() -> str:
+def _git(*args: str) -> str | None:
     try:
         done = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
+            ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True, timeout=10
         )
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return None
     return done.stdout.strip()
+
+
+def checkout_commit() -> str:
+    """The checkout's commit, and whether tracked files differ from it."""
+    sha = _git("rev-parse", "--short", "HEAD")
+    if sha is None:
+        return "an unknown commit"
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return f"commit {sha}" + (" with uncommitted changes" if dirty else "")
 
 
 def _pct(value: float | None) -> str:
@@ -125,8 +131,8 @@ def render(report: Report) -> str:
         "# Goodput: the operator against restarting everything and a JobSet",
         "",
         f"`python -m bench goodput{' --smoke' if s.smoke else ''}` (issue 33, items 2 and 3): "
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {_git_sha()} (uncommitted changes "
-        f"included), {platform.machine()} with {_cpus()} CPUs shared with other work, "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {report.commit or checkout_commit()}, "
+        f"{platform.machine()} with {_cpus()} CPUs shared with other work, "
         f"{report.seconds / 60:.1f} min of wall-clock in all.",
         "",
         *_summary(report),

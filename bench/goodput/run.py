@@ -230,7 +230,10 @@ def save_records(
     records: dict[Arm, ArmRecord],
     seconds: float,
 ) -> None:
+    from bench.goodput.report import checkout_commit
+
     data = {
+        "commit": checkout_commit(),
         "settings": dataclasses.asdict(settings),
         "trace": [event_json(e) for e in trace],
         "seconds": seconds,
@@ -241,19 +244,22 @@ def save_records(
 
 def load_records(
     path: Path,
-) -> tuple[Settings, list[FailureEvent], dict[Arm, ArmRecord], float]:
+) -> tuple[Settings, list[FailureEvent], dict[Arm, ArmRecord], float, str]:
+    """What save_records wrote, and the commit that ran ("" if not saved)."""
     data = json.loads(path.read_text())
     records = {Arm(k): record_from_json(v) for k, v in data["records"].items()}
     trace = [event_from_json(e) for e in data["trace"]]
-    return Settings(**data["settings"]), trace, records, float(data["seconds"])
+    settings = Settings(**data["settings"])
+    return settings, trace, records, float(data["seconds"]), str(data.get("commit") or "")
 
 
 def main(argv: list[str] | None = None) -> int:
     from bench.goodput.report import Report, render, results
 
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    commit = ""
     if args.from_records:
-        settings, trace, records, seconds = load_records(args.from_records)
+        settings, trace, records, seconds, commit = load_records(args.from_records)
         world = settings.world()
     else:
         settings = settings_from(args)
@@ -264,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         save_records(saved, settings, trace, records, seconds)
         log(f"records in {saved} (--from-records renders them again)")
-    report = Report(settings, world, trace, results(world, records), seconds)
+    report = Report(settings, world, trace, results(world, records), seconds, commit)
     args.output.write_text(render(report))
     log(f"wrote {args.output} ({seconds / 60:.1f} min)")
     print(render(report))

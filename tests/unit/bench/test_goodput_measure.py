@@ -229,7 +229,10 @@ def test_the_page_renders_from_records_saved_and_loaded_again(tmp_path: Path) ->
     loaded = load_records(tmp_path / "records.json")
     assert loaded[0] == settings and loaded[1] == trace
     world = WORLD
-    page = render(Report(settings, world, trace, results(world, loaded[2]), loaded[3]))
+    assert loaded[4].startswith(("commit ", "an unknown commit")), "what ran is kept"
+    ran = Report(settings, world, trace, results(world, loaded[2]), loaded[3], "commit abc1234")
+    page = render(ran)
+    assert "UTC, commit abc1234, " in page
     for heading in (
         "## Effective training time",
         "## Per failure class",
