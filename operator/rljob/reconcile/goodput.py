@@ -269,10 +269,13 @@ def _stamped(
             and running is not None
             and (done or record.first_step_at is not None)
         ):
-            first = record.first_step_at or _first_step_read(record, reading) or step_at
+            resumed = record.resumed_from_step or 0
+            first = record.first_step_at or _first_read(record, reading, resumed) or step_at
             update["first_step_at"] = first
             if record.caught_up_at is None and _caught_up(step, before):
-                update["caught_up_at"] = max(step_at, first)
+                reached = before.reached_step if before is not None else None
+                when = first if reached is None else _first_read(record, reading, reached - 1)
+                update["caught_up_at"] = max(when or step_at, first)
             if refreshed or record.reached_step is None:
                 update |= {"reached_step": step, "healthy_at": step_at}
     update = {k: v for k, v in update.items() if v is not None and getattr(record, k) != v}
@@ -290,12 +293,14 @@ def _reading_of(
     return (reading.seen_step, at) if at >= record.started_at else (None, None)
 
 
-def _first_step_read(record: AttemptRecord, reading: ProgressReading | None) -> datetime | None:
-    """When the round that first read a step past the attempt's resume step ran, if the steps
-    the reading keeps still hold it."""
+def _first_read(
+    record: AttemptRecord, reading: ProgressReading | None, past: int
+) -> datetime | None:
+    """When a round of this attempt first read a step above `past`, if the steps the reading
+    keeps still hold it."""
     for sample in reading.steps_seen if reading is not None else ():
         at = datetime.fromtimestamp(int(sample.at), UTC)
-        if sample.step > (record.resumed_from_step or 0) and at >= record.started_at:
+        if sample.step > past and at >= record.started_at:
             return at
     return None
 

@@ -305,6 +305,26 @@ def test_a_late_pass_stamps_the_first_step_when_a_round_first_read_it(
     assert status.attempts[0].first_step_at == at(first_step_at)
 
 
+@pytest.mark.parametrize(
+    ("records", "caught_up_at"),
+    [
+        pytest.param([record(1, started_at=1)], 3, id="a-first-attempt-is-caught-up-at-once"),
+        pytest.param([record(1, started_at=1, reached_step=84, ended_at=2),
+                      record(2, started_at=2, resumed_from_step=80)], 6,
+                     id="a-resumed-one-when-a-round-read-the-step-reached-before"),
+    ],
+)  # fmt: skip
+def test_a_late_pass_counts_no_recomputation_the_rounds_did_not_see(
+    records: list[AttemptRecord], caught_up_at: float
+) -> None:
+    status = pass_at(
+        running_status(records), 20, read_over((81, 3), (82, 4), (83, 5), (84, 6), (85, 7))
+    )
+
+    mark = status.attempts[-1]
+    assert (mark.first_step_at, mark.caught_up_at) == (at(3), at(caught_up_at))
+
+
 def test_the_runtime_keeps_each_distinct_step_once_and_the_last_few() -> None:
     kept: tuple[StepSample, ...] = ()
     for step, t in [(1, 0.0), (1, 5.0), (2, 9.0), *((3 + n, 10.0 + n) for n in range(20))]:
