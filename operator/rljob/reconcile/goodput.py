@@ -289,8 +289,15 @@ def _reading_of(
     Job was created: a step left from the attempt before is not)."""
     if reading is None or reading.seen_step is None or reading.step_at is None:
         return None, None
-    at = datetime.fromtimestamp(int(reading.step_at), UTC)  # status times in whole seconds
-    return (reading.seen_step, at) if at >= record.started_at else (None, None)
+    at = _read_in(record, reading.step_at)
+    return (reading.seen_step, at) if at is not None else (None, None)
+
+
+def _read_in(record: AttemptRecord, read_at: float) -> datetime | None:
+    """A reading's time (status times in whole seconds) if this attempt's: read after its Job
+    was created."""
+    at = datetime.fromtimestamp(int(read_at), UTC)
+    return at if at >= record.started_at else None
 
 
 def _first_read(
@@ -299,8 +306,8 @@ def _first_read(
     """When a round of this attempt first read a step above `past`, if the steps the reading
     keeps still hold it."""
     for sample in reading.steps_seen if reading is not None else ():
-        at = datetime.fromtimestamp(int(sample.at), UTC)
-        if sample.step > past and at >= record.started_at:
+        at = _read_in(record, sample.at)
+        if sample.step > past and at is not None:
             return at
     return None
 
