@@ -19,6 +19,7 @@ from rljob.checkpoints.attempt_plan import (
     AttemptInputs,
     CandidateCheck,
     discovery_lineage,
+    missed_newer,
     needs_discovery,
     pinned_version,
     plan_attempt_start,
@@ -144,12 +145,21 @@ class Checkpoints:
             capabilities=capabilities,
             journaled=journaled_version,
         )
+        inputs = await self._chosen_and_retention(job, store, inputs, spec.keep)
+        if missed_newer(inputs):  # a lagging listing hid a newer version from the choice: once
+            inputs = await self._chosen_and_retention(job, store, inputs, spec.keep)
+        return inputs
+
+    async def _chosen_and_retention(
+        self, job: RLJob, store: AsyncCheckpointStore, inputs: AttemptInputs, keep: int
+    ) -> AttemptInputs:
+        """The resume candidates read, then retention's listing under the lineage they give."""
         inputs = replace(inputs, candidates=await self._candidates(job, store, inputs))
         try:  # retention never blocks an attempt: its listing's failure is only reported
-            listing = await store.retention_listing(retention_lineage(inputs), keep=spec.keep)
+            listing = await store.retention_listing(retention_lineage(inputs), keep=keep)
         except StoreError as exc:
-            return replace(inputs, retention_error=f"retention not planned: {exc}")
-        return replace(inputs, retention=listing)
+            return replace(inputs, retention=None, retention_error=f"retention not planned: {exc}")
+        return replace(inputs, retention=listing, retention_error="")
 
     async def _candidates(
         self, job: RLJob, store: AsyncCheckpointStore, inputs: AttemptInputs

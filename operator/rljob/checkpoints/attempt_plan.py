@@ -200,6 +200,31 @@ def choose_resume(inputs: AttemptInputs) -> ResumeChoice:
     return ResumeChoice(None, tuple(skipped))
 
 
+def missed_newer(inputs: AttemptInputs) -> bool:
+    """Retention's listing, made after the resume choice, shows a committed version newer than
+    the one chosen that the choice could have taken: a lagging listing hid its files from the
+    candidates' check (worth reading them once more: resuming older recomputes its steps, and
+    the newer version falls out of the lineage for good)."""
+    listing, choice = inputs.retention, choose_resume(inputs)
+    fresh = choice.recorded is None and pinned_version(inputs.resume) is None
+    if (
+        listing is None
+        or not fresh
+        or not needs_discovery(inputs.resume, inputs.attempt, inputs.markers)
+    ):
+        return False
+    lineage = discovery_lineage(inputs.markers, inputs.attempt)
+    chosen = choice.chosen.version if choice.chosen is not None else None
+    return any(
+        objects.complete
+        and lineage.eligible(version)
+        and (chosen is None or version > chosen)
+        and (verdict := listing.validities.get(version)) is not None
+        and verdict.valid
+        for version, objects in listing.versions.items()
+    )
+
+
 def attempt_marker(inputs: AttemptInputs, choice: ResumeChoice) -> AttemptMarker:
     """The marker to write: the existing one on a retried start (the write is then a no-op)."""
     if choice.recorded is not None and choice.recorded.marker is not None:

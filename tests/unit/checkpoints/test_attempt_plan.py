@@ -16,6 +16,7 @@ from rljob.checkpoints.attempt_plan import (
     AttemptEvent,
     AttemptInputs,
     CandidateCheck,
+    missed_newer,
     plan_attempt_start,
     with_journaled_markers,
 )
@@ -172,6 +173,69 @@ def test_events_unpack_into_event_specs() -> None:
 
 
 FENCED_LATER = {**FIRST, 2: marker(2, v(100, 1))}  # attempt 2 fell back past v200
+
+
+# Retention's listing after a choice of v100: v200 hidden from the candidates' listing by a
+# lagging store, shown by retention's (its files all there, found valid).
+LAGGED = listing(objects(v(100, 1)), objects(v(200, 1)))
+
+
+@pytest.mark.parametrize(
+    ("given", "again"),
+    [
+        pytest.param(
+            inputs(candidates=(check(good(v(100, 1))),), retention=LAGGED),
+            True,
+            id="a-newer-valid-version-the-choice-did-not-see",
+        ),
+        pytest.param(
+            inputs(candidates=(check(bad(v(200, 1))), check(good(v(100, 1)))), retention=LAGGED),
+            True,
+            id="one-the-candidates-found-broken-and-retention-whole",
+        ),
+        pytest.param(
+            inputs(candidates=(check(good(v(200, 1))),), retention=LAGGED),
+            False,
+            id="the-newest-chosen",
+        ),
+        pytest.param(
+            inputs(
+                candidates=(check(good(v(100, 1))),),
+                retention=RetentionListing(LAGGED.versions, {v(200, 1): bad(v(200, 1))}),
+            ),
+            False,
+            id="retention-found-it-broken-too",
+        ),
+        pytest.param(
+            inputs(markers=RETRIED, candidates=(check(good(v(100, 1))),), retention=LAGGED),
+            False,
+            id="a-recorded-choice-is-kept",
+        ),
+        pytest.param(
+            inputs(candidates=(check(good(v(100, 1))),), retention=LAGGED, resume="None"),
+            False,
+            id="resume-none",
+        ),
+        pytest.param(
+            inputs(candidates=(check(good(v(100, 1))),), resume=v(100, 1).name, retention=LAGGED),
+            False,
+            id="a-pinned-version",
+        ),
+        pytest.param(
+            inputs(
+                3,
+                markers={**FIRST, 2: marker(2, v(100, 1))},
+                candidates=(check(good(v(100, 1))),),
+                retention=LAGGED,
+            ),
+            False,
+            id="newer-but-outside-the-lineage",
+        ),
+        pytest.param(inputs(candidates=(check(good(v(100, 1))),)), False, id="no-listing"),
+    ],
+)
+def test_a_newer_version_retention_saw_is_read_again(given: AttemptInputs, again: bool) -> None:
+    assert missed_newer(given) is again
 
 
 def later_start(fenced: Validity) -> AttemptInputs:
