@@ -4,11 +4,10 @@ manifests only).
 - operator-defaults: an RLJob, its failure policy the built-in rules (times scaled with the
   world, world.World.failure_policy_timing).
 - restart-everything: the same RLJob with user rules, tried before the built-ins, that restart
-  the whole role a failure is on, whatever its reason (RESTART_EVERYTHING_RULES). No action of
-  the failure policy restarts every role at once (rljob.vocabulary.FailureAction): the trainer's
-  reasons restart the gang (RestartTrainerGang), the serving roles' restart every pod of the role
-  (RestartRoleInTurn: RestartRole would escalate to FailJob after 3 role restarts in the window,
-  rljob.reconcile.policy.choose, which would measure that escalation, not the restarts).
+  the whole job whatever failed and why (RESTART_EVERYTHING_RULES: action RestartJob, the trainer
+  gang from its newest checkpoint and every serving role rolled, as one journaled action), with
+  a budget as large as the API allows (maxRestarts and noProgressRestarts MAX_RESTARTS_LIMIT),
+  so that, as the JobSet, it restarts every time rather than failing the job.
 - jobset: the same pods as a JobSet (sigs.k8s.io/jobset v0.12.0): the trainer one replicated Job
   of 4 indexed pods, each engine and each verifier a replicated Job of one pod; restartPolicy
   Never and backoffLimit 0 everywhere, so any failed pod fails its Job, and
@@ -30,6 +29,7 @@ from typing import Any
 
 from bench.goodput.trace import Role
 from bench.goodput.world import World
+from rljob.api.failure_policy import MAX_RESTARTS_LIMIT
 from rljob.dev.nodes import GPU_RESOURCE, NodeProfile, node_manifests
 from rljob.dev.sim.pods import JOB_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ROLE_LABEL
 from rljob.vocabulary.enums import FailureAction, FailureReason, RoleName
@@ -71,7 +71,7 @@ _INFRASTRUCTURE = [FailureReason.PREEMPTED, FailureReason.EVICTED, FailureReason
 _EVERY_OTHER = [
     r for r in FailureReason if r not in {*_INFRASTRUCTURE, FailureReason.RESTART_REQUESTED}
 ]
-_SERVING = [RoleName.ROLLOUT, RoleName.REFERENCE, RoleName.VERIFIER]
+_ROLES = [RoleName.TRAINER, RoleName.ROLLOUT, RoleName.REFERENCE, RoleName.VERIFIER]
 
 
 def _rule(
@@ -88,10 +88,8 @@ def _rule(
 
 
 RESTART_EVERYTHING_RULES: list[dict[str, Any]] = [
-    _rule([RoleName.TRAINER], _INFRASTRUCTURE, FailureAction.RESTART_TRAINER_GANG, False),
-    _rule([RoleName.TRAINER], _EVERY_OTHER, FailureAction.RESTART_TRAINER_GANG, True),
-    _rule(_SERVING, _INFRASTRUCTURE, FailureAction.RESTART_ROLE_IN_TURN, False),
-    _rule(_SERVING, _EVERY_OTHER, FailureAction.RESTART_ROLE_IN_TURN, True),
+    _rule(_ROLES, _INFRASTRUCTURE, FailureAction.RESTART_JOB, False),
+    _rule(_ROLES, _EVERY_OTHER, FailureAction.RESTART_JOB, True),
 ]
 
 
@@ -148,6 +146,7 @@ def rljob(arm: Arm, world: World, prometheus_url: str, checkpoint_uri: str) -> d
     policy: dict[str, Any] = world.failure_policy_timing()
     if arm is Arm.RESTART_EVERYTHING:
         policy["rules"] = RESTART_EVERYTHING_RULES
+        policy["maxRestarts"] = policy["noProgressRestarts"] = MAX_RESTARTS_LIMIT
     return {
         "apiVersion": "rljob.io/v1alpha1",
         "kind": "RLJob",

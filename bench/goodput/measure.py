@@ -32,6 +32,8 @@ GANG = "gang-restart"  # the operator's RestartTrainerGang
 POD = "pod-restart"  # RestartPod (a serving pod alone)
 ROLE = "role-restart"  # RestartRole or RestartRoleInTurn
 JOBSET_RESTART = "jobset-restart"  # every Job of the JobSet recreated
+JOB_RESTART = "job-restart"  # the operator's RestartJob: the gang and every serving role
+WHOLE_JOB = (GANG, JOBSET_RESTART, JOB_RESTART)  # what a trainer failure's repair can be
 REPORT = "report"  # a Warning about a finding, nothing restarted
 # Ledger and Event timestamps are whole seconds: an action may read up to 1 s early.
 TIMESTAMP_SLACK = 1.0
@@ -229,13 +231,13 @@ class RoleFacts:
 
 
 def _compatible(action: Action, inj: Injected) -> bool:
-    """Whether an action can be about a failure: a report on its role; a JobSet restart on
-    anything; a gang restart on a trainer failure; a restart of that pod, or of its role, on a
-    serving one."""
+    """Whether an action can be about a failure: a report on its role; a restart of the whole
+    job (the JobSet's, RestartJob) on anything; a gang restart on a trainer failure; a restart
+    of that pod, or of its role, on a serving one."""
     event = inj.event
     if action.kind == REPORT:
         return action.role == event.role.value
-    if action.kind == JOBSET_RESTART:
+    if action.kind in (JOBSET_RESTART, JOB_RESTART):
         return True
     if stops_trainer(event):
         return action.kind == GANG
@@ -347,8 +349,7 @@ def _failure(ctx: _Context, inj: Injected, end: float, given: Sequence[Action]) 
             fixed = min(attached) - acted.t
     done = ctx.progress.at(end) - ctx.progress.at(inj.t)
     gang_in_slot = any(
-        a.kind in (GANG, JOBSET_RESTART) and inj.t - TIMESTAMP_SLACK <= a.t < end
-        for a in ctx.actions
+        a.kind in WHOLE_JOB and inj.t - TIMESTAMP_SLACK <= a.t < end for a in ctx.actions
     )
     without_gang = (
         not stopped and acted is not None and acted.kind in (POD, ROLE) and not gang_in_slot
@@ -453,9 +454,11 @@ def mean(values: Iterable[float | None]) -> float | None:
 __all__ = [
     "GANG",
     "JOBSET_RESTART",
+    "JOB_RESTART",
     "POD",
     "REPORT",
     "ROLE",
+    "WHOLE_JOB",
     "Action",
     "ArmRecord",
     "ArmResult",

@@ -11,6 +11,7 @@ from typing import Any
 from bench.goodput.arms import JOB_NAME, Arm
 from bench.goodput.measure import (
     GANG,
+    JOB_RESTART,
     JOBSET_RESTART,
     POD,
     REPORT,
@@ -26,6 +27,7 @@ from rljob.vocabulary.enums import FailureReason, RoleName
 
 _ACTIONS = {
     "RestartTrainerGang": GANG,
+    "RestartJob": JOB_RESTART,
     "RestartPod": POD,
     "RestartRole": ROLE,
     "RestartRoleInTurn": ROLE,

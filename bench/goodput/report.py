@@ -20,11 +20,10 @@ from bench.goodput.arms import (
     restart_everything_yaml,
 )
 from bench.goodput.measure import (
-    GANG,
-    JOBSET_RESTART,
     POD,
     REPORT,
     ROLE,
+    WHOLE_JOB,
     ArmRecord,
     ArmResult,
     FailureResult,
@@ -38,6 +37,7 @@ from bench.goodput.measure import (
 )
 from bench.goodput.trace import Durations, FailureClass, FailureEvent, Role, expected_counts
 from bench.goodput.world import NODE_REPAIR_S, World, describe_plan
+from rljob.api.failure_policy import MAX_RESTARTS_LIMIT
 
 if TYPE_CHECKING:
     from bench.goodput.run import Settings
@@ -170,12 +170,12 @@ def _summary(report: Report) -> list[str]:
         "(ground truth: the simulator's trainer). The calibration run is the same job with no "
         "failure: its figure is the ceiling startup leaves.",
         "",
-        "| arm | effective training time | steps | wall-clock s | gang / JobSet restarts | "
+        "| arm | effective training time | steps | wall-clock s | gang / whole-job restarts | "
         "pod restarts | role restarts | reports | status.goodput.ratio (operator's own) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, result in res.every():
-        restarts = _actions(result, GANG) + _actions(result, JOBSET_RESTART)
+        restarts = sum(_actions(result, kind) for kind in WHOLE_JOB)
         rows.append(
             f"| {arm.value} | {_pct(result.ett)} | {result.steps} | {result.wall_s:.0f} | "
             f"{restarts} | {_actions(result, POD)} | {_actions(result, ROLE)} | "
@@ -287,11 +287,10 @@ def _arms_config(world: World) -> list[str]:
         "and the escalation count as many restarts a window as at the cited rates). Checkpoints "
         "through the operator (resume Latest).",
         "- **restart-everything**: the same RLJob with these `failurePolicy.rules` (before the "
-        "built-ins). No action restarts every role at once; these restart the whole role a "
-        "failure is on, whatever the reason. The serving roles restart in turn "
-        "(RestartRoleInTurn) rather than by RestartRole, which escalates to FailJob after 3 role "
-        "restarts in the window; a trainer failure does not restart the engines, nor an engine's "
-        "the trainer:",
+        "built-ins): whatever fails, and why, the whole job restarts as one journaled action "
+        "(RestartJob: the trainer gang from its newest checkpoint, every serving role rolled by "
+        f"its Deployment), with maxRestarts and noProgressRestarts {MAX_RESTARTS_LIMIT} (the "
+        "API's limit) so that, like the JobSet, it restarts rather than fails the job:",
         "",
         "```",
         restart_everything_yaml(),
@@ -489,7 +488,7 @@ def summary_lines(report: Report) -> Sequence[str]:
     res = report.results
     return [
         f"{arm.value}: effective {_pct(r.ett)}, {r.steps} steps, "
-        f"{_actions(r, GANG) + _actions(r, JOBSET_RESTART)} gang/JobSet restarts, "
+        f"{sum(_actions(r, kind) for kind in WHOLE_JOB)} gang/whole-job restarts, "
         f"{_actions(r, POD)} pod and {_actions(r, ROLE)} role restarts"
         for arm, r in res.every()
     ]

@@ -13,6 +13,13 @@ GANG_RESTART_CRASH_POINTS = (
     "gang-restart:old-job-deleted",
     "gang-restart:new-job-created",
 )
+# A whole job's restart: a gang restart's points, and each serving Deployment's roll.
+JOB_RESTART_CRASH_POINTS = (
+    "job-restart:journaled",
+    "job-restart:old-job-deleted",
+    "job-restart:rolled",
+    "job-restart:new-job-created",
+)
 POD_RESTART_CRASH_POINTS = ("pod-restart:journaled", "pod-restart:pod-deleted")
 ROLE_RESTART_CRASH_POINTS = ("role-restart:journaled", "role-restart:rolled")
 # An in-turn restart journaled (its first turn stamped, not yet deleted), and one turn's delete.
@@ -24,6 +31,7 @@ DRAIN_CRASH_POINTS = ("drain:started", "drain:pod-deleted")
 ATTEMPT_CRASH_POINTS = ("attempt:marker-written", "retention:manifests-deleted")
 CRASH_POINTS = (
     *GANG_RESTART_CRASH_POINTS,
+    *JOB_RESTART_CRASH_POINTS,
     *POD_RESTART_CRASH_POINTS,
     *ROLE_RESTART_CRASH_POINTS,
     *IN_TURN_RESTART_CRASH_POINTS,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from bench.goodput.arms import Arm
-from bench.goodput.measure import GANG, JOBSET_RESTART, POD, FailureResult
+from bench.goodput.measure import GANG, JOB_RESTART, JOBSET_RESTART, POD, FailureResult
 from bench.goodput.report import render, summary_lines
 from bench.goodput.run import smoke_report
 from bench.goodput.trace import FailureClass
@@ -48,6 +48,8 @@ def test_the_operator_keeps_more_training_than_restarting_everything_or_a_jobset
 
     drift = _failure(operator.failures, FailureClass.ENGINE_DRIFT)
     assert drift.action == POD and drift.without_gang, said
+    everything = _failure(arms[Arm.RESTART_EVERYTHING].failures, FailureClass.ENGINE_DRIFT)
+    assert everything.action == JOB_RESTART and not everything.without_gang, said
 
     gpu = _failure(arms[Arm.JOBSET].failures, FailureClass.GPU_HARDWARE)
     assert gpu.action == JOBSET_RESTART and gpu.detect_s is not None, said

@@ -1,7 +1,8 @@
 """Trainer failures through the failure policy on the real control plane: an NCCL watchdog
 abort gang-restarts the trainer from the newest checkpoint; a restart storm exhausts the budget
 and fails the job; a SIGKILL of the operator at every crash point of a gang restart resumes the
-journaled restart instead of repeating it."""
+journaled restart instead of repeating it; a RestartJob rule restarts the gang and rolls the
+serving roles as one action."""
 
 from __future__ import annotations
 
@@ -223,6 +224,51 @@ def test_sigkill_at_a_crash_point_resumes_the_gang_restart_exactly_once(
         f"{NAME}-trainer-a2"
     ]
     assert get_rljob(cluster, namespace, NAME)["status"].get("inFlight") is None
+
+
+def test_a_restart_job_rule_restarts_the_gang_and_rolls_every_serving_role_once(
+    cluster: Cluster, operator: Operator, namespace: str, s3_bucket: S3Bucket
+) -> None:
+    """RestartJob, with the operator SIGKILLed once the roll was sent: the next one finishes the
+    journaled action (the new attempt created, the journal settled), never a second one."""
+    rule = {"onReasons": ["NCCLTimeout"], "action": "RestartJob"}
+    with trainer_pod_history(cluster, namespace) as history:
+        apply_rljob(cluster, namespace, _spec(s3_bucket, rules=[rule]))
+        wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+        engines = {
+            p["metadata"]["uid"] for p in children(cluster, namespace, PODS, NAME, "rollout")
+        }
+        operator.restart(env=crash_env("job-restart:rolled", namespace))
+        fail_rank0(cluster, namespace, NAME)
+        wait_for(
+            lambda: operator.current.process.poll() is not None,
+            60,
+            "the operator to die once the roll was sent",
+        )
+        operator.restart()
+        trainer_env(cluster, namespace, 2)
+        wait_condition(cluster, namespace, NAME, "Ready", timeout=90)
+    _assert_one_attempt_at_a_time(history, attempts={"1", "2"})
+
+    def replaced() -> bool:
+        pods = children(cluster, namespace, PODS, NAME, "rollout")
+        live = {p["metadata"]["uid"] for p in pods if not p["metadata"].get("deletionTimestamp")}
+        return bool(live) and not live & engines
+
+    wait_for(replaced, 90, "the rollout engine replaced by the roll")
+    wait_for(
+        lambda: get_rljob(cluster, namespace, NAME)["status"].get("inFlight") is None,
+        60,
+        "the job restart to settle",
+    )
+    status = get_rljob(cluster, namespace, NAME)["status"]
+    assert (status["attempt"], status["restarts"]["total"]) == (2, 1)
+    assert status["restarts"]["recent"][-1]["action"] == "RestartJob"
+    assert len(events(cluster, namespace, "JobRestarted")) == 1
+    assert events(cluster, namespace, "GangRestarted") == []
+    deployment = cluster.api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{NAME}-rollout")
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["rljob.io/restarted-at"] == "job-a2"
 
 
 @pytest.mark.parametrize("crash_at", [None, *POD_RESTART_CRASH_POINTS], ids=_crash_ids)

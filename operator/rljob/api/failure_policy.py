@@ -77,7 +77,9 @@ class FailureRule(SpecModel):
         | None
     ) = Field(default=None, description="Container exit codes that match.")
     action: FailureActionField = Field(
-        description="What to do when the rule matches (RestartRoleInTurn: serving roles only)."
+        description="What to do when the rule matches (RestartRoleInTurn: serving roles only; "
+        "RestartJob: the trainer gang restarted from its latest checkpoint and every serving "
+        "role rolled, whichever role failed)."
     )
     counts_towards_max: bool = Field(
         default=True, description="Whether a restart by this rule uses up maxRestarts."

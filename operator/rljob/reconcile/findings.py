@@ -1,5 +1,6 @@
 """Detector findings and serving pods crashing in place, through the failure policy: a journaled
-engine restart, role roll, in-turn role restart or trainer gang restart; a FailJob or a Suspend
+engine restart, role roll, in-turn role restart, trainer gang restart or whole job restart
+(RestartJob, whichever role the finding came from); a FailJob or a Suspend
 (job-wide: decide.py applies them); or a report."""
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from rljob.reconcile.serving import (
     room_to_restart,
     unavailable,
 )
+from rljob.vocabulary.enums import TRAINER_RESTART_ACTIONS
 
 Report = tuple[str, EventSpec]  # (throttle key, Event)
+RESTART_JOB = FailureAction.RESTART_JOB
 
 
 @dataclass(frozen=True)
@@ -56,12 +59,20 @@ def finding_remedy(
     key = f"{reason.value}/{finding.target}"
     if decision.action in _JOB_WIDE:
         return _JOB_WIDE[decision.action](decision)
-    if pod is not None and pod.role in SERVING_ROLES:
+    if pod is not None and pod.role in SERVING_ROLES and decision.action != RESTART_JOB:
         named = named_engines(finding)
         return _serving(job, observed, decision, pod, key=key, now=now, named=named)
+    return _trainer_restart(job, observed, decision, key, now)
+
+
+def _trainer_restart(
+    job: RLJob, observed: Observed, decision: Decision, key: str, now: datetime
+) -> FindingRemedy:
+    """A gang restart, or the whole job's, journaled against the running attempt; reported
+    while the backoff runs or when no attempt runs (the next one starts afresh anyway)."""
     current = current_trainer_job(job, observed)
-    gang = decision.action == FailureAction.RESTART_TRAINER_GANG
-    if gang and decision.delay_seconds <= 0 and current is not None:
+    restarts = decision.action in TRAINER_RESTART_ACTIONS
+    if restarts and decision.delay_seconds <= 0 and current is not None:
         status = journal_gang_restart(job, decision, current, None, now)
         return FindingRemedy(status=status, restarted=(RoleName.TRAINER.value, None))
     return FindingRemedy(reports=_report(key, decision))
@@ -78,6 +89,8 @@ def crash_remedy(
         return _JOB_WIDE[decision.action](decision)
     # Keyed by the restart count: each crash is said once.
     key = f"{reason.value}/{pod.name}/{pod.restart_count}"
+    if decision.action == RESTART_JOB:
+        return _trainer_restart(job, observed, decision, key, now)
     return _serving(job, observed, decision, pod, key=key, now=now)
 
 

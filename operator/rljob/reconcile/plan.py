@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from rljob.api import ActionKind, RLJob, RLJobStatus, RoleName
+from rljob.api import RLJob, RLJobStatus, RoleName
 from rljob.api.durations import parse_duration
 from rljob.checkpoint_protocol.layout import DefaultStore
 from rljob.reconcile.admission import PodSetInfo
@@ -41,6 +41,7 @@ from rljob.reconcile.render import (
 )
 from rljob.reconcile.status import build_status
 from rljob.reconcile.suspects import active_suspects, suspect_ttl
+from rljob.vocabulary.enums import TRAINER_RESTART_KINDS
 
 DEFAULT_NAMESPACE = "default"
 
@@ -233,7 +234,7 @@ def _teardown_remaining(job: RLJob, status: RLJobStatus, now: datetime) -> float
     """Seconds until a gang restart's teardownTimeout expires: old pods still terminating then
     are force-deleted on that pass (nothing else would wake the job while they hang)."""
     action = status.in_flight
-    if action is None or action.kind != ActionKind.RESTART_TRAINER_GANG:
+    if action is None or action.kind not in TRAINER_RESTART_KINDS:
         return None
     timeout = parse_duration(job.spec.failure_policy.teardown_timeout)
     remaining = (action.started_at - now).total_seconds() + timeout

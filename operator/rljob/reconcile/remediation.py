@@ -41,6 +41,7 @@ from rljob.reconcile.policy import (
 from rljob.reconcile.root_cause import classify_rank, root_cause
 from rljob.reconcile.suspects import marked_suspects, suspect_ttl
 from rljob.reconcile.unfinished import preemptable
+from rljob.vocabulary.enums import TRAINER_RESTART_ACTIONS, TRAINER_RESTART_KINDS
 
 BUSY_RETRY_SECONDS = 1.0
 # A Job's failure can reach the operator before its failed rank does (two watches): the policy
@@ -110,7 +111,7 @@ def remedy_for(
     decision = choose_action(
         failure, job.spec.failure_policy, job.status.restarts, now, policy_context(job)
     )
-    if decision.action != FailureAction.RESTART_TRAINER_GANG:
+    if decision.action not in TRAINER_RESTART_ACTIONS:
         return TrainerRemedy(decision)
     if decision.delay_seconds > 0:
         return TrainerRemedy(decision, hold=TrainerHold(decision.delay_seconds, decision.message))
@@ -155,11 +156,14 @@ def current_trainer_job(job: RLJob, observed: Observed) -> ObservedChild | None:
 def journal_gang_restart(
     job: RLJob, decision: Decision, failed: ObservedChild, root: ObservedPod | None, now: datetime
 ) -> RLJobStatus:
+    """The next attempt journaled: a trainer gang restart, or with RestartJob the whole job's
+    (every serving role rolled too: reconcile/journal.py `roles_to_roll`)."""
     status = job.status
     attempt = (status.attempt or 1) + 1
+    whole_job = decision.action == FailureAction.RESTART_JOB
     action = InFlightAction(
-        id=f"gang-a{attempt}",
-        kind=ActionKind.RESTART_TRAINER_GANG,
+        id=f"{'job' if whole_job else 'gang'}-a{attempt}",
+        kind=ActionKind.RESTART_JOB if whole_job else ActionKind.RESTART_TRAINER_GANG,
         target=ActionTarget(role=RoleName.TRAINER, name=failed.name, uid=failed.uid),
         reason=decision.reason,
         step="Journaled",
@@ -182,7 +186,7 @@ def stuck_pods(job: RLJob, observed: Observed, now: datetime) -> list[ObservedPo
     """Older attempts' trainer pods still terminating `teardownTimeout` after a gang restart
     began: their node stopped confirming deletions, so they are force-deleted."""
     action = job.status.in_flight
-    if action is None or action.kind != ActionKind.RESTART_TRAINER_GANG:
+    if action is None or action.kind not in TRAINER_RESTART_KINDS:
         return []
     timeout = parse_duration(job.spec.failure_policy.teardown_timeout)
     if (now - action.started_at).total_seconds() < timeout:

@@ -24,7 +24,7 @@ from rljob.reconcile.engine_readings import EngineReading
 from rljob.reconcile.events import EventSpec
 from rljob.reconcile.gate import to_close, to_open
 from rljob.reconcile.in_turn import ROLE_READY_STEP, in_turn_to_delete, restarted_event
-from rljob.reconcile.journal import journaled_event, pod_to_delete, role_to_roll
+from rljob.reconcile.journal import journaled_event, pod_to_delete, roles_to_roll
 from rljob.reconcile.nodes import GONE, OUT_OF_SERVICE_TAINT, UNKNOWN, UNREAD, NodeState, NodeStates
 from rljob.reconcile.observed import Observed, ObservedPod
 from rljob.reconcile.plan import Plan
@@ -36,6 +36,7 @@ from rljob.reconcile.suspension import suspended_event
 # Node states for which nothing will ever confirm a pod's deletion (docs/architecture.md section 8).
 _CRASH_PREFIXES = {
     ActionKind.RESTART_TRAINER_GANG: "gang-restart",
+    ActionKind.RESTART_JOB: "job-restart",
     ActionKind.RESTART_POD: "pod-restart",
     ActionKind.RESTART_ROLE: "role-restart",
     ActionKind.RESTART_ROLE_IN_TURN: "in-turn",
@@ -163,8 +164,9 @@ def execution_steps(
     steps += slot_moves(job, status, observed, readings)  # lent before a gate closes
     steps += _gates_closed(job, status, observed)
     steps += [DeleteObject(d.kind, d.name, d.uid) for d in plan.delete]
-    if plan.delete and prefix == "gang-restart":
-        steps.append(CrashPoint("gang-restart:old-job-deleted"))
+    trainer_restart = prefix in ("gang-restart", "job-restart")
+    if plan.delete and trainer_restart:
+        steps.append(CrashPoint(f"{prefix}:old-job-deleted"))
     victim = pod_to_delete(status, observed)
     if victim is not None and not drain_waits(job, _entry(action, victim), readings, now):
         steps += _pod_delete(job, action, victim, readings, now)
@@ -173,9 +175,8 @@ def execution_steps(
         stamped = _entry(action, turn)
         at = stamped.deleted_at if stamped is not None and stamped.deleted_at else now
         steps += [*_pod_delete(job, action, turn, readings, at), CrashPoint("in-turn:pod-deleted")]
-    rolling = role_to_roll(status)
-    if rolling is not None:
-        steps += [RollDeployment(*rolling), CrashPoint("role-restart:rolled")]
+    for rolling in roles_to_roll(status, observed):
+        steps += [RollDeployment(*rolling), CrashPoint(f"{prefix}:rolled")]
     ended = action if action is not None and action.step == ROLE_READY_STEP else settled
     if ended is not None and ended.kind == ActionKind.RESTART_ROLE_IN_TURN:
         name, event = restarted_event(job.metadata.name, ended)
@@ -188,8 +189,8 @@ def execution_steps(
         steps += [WriteMarker(attempt_plan.marker), CrashPoint("attempt:marker-written")]
     ours = {(c.kind, c.name) for c in observed.children}
     steps += [ApplyChild(c.body, new=(c.kind, c.name) not in ours) for c in plan.apply]
-    if creates and prefix == "gang-restart":
-        steps.append(CrashPoint("gang-restart:new-job-created"))
+    if creates and trainer_restart:
+        steps.append(CrashPoint(f"{prefix}:new-job-created"))
     if creates and attempt_plan is not None and not attempt_plan.retention.empty:
         steps.append(ApplyRetention(attempt_plan.retention))
     if plan.delete_job:

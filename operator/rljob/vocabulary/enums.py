@@ -125,6 +125,9 @@ class FailureAction(StrEnum):
     # Every pod of a serving role deleted by the operator, oldest first, within maxUnavailable.
     RESTART_ROLE_IN_TURN = "RestartRoleInTurn"
     RESTART_TRAINER_GANG = "RestartTrainerGang"
+    # The trainer gang restarted and every serving role rolled, as one action: what a JobSet's
+    # restart does, for a framework whose engines cannot outlive the trainer they sync with.
+    RESTART_JOB = "RestartJob"
     FAIL_JOB = "FailJob"
     # Stops every pod as spec.suspend does, with the suspension kept in status (spec.suspend
     # stays the user's); the rljob.io/resume-request annotation resumes from the newest checkpoint.
@@ -170,9 +173,15 @@ class ActionKind(StrEnum):
     RESTART_ROLE = "RestartRole"
     RESTART_ROLE_IN_TURN = "RestartRoleInTurn"
     RESTART_TRAINER_GANG = "RestartTrainerGang"
+    RESTART_JOB = "RestartJob"
     FAIL_JOB = "FailJob"
     SUSPEND = "Suspend"
     RESUME = "Resume"
+
+
+# The actions that start a new trainer attempt from the newest checkpoint.
+TRAINER_RESTART_ACTIONS = frozenset({FailureAction.RESTART_TRAINER_GANG, FailureAction.RESTART_JOB})
+TRAINER_RESTART_KINDS = frozenset({ActionKind.RESTART_TRAINER_GANG, ActionKind.RESTART_JOB})
 
 
 class ConditionType(StrEnum):

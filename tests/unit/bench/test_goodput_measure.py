@@ -29,6 +29,7 @@ from bench.goodput.measure import (
 from bench.goodput.trace import FailureClass, FailureEvent, Role
 from bench.goodput.world import Effect, World, plan, stops_trainer
 
+from rljob.api.failure_policy import MAX_RESTARTS_LIMIT
 from rljob.api.spec import RLJobSpec
 from rljob.dev.sim.pods import parse_pod
 from rljob.vocabulary.enums import FailureReason
@@ -66,6 +67,13 @@ def test_restart_everything_covers_every_reason_of_every_role() -> None:
             covered.setdefault(role, set()).update(rule["onReasons"])
     every = {r.value for r in FailureReason} - {FailureReason.RESTART_REQUESTED.value}
     assert covered == dict.fromkeys(("trainer", "rollout", "reference", "verifier"), every)
+    assert {rule["action"] for rule in arms.RESTART_EVERYTHING_RULES} == {"RestartJob"}
+
+
+def test_restart_everything_restarts_rather_than_fails_the_job() -> None:
+    body = arms.rljob(Arm.RESTART_EVERYTHING, WORLD, "http://127.0.0.1:9090", "s3://goodput/x")
+    policy = RLJobSpec.model_validate(body["spec"]).failure_policy
+    assert policy.max_restarts == policy.no_progress_restarts == MAX_RESTARTS_LIMIT
 
 
 def test_the_jobset_pods_are_served_by_the_simulator_as_an_rljobs() -> None:

@@ -64,7 +64,9 @@ TRAINER_CONTAINER = "trainer"
 WATCHED_KINDS = ("RLJob", "Deployment", "Job", "Service", "Pod", "Workload")
 CHILD_KINDS = ("Deployment", "Job", "Service")
 # The journaled actions (status.inFlight.kind) that restart something, the policy's or the user's.
-RESTART_KINDS = frozenset({"RestartPod", "RestartRole", "RestartRoleInTurn", "RestartTrainerGang"})
+RESTART_KINDS = frozenset(
+    {"RestartPod", "RestartRole", "RestartRoleInTurn", "RestartTrainerGang", "RestartJob"}
+)
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes' generateName draws from
 _PLURALS = {
     "deployments": ("apps/v1", "Deployment"),

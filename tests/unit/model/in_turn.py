@@ -63,7 +63,7 @@ def _condition(body: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
 def _preempted_by(write: Write, after: Mapping[str, Any]) -> bool:
     """The write journals the trainer's repair (a gang restart, a suspension, the job's end), or
     is written while its attempt's Job has failed (the repair held by its backoff)."""
-    gang = after.get("kind") == "RestartTrainerGang"
+    gang = after.get("kind") in ("RestartTrainerGang", "RestartJob")
     ended = write.detail.get("phase_after") == "Failed"
     held = bool(write.detail.get("trainer_failed"))
     return gang or ended or held or bool(write.detail.get("suspension_after"))

@@ -77,6 +77,7 @@ KV_CACHE_DRIFT = FailureReason.KV_CACHE_DRIFT
 KV_FRAGMENTATION = FailureReason.KV_CACHE_FRAGMENTATION
 FLEET_KV_FRAGMENTATION = FailureReason.FLEET_KV_CACHE_FRAGMENTATION
 TRAINER_STALLED = FailureReason.TRAINER_STALLED
+PREFIX_COLLAPSE = FailureReason.PREFIX_CACHE_COLLAPSE
 VERIFIER_SLOW = FailureReason.VERIFIER_SLOW
 REWARD_HACKING = FailureReason.REWARD_HACKING_SUSPECTED
 NCCL = (
@@ -97,6 +98,7 @@ BY_HAND = ("trainer-job", "rollout-deployment", "trainer-service", "trainer-pod"
 S3_FAULTS = ("lag-1-listing", "lag-3-listings", "consistent", "fail", "time-out",
              "deny-multipart-listing", "allow-multipart-listing")  # fmt: skip
 SERVING = frozenset({"rollout", "reference", "verifier"})
+TRAINER_RESTARTS = ("RestartTrainerGang", "RestartJob")  # the kinds that start an attempt
 
 # The invariants, by name; a machine checks those in its CHECKS after every step.
 ONE_ATTEMPT = "one-trainer-attempt-at-a-time"
@@ -145,6 +147,12 @@ KV_FRAGMENTATION_RULES = [
     {"roles": ["rollout"], "onReasons": ["KVCacheFragmentation"], "action": "RestartPod"},
     {"onReasons": ["FleetKVCacheFragmentation"], "action": "RestartRoleInTurn"},
 ]
+# The whole job restarted as one action (RestartJob): on an engine's prefix-cache collapse, and
+# on a trainer rank's GPU hardware error (what a JobSet's restart-everything does for any failure).
+RESTART_JOB_RULES = [
+    {"roles": ["rollout"], "onReasons": ["PrefixCacheCollapse"], "action": "RestartJob"},
+    {"roles": ["trainer"], "onReasons": ["GPUHardwareError"], "action": "RestartJob"},
+]
 # The failure policy's Suspend: on an RL canary's finding, and on a trainer rank OOMKilled.
 SUSPEND_RULES = [
     {"onReasons": ["RewardHackingSuspected"], "action": "Suspend"},
@@ -175,6 +183,7 @@ def job_body(*, gated: bool = False, from_engine: bool = False, slotted: bool = 
     body["spec"]["failurePolicy"]["rules"] += [
         GANG_ENGINE_RULE,
         *KV_FRAGMENTATION_RULES,
+        *RESTART_JOB_RULES,
         *SUSPEND_RULES,
     ]
     return body
@@ -438,12 +447,13 @@ class ActionEngine(RuleBasedStateMachine):
         self.cluster.crash_container(name, reason, exit_code, message)
 
     @precondition(lambda self: bool(self._pods("rollout", "trainer")))
-    @rule(index=st.integers(0, 7))
+    @rule(index=st.integers(0, 8))
     def health_round_finds(self, index: int) -> None:
         """A finding of the detectors: a drifting engine (index < 2), a drifting engine inside
         a trainer pod (index 4: the gang restarts by GANG_ENGINE_RULE), a fragmented engine (5:
         restarted alone by KV_FRAGMENTATION_RULES), a slow verifier among fast peers (6:
-        restarted alone by the built-in slow-verifier rule) or without them (7: reported), or a
+        restarted alone by the built-in slow-verifier rule) or without them (7: reported), an
+        engine's prefix cache collapsed (8: the whole job restarts by RESTART_JOB_RULES), or a
         stalled trainer."""
         engines, ranks, verifiers = (
             self._pods("rollout"),
@@ -460,6 +470,8 @@ class ActionEngine(RuleBasedStateMachine):
         elif index in (6, 7) and verifiers:
             target, detector, reason = verifiers[0], VERIFIER_LATENCY, VERIFIER_SLOW
             evidence[AMONG_FAST_PEERS_EVIDENCE] = float(index == 6)
+        elif index == 8 and engines:
+            target, detector, reason = engines[-1], KV_DRIFT, PREFIX_COLLAPSE
         else:
             target, detector, reason = "trainer", TRAINER_STALL, TRAINER_STALLED
         evaluation = finding(detector, target, reason, f"{reason.value} of {target}", evidence)
@@ -1069,7 +1081,7 @@ class ActionEngine(RuleBasedStateMachine):
         policy_attempts = [
             attempt
             for action, attempt in self._journaled().values()
-            if action["kind"] == "RestartTrainerGang" and action.get("reason") and attempt
+            if action["kind"] in TRAINER_RESTARTS and action.get("reason") and attempt
         ]
         markers = self._markers()
         for message in new:
@@ -1162,6 +1174,10 @@ class ActionEngine(RuleBasedStateMachine):
         kind, target = action["kind"], action.get("target") or {}
         if kind == "RestartTrainerGang":
             return any(_created_job(w, str(attempt)) for w in log)
+        if kind == "RestartJob":  # the next attempt created and every serving role rolled
+            return any(_created_job(w, str(attempt)) for w in log) and all(
+                self._rolled(action["id"], f"{NAME}-{role}") for role in SERVING
+            )
         if kind == "RestartPod":  # the pod deleted (by anyone), gone, or the collector's
             pod = next((p for p in self.cluster.view("Pod")
                         if p["metadata"]["uid"] == target.get("uid")), None)  # fmt: skip
@@ -1180,9 +1196,15 @@ class ActionEngine(RuleBasedStateMachine):
                     if not self.cluster.orphaned(p)}  # fmt: skip
             deleted = {w.uid for w in log if w.verb == "delete" and w.code == 200}
             return all(p["uid"] in deleted or p["uid"] not in live for p in action["pods"])
+        return self._rolled(action["id"])
+
+    def _rolled(self, action_id: str, name: str | None = None) -> bool:
+        """A Deployment's template (the one `name`s, if given) annotated with the action id."""
         return any(
-            w.verb == "patch" and w.detail.get("annotations", {}).get(RESTARTED_AT) == action["id"]
-            for w in log
+            w.verb == "patch"
+            and w.detail.get("annotations", {}).get(RESTARTED_AT) == action_id
+            and (name is None or w.name == name)
+            for w in self.cluster.log
         )
 
 

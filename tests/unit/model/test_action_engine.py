@@ -109,6 +109,8 @@ NCCL_FAILS = ("trainer_rank_fails", {"index": 0, "how": "nccl-timeout"})
 OOM_KILLED = ("serving_container_restarts", {"index": 0, "how": "oom-killed"})
 EXIT_93 = ("serving_container_restarts", {"index": 0, "how": "exit-93"})
 SETTLE = ("world_settles", {"rounds": 1})
+CONTROLLERS: Step = ("controllers_step", {})
+SAVE: Step = ("trainer_saves_a_checkpoint", {})
 CANARY: Step = ("health_round_finds_reward_hacking", {})
 RESUME: Step = ("user_requests_a_resume", {})
 KIND = "RLJob"
@@ -141,7 +143,20 @@ KIND = "RLJob"
         pytest.param([("world_settles", {"rounds": 3}), ("health_round_finds", {"index": 7}),
                       ("world_settles", {"rounds": 3})],
                      1, 0, "Running", id="a-slow-verifier-without-fast-peers-is-reported"),
+        pytest.param([("world_settles", {"rounds": 3}), ("health_round_finds", {"index": 8}),
+                      ("world_settles", {"rounds": 6})],
+                     2, 1, "Running", id="a-collapsed-engine-restarts-the-whole-job-by-rule"),
+        pytest.param([("trainer_rank_fails", {"index": 0, "how": "gpu-ecc"}),
+                      ("world_settles", {"rounds": 6})],
+                     2, 1, "Running", id="a-gpu-error-restarts-the-whole-job-by-rule"),
         # Found by the exploration, fixed since:
+        pytest.param([*[CONTROLLERS] * 3, SAVE, SETTLE, ("operator_restarts", {"dies_before_write": None}),
+                      ("user_requests_a_restart", {"role": "trainer"}), *[CONTROLLERS] * 5,
+                      ("s3_misbehaves", {"fault": "lag-3-listings"}),
+                      ("user_deletes_a_child", {"index": 0, "what": "trainer-job"}), SAVE,
+                      ("user_sets_an_annotation_back", {"back": 1, "which": RESTART_REQUEST}),
+                      SETTLE, ("world_settles", {"rounds": 6})],
+                     2, 1, "Running", id="a-version-a-lagging-listing-hid-is-read-again"),
         pytest.param([("user_deletes_a_child", {"what": "trainer-job", "index": 0}),
                       ("world_settles", {"rounds": 6})],
                      2, 0, "Running", id="trainer-job-deleted-by-hand-starts-the-next-attempt"),

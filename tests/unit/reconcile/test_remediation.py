@@ -22,7 +22,7 @@ from rljob.api import (
     parse_rljob,
 )
 from rljob.reconcile import Observed, ObservedChild, reconcile
-from rljob.reconcile.journal import journaled_event, role_to_roll, settle_journal
+from rljob.reconcile.journal import journaled_event, roles_to_roll, settle_journal
 from rljob.reconcile.policy import Decision
 from rljob.reconcile.remediation import (
     failed_attempt,
@@ -223,8 +223,7 @@ def test_a_role_roll_targets_its_deployment_and_settles_once_rolled() -> None:
         job, decision(FailureAction.RESTART_ROLE), pod("v", "verifier"), T0
     )
     assert status is not None
-    rolling = role_to_roll(status)
-    assert rolling == (f"{NAME}-verifier", "role-verifier-1")
+    assert roles_to_roll(status, Observed(())) == [(f"{NAME}-verifier", "role-verifier-1")]
 
     def deployment(restarted_at: str, updated: int, observed_generation: int = 2) -> Observed:
         child = ObservedChild(

@@ -22,7 +22,7 @@ from rljob.reconcile.policy.rules import (
     PolicyContext,
     match_rule,
 )
-from rljob.vocabulary.enums import FailureAction, RoleName
+from rljob.vocabulary.enums import TRAINER_RESTART_ACTIONS, FailureAction, RoleName
 
 SLOW_VERIFIER_RULE = "built-in:slow-verifier"
 
@@ -139,7 +139,7 @@ def _trailing_run(steps: Sequence[int | None], step: int | None) -> int:
 
 def _check_progress(plan: _Plan, policy: FailurePolicy, context: PolicyContext) -> _Plan:
     steps = context.resumed_from_steps
-    if plan.action != FailureAction.RESTART_TRAINER_GANG or not steps:
+    if plan.action not in TRAINER_RESTART_ACTIONS or not steps:
         return plan
     step = context.next_resume_step if context.next_resume_step is not None else steps[-1]
     run = _trailing_run(steps, step)
@@ -181,6 +181,35 @@ def _budget_note(plan: _Plan, policy: FailurePolicy, history: History, delay: fl
     return f"{wait} ({used} of {policy.max_restarts} restarts in {format_duration(history.window)})"
 
 
+# What a decision says it does, for the actions whose words do not name the target.
+_PHRASES = {
+    FailureAction.RESTART_TRAINER_GANG: "gang-restart the trainer from its latest checkpoint",
+    FailureAction.RESTART_JOB: (
+        "restart the whole job: the trainer gang from its latest checkpoint and every serving "
+        "role rolled"
+    ),
+    FailureAction.FAIL_JOB: "fail the job",
+    FailureAction.SUSPEND: (
+        "suspend the job until rljob.io/resume-request (not counted as a restart)"
+    ),
+    FailureAction.REPORT: "report",
+}
+# A built-in rule that reports says why, and what a user rule may do instead.
+_REPORT_PHRASES = {
+    "built-in:engines-in-gang": (
+        "report (an engine in the trainer gang; a rule on role trainer may restart it)"
+    ),
+    "built-in:new-kv-findings": (
+        "report (a new detector reports by default; a rule may restart on it)"
+    ),
+    SLOW_VERIFIER_RULE: (
+        "report (not one slow verifier among fast ones: a restart would not help; a user rule "
+        "may restart it)"
+    ),
+    "built-in:rl-canaries": "report (an RL canary; a user rule with action Suspend stops the run)",
+}
+
+
 def _phrase(plan: _Plan) -> str:
     failure = plan.failure
     match plan.action:
@@ -190,27 +219,9 @@ def _phrase(plan: _Plan) -> str:
             return f"restart role {failure.role}"
         case FailureAction.RESTART_ROLE_IN_TURN:
             return f"restart role {failure.role} in turn, oldest pod first"
-        case FailureAction.RESTART_TRAINER_GANG:
-            return "gang-restart the trainer from its latest checkpoint"
-        case FailureAction.FAIL_JOB:
-            return "fail the job"
-        case FailureAction.SUSPEND:
-            return "suspend the job until rljob.io/resume-request (not counted as a restart)"
-        case FailureAction.REPORT if plan.rule == "built-in:engines-in-gang":
-            return "report (an engine in the trainer gang; a rule on role trainer may restart it)"
-        case FailureAction.REPORT if plan.rule == "built-in:new-kv-findings":
-            return "report (a new detector reports by default; a rule may restart on it)"
-        case FailureAction.REPORT if plan.rule == SLOW_VERIFIER_RULE:
-            return (
-                "report (not one slow verifier among fast ones: a restart would not help; a "
-                "user rule may restart it)"
-            )
-        case FailureAction.REPORT if plan.rule == "built-in:rl-canaries":
-            return "report (an RL canary; a user rule with action Suspend stops the run)"
-        case FailureAction.REPORT:
-            return "report"
-        case _:
-            return "ignore"
+        case FailureAction.REPORT if plan.rule in _REPORT_PHRASES:
+            return _REPORT_PHRASES[plan.rule]
+    return _PHRASES.get(plan.action, "ignore")
 
 
 def _decision(plan: _Plan, delay: float, suffix: str, override: str = "") -> Decision:

@@ -11,11 +11,12 @@ Order of decisions, each able to end the story:
 3. Escalation pod -> role -> job: pods of a role already restarted ESCALATE_POD_AFTER times for
    the same reason within the window (whichever pods: a Deployment renames replacements) get
    their role restarted instead; a role already restarted ESCALATE_ROLE_AFTER times
-   within the window fails the job. Trainer gang restarts do not escalate: `noProgressRestarts`
-   and the budget bound them; nor do in-turn restarts, a repair meant to recur (fragmentation
-   builds up again), bounded by their cooldown and the budget.
-4. No progress: `noProgressRestarts` gang restarts in a row that resumed from the same step fail
-   the job instead of a further one from that step.
+   within the window fails the job. Trainer gang restarts (and RestartJob, one with every
+   serving role rolled) do not escalate: `noProgressRestarts` and the budget bound them; nor
+   do in-turn restarts, a repair meant to recur (fragmentation builds up again), bounded by
+   their cooldown and the budget.
+4. No progress: `noProgressRestarts` gang restarts (RestartJob's too) in a row that resumed
+   from the same step fail the job instead of a further one from that step.
 5. Budget: `maxRestarts` counted restarts within `window` (from `status.restarts.countedAt`);
    one more fails the job. Infrastructure reasons do not count by default.
 6. Backoff: none for the first counted restart in the window, then initial * 2^(n-1) capped at
@@ -43,6 +44,7 @@ RESTART_ACTIONS = frozenset(
         FailureAction.RESTART_ROLE,
         FailureAction.RESTART_ROLE_IN_TURN,
         FailureAction.RESTART_TRAINER_GANG,
+        FailureAction.RESTART_JOB,
     }
 )
 _R = FailureReason
