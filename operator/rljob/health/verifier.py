@@ -317,6 +317,14 @@ def _all_over(
     return bool(values) and all(v is not None and v > bound for v in values)
 
 
+def _why_not_one_pod(judged: int) -> str:
+    """What a slow verifier without fast peers says: a lone one cannot be told apart from its
+    load; when most are slow it is the load or the reward code."""
+    if judged <= 1:
+        return ": no peer judged to compare with"
+    return ": most or all slow, so the load or the reward code, not one pod"
+
+
 def among_peers(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
     """Each slow verifier's finding with its peers in evidence: how many the round judged within
     the bound, and whether the slow ones are at most half of the verifiers judged (1.0) or not
@@ -325,7 +333,7 @@ def among_peers(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
     fast = [e for e in evaluations if e.outcome == HEALTHY]
     among_fast = bool(fast) and len(slow) <= len(fast)
     peers = f"{len(fast)} of {len(evaluations) - 1} peers within the bound"
-    said = "" if among_fast else ": the load or the reward code, not one pod"
+    said = "" if among_fast else _why_not_one_pod(judged=len(slow) + len(fast))
     return [
         replace(
             e,

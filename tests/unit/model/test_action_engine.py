@@ -150,7 +150,8 @@ KIND = "RLJob"
                       ("world_settles", {"rounds": 6})],
                      2, 1, "Running", id="a-gpu-error-restarts-the-whole-job-by-rule"),
         # Found by the exploration, fixed since:
-        pytest.param([*[CONTROLLERS] * 3, SAVE, SETTLE, ("operator_restarts", {"dies_before_write": None}),
+        pytest.param([*[CONTROLLERS] * 3, SAVE, SETTLE,
+                      ("operator_restarts", {"dies_before_write": None}),
                       ("user_requests_a_restart", {"role": "trainer"}), *[CONTROLLERS] * 5,
                       ("s3_misbehaves", {"fault": "lag-3-listings"}),
                       ("user_deletes_a_child", {"index": 0, "what": "trainer-job"}), SAVE,

@@ -203,8 +203,8 @@ _REPORT_PHRASES = {
         "report (a new detector reports by default; a rule may restart on it)"
     ),
     SLOW_VERIFIER_RULE: (
-        "report (not one slow verifier among fast ones: a restart would not help; a user rule "
-        "may restart it)"
+        "report (not one slow verifier among fast ones: a restart would not help, or no peer "
+        "tells; a user rule may restart it)"
     ),
     "built-in:rl-canaries": "report (an RL canary; a user rule with action Suspend stops the run)",
 }

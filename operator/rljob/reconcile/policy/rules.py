@@ -142,7 +142,7 @@ BUILT_IN_RULES: tuple[tuple[str, FailureRule], ...] = (
     ),
     # A slow verifier among fast peers restarts alone (bench/GOODPUT.md: only reported, it was
     # the operator's costliest class); softened to Report when the slow ones are not the few
-    # (choose._soften): the load or the reward code, which no restart fixes.
+    # (choose._soften): the load or the reward code, which no restart fixes, or no peer to tell.
     (
         "slow-verifier",
         FailureRule(
