@@ -261,7 +261,8 @@ class ActionEngine(RuleBasedStateMachine):
     - restarts-total-is-the-restarts-carried-out: status.restarts.total is the number of
       restarts journaled, the policy's and the user's (manual ones), byRole adds up to it, and
       every journaled action but the one in flight took effect (the gang's attempt created, the
-      pod deleted, the role rolled);
+      pod deleted, the role rolled, the whole job's attempt created and every serving role
+      rolled);
     - a-failed-job-stops-its-trainer: a pass that starts from phase Failed leaves no trainer pod
       running outside a Job being deleted;
     - a-decided-failjob-fails-the-job: once an Event says the policy decided FailJob, the job is
