@@ -48,8 +48,10 @@ def test_the_operator_keeps_more_training_than_restarting_everything_or_a_jobset
 
     drift = _failure(operator.failures, FailureClass.ENGINE_DRIFT)
     assert drift.action == POD and drift.without_gang, said
-    everything = _failure(arms[Arm.RESTART_EVERYTHING].failures, FailureClass.ENGINE_DRIFT)
-    assert everything.action == JOB_RESTART and not everything.without_gang, said
+    # Restart-everything restarts the whole job for a slow verifier (a drift may be repaired by
+    # an earlier failure's restart before its detector's window ends).
+    verifier = _failure(arms[Arm.RESTART_EVERYTHING].failures, FailureClass.SLOW_VERIFIER)
+    assert verifier.action == JOB_RESTART and verifier.recomputed > 0, said
 
     gpu = _failure(arms[Arm.JOBSET].failures, FailureClass.GPU_HARDWARE)
     assert gpu.action == JOBSET_RESTART and gpu.detect_s is not None, said
