@@ -393,10 +393,10 @@ def _accounting(report: Report) -> list[str]:
         "attempt's time from its marks (Job created, ranks Ready, steps read) and engine repairs "
         "not at all (a slower rollout is slower steps, not lost time); its status rides the "
         "5-minute progress refresh, so it may lag the end of the run. Its startup figure runs to "
-        "`firstStepAt`, stamped by the first pass that reads a step, with the time that pass's "
-        "step was first read (`_stamped`: `first = record.first_step_at or step_at`): passes "
-        "come on a new checkpoint step, a child's change or the resync, so the steps done before "
-        "that pass count as startup, not training.",
+        "`firstStepAt`, the health round that first read a step past the one the attempt "
+        "resumed at, and its recomputation to `caughtUpAt`, the round that first read the step "
+        "the attempt before had reached (`_first_read`, from the last 8 distinct steps the "
+        "runtime keeps): a step is timed one health interval late at most.",
         "",
         "| arm | measured effective | status ratio | measured lost s | status lost s (detection, "
         "teardown, scheduling, startup, recomputation) | recomputed steps (measured / status) | "
