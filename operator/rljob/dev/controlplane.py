@@ -35,6 +35,18 @@ class ControlPlaneError(RuntimeError):
     """The control plane could not start; the message carries the failing component's log tail."""
 
 
+# The ports each component listens on, which only the components started after it use.
+OWN_PORTS = {
+    "etcd": ("etcd", "etcd-peer"),
+    "kube-apiserver": ("apiserver",),
+    "kube-controller-manager": ("controller-manager",),
+    "kube-scheduler": ("scheduler",),
+    "kwok": ("kwok",),
+}
+ADDRESS_IN_USE = "address already in use"
+BIND_RETRIES = 3
+
+
 class ComponentStartError(ControlPlaneError):
     """One component of the bed did not come up: its name and log say where to look."""
 
@@ -183,11 +195,33 @@ class ControlPlane:
 
     def _start_components(self, timeout: float) -> None:
         for name in ("etcd", "kube-apiserver"):
-            self._await(self._spawn(name, self._argv(name)), self._ready_check(name), timeout)
+            self._await_bound(self._spawn(name, self._argv(name)), timeout)
         # The rest only need the API server: start them together, then wait for each.
         rest = [self._spawn(name, self._argv(name)) for name in COMPONENTS[2:]]
         for proc in rest:
-            self._await(proc, self._ready_check(proc.name), timeout)
+            self._await_bound(proc, timeout)
+
+    def _await_bound(self, proc: Managed, timeout: float) -> None:
+        """Waits for a component; one that found a port of its own taken (chosen free, then
+        taken by another process's client before it bound: ports are picked from the ephemeral
+        range) starts again on fresh ports, a few times. No component started yet uses them."""
+        for _ in range(BIND_RETRIES):
+            try:
+                self._await(proc, self._ready_check(proc.name), timeout)
+                return
+            except ComponentStartError as exc:
+                if ADDRESS_IN_USE not in exc.reason:
+                    raise
+            self._new_ports(proc.name)
+            proc = self._spawn(proc.name, self._argv(proc.name))
+        self._await(proc, self._ready_check(proc.name), timeout)
+
+    def _new_ports(self, component: str) -> None:
+        fresh = free_ports(len(OWN_PORTS[component]))
+        self.state.ports.update(zip(OWN_PORTS[component], fresh, strict=True))
+        if component == "kube-apiserver":
+            write_kubeconfig(self.dir, self.server)
+        self.state.save(self.dir.root)
 
     def _argv(self, name: str) -> list[str]:
         return self.components.argv(name)
