@@ -5,7 +5,8 @@ engine, and its findings carry its pods' role."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import math
+from collections.abc import Mapping
 
 from rljob.api.roles import GangEngines, RolloutRole
 from rljob.api.spec import Health
@@ -58,14 +59,19 @@ class EngineGroup:
         self.metrics: EngineMetrics | None = None
         self.error = ""
         self.pods: tuple[str, ...] = ()
+        self.turn_order: tuple[str, ...] = ()
         self.seen: set[str] = set()
 
-    def track(self, spec: RolloutRole | GangEngines | None, pods: Collection[str]) -> None:
-        """The group's spec now (None: the job has no such engines) and its active pods."""
+    def track(
+        self, spec: RolloutRole | GangEngines | None, pods: Mapping[str, float | None]
+    ) -> None:
+        """The group's spec now (None: the job has no such engines) and its active pods with
+        their creation times (None: unknown)."""
         self.metrics, self.error = _profile(spec)
         self.pods = tuple(sorted(pods)) if spec is not None else ()
+        self.turn_order = longest_running_first(pods) if spec is not None else ()
         self.drift.retain(self.pods)
-        self.fragmentation.retain(self.pods)
+        self.fragmentation.retain(self.turn_order)
         self.stall.retain(self.pods)
         self.leak.retain(self.pods)
         self.prefix.retain(self.pods)
@@ -87,9 +93,9 @@ class EngineGroup:
             self.drift.evaluate(now)
             + self.fragmentation.evaluate(now)
             + self.stall.evaluate(now)
-            + role_wide(self.leak.evaluate(now), self.pods)
-            + role_wide(self.prefix.evaluate(now), self.pods)
-            + role_wide(self.memory.evaluate(now), self.pods)
+            + role_wide(self.leak.evaluate(now), self.turn_order)
+            + role_wide(self.prefix.evaluate(now), self.turn_order)
+            + role_wide(self.memory.evaluate(now), self.turn_order)
         )
 
     def summaries(self, now: float) -> list[EngineHealth]:
@@ -106,6 +112,17 @@ class EngineGroup:
         self.leak.note_restart(pod, at)
         self.prefix.note_restart(pod, at)
         self.memory.note_restart(pod, at)
+
+
+def longest_running_first(created: Mapping[str, float | None]) -> tuple[str, ...]:
+    """The order the in-turn restart takes engines in (reconcile/in_turn.py oldest_first): by
+    creation time, then name; an engine whose creation time is unknown goes last. A finding that
+    names engines in turn names them so, so what it says is what the operator does."""
+    return tuple(sorted(created, key=lambda pod: (_or_last(created[pod]), pod)))
+
+
+def _or_last(at: float | None) -> float:
+    return math.inf if at is None else at
 
 
 def _profile(spec: RolloutRole | GangEngines | None) -> tuple[EngineMetrics | None, str]:

@@ -96,6 +96,15 @@ def _active(pod: PodLike) -> bool:
     return pod.phase == "Running" and not getattr(pod, "deleting", False)
 
 
+def _created(pods: Iterable[PodLike]) -> dict[str, float | None]:
+    """The active pods with their creation times (None: unknown)."""
+    return {
+        pod.name: created.timestamp() if (created := getattr(pod, "created_at", None)) else None
+        for pod in pods
+        if _active(pod)
+    }
+
+
 def _colocated(job: RLJob) -> bool:
     """No rollout role: the engines diagnosed are the trainer gang's own."""
     return job.spec.roles.rollout is None
@@ -235,8 +244,7 @@ class JobMonitor(Generic[S]):
             self._configure(job.spec.health, has_verifier, colocated)
             self.restore(job, now)
         self.source = source
-        rollout = [p.name for p in pods.get(ROLLOUT, ()) if _active(p)]
-        self.rollout.track(job.spec.roles.rollout, rollout)
+        self.rollout.track(job.spec.roles.rollout, _created(pods.get(ROLLOUT, ())))
         kept = set(self.rollout.pods)
         self.engine_gauges = {p: g for p, g in self.engine_gauges.items() if p in kept}
         self.engine_versions = {p: v for p, v in self.engine_versions.items() if p in kept}
@@ -248,7 +256,9 @@ class JobMonitor(Generic[S]):
             else ()
         )
         self._update_trainer(job, list(pods.get(TRAINER_ROLE, ())), now)
-        self.gang.track(job.spec.roles.trainer.engines, self.trainer_pods)
+        trainer = _created(pods.get(TRAINER_ROLE, ()))
+        gang = {pod: trainer.get(pod) for pod in self.trainer_pods}
+        self.gang.track(job.spec.roles.trainer.engines, gang)
         if self.verifier is not None:
             self.verifier.retain(self.verifier_pods)
         self.seen_verifier &= set(self.verifier_pods)

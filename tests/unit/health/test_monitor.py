@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ast
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from rljob.health.monitor import (
     ROLLOUT,
     TRAINER_ROLE,
     JobMonitor,
+    PodLike,
     backfill_queries,
     due_by_source,
     lookback,
@@ -37,6 +40,8 @@ from rljob.health.monitor_answers import (
     job_error,
 )
 from rljob.health.profiles import TRAINER, VLLM, Series, Signal
+from rljob.reconcile.in_turn import oldest_first
+from rljob.reconcile.observed import ObservedPod
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ def make_job(name: str, namespace: str = "ns1", interval: str = "5s", **health: 
 
 
 def monitor_of(
-    job: RLJob, pods: list[Pod], now: float = 0.0, source: Source | None = PROM
+    job: RLJob, pods: Sequence[PodLike], now: float = 0.0, source: Source | None = PROM
 ) -> JobMonitor[Source]:
     namespace = job.metadata.namespace or ""
     monitor: JobMonitor[Source] = JobMonitor(
@@ -191,6 +196,31 @@ def test_update_watches_running_pods_only_and_forgets_those_that_left() -> None:
     monitor.update(job, pods_by_role([Pod("churn-rollout-0", ROLLOUT)]), 5.0, PROM)
     assert list(monitor.rollout_pods) == ["churn-rollout-0"]
     assert monitor.fed == {} and monitor.rollout.seen == set()
+
+
+def observed_pod(name: str, created: datetime | None) -> ObservedPod:
+    return ObservedPod(
+        name=name, uid=name, role=ROLLOUT, attempt=None, node="n", phase="Running", ready=True,
+        restart_count=0, unschedulable_message="", exit_code=None, reason="", message="",
+        completion_index=None, deleting=False, created_at=created,
+    )  # fmt: skip
+
+
+def test_the_engines_are_named_in_turn_in_the_order_the_in_turn_restart_takes_them() -> None:
+    """A finding naming engines in turn says what the operator will do: creation time (whole
+    seconds, so a replacement can share one with an original), then name, unknown last."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    pods = [
+        observed_pod("e-a", at + timedelta(seconds=5)),
+        observed_pod("e-b", None),
+        observed_pod("e-c", at),
+        observed_pod("e-d", at + timedelta(seconds=5)),
+    ]
+    monitor = monitor_of(make_job("turns"), pods)
+
+    assert monitor.rollout.turn_order == ("e-c", "e-a", "e-d", "e-b")
+    assert monitor.rollout.turn_order == tuple(p.name for p in oldest_first(pods))
+    assert monitor.rollout_pods == ("e-a", "e-b", "e-c", "e-d"), "queries stay by name"
 
 
 def trainer_answers(pod: str, t: float, step: float) -> Answers:

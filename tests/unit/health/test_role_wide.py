@@ -38,13 +38,14 @@ def test_anything_less_than_the_whole_role_stays_per_engine(
     assert role_wide(evaluations, watched) == evaluations
 
 
-def test_the_whole_role_is_one_finding_naming_every_engine() -> None:
-    result = role_wide(verdicts(e2=LEAK, e1=LEAK, e3=LEAK), ["e1", "e2", "e3"])
+def test_the_whole_role_is_one_finding_naming_every_engine_in_the_in_turn_order() -> None:
+    # e3 was created first and e2 last: the order the in-turn restart takes them in.
+    result = role_wide(verdicts(e2=LEAK, e1=LEAK, e3=LEAK), ["e3", "e1", "e2"])
 
     whole, *others = result
-    assert (whole.target, whole.reason) == ("e1", LEAK)
-    assert whole.evidence[ENGINES_EVIDENCE] == "e1 e2 e3"
+    assert (whole.target, whole.reason) == ("e3", LEAK)
+    assert whole.evidence[ENGINES_EVIDENCE] == "e3 e1 e2"
     assert whole.evidence["usage"] == 0.4, "the first engine's evidence is kept"
-    assert whole.message.startswith("every engine of the role (3) has it: restart e1, e2, e3")
-    assert sorted(e.target for e in others) == ["e2", "e3"]
+    assert whole.message.startswith("every engine of the role (3) has it: restart e3, e1, e2")
+    assert sorted(e.target for e in others) == ["e1", "e2"]
     assert all(not e.is_finding and "role-wide" in e.message for e in others)

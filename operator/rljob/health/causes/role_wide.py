@@ -4,20 +4,22 @@ every engine at once; it also says the cause is the role's (a version, a config)
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from rljob.health.evaluation import ENGINES_EVIDENCE, Evaluation
 
 
-def role_wide(evaluations: Sequence[Evaluation], engines: Collection[str]) -> list[Evaluation]:
-    """One detector's evaluations of a group's `engines`: when two or more engines are watched
-    and each has a finding of one reason, a single finding on the first (by name) that names
-    them all in ENGINES_EVIDENCE, the others said to be in it; else the evaluations as they are."""
+def role_wide(evaluations: Sequence[Evaluation], engines: Sequence[str]) -> list[Evaluation]:
+    """One detector's evaluations of a group's `engines` (in the order the in-turn restart takes
+    them: longest-running first): when two or more engines are watched and each has a finding of
+    one reason, a single finding on the first that names them all, in that order, in
+    ENGINES_EVIDENCE, the others said to be in it; else the evaluations as they are."""
     findings = [e for e in evaluations if e.is_finding]
     reasons = {e.reason for e in findings}
-    order = sorted({e.target for e in findings})
-    if len(engines) < 2 or len(reasons) != 1 or order != sorted(set(engines)):
+    found = {e.target for e in findings}
+    order = [engine for engine in engines if engine in found]
+    if len(engines) < 2 or len(reasons) != 1 or sorted(found) != sorted(set(engines)):
         return list(evaluations)
     first = next(e for e in findings if e.target == order[0])
     message = (

@@ -19,7 +19,7 @@ capacity would be measured on a cache that may already have fragmented.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -138,6 +138,8 @@ class FragmentationDetector:
         self._engines: dict[str, PointState] = {}
         # Engines found while peers sag too: since when, waiting to see whether all go down.
         self._held: dict[str, float] = {}
+        # The watched engines' places in the in-turn order (longest-running first).
+        self._turn: dict[str, int] = {}
 
     @property
     def targets(self) -> list[str]:
@@ -157,17 +159,18 @@ class FragmentationDetector:
         state = PointState(self.config)
         state.not_before = at
         state.cooldown_until = at + self.config.cooldown
-        state.first_seen = at
         self._engines[target] = state
 
     def forget(self, target: str) -> None:
         self._engines.pop(target, None)
         self._held.pop(target, None)
 
-    def retain(self, targets: Collection[str]) -> None:
+    def retain(self, targets: Sequence[str]) -> None:
+        """The engines watched now, in the order the in-turn restart takes them."""
         for target in [name for name in self._engines if name not in targets]:
             del self._engines[target]
         self._held = {t: since for t, since in self._held.items() if t in targets}
+        self._turn = {target: place for place, target in enumerate(targets)}
 
     def summaries(self, now: float) -> list[EngineHealth]:
         return [
@@ -240,7 +243,7 @@ class FragmentationDetector:
     def _fleet(
         self, verdicts: dict[str, Evaluation], down: list[str], now: float
     ) -> list[Evaluation]:
-        order = sorted(down, key=lambda t: (self._engines[t].first_seen or math.inf, t))
+        order = sorted(down, key=lambda t: (self._turn.get(t, len(self._turn)), t))
         first = verdicts[order[0]]
         message = (
             f"every {self.role.value} engine ({len(order)}) is slower than its model expects at "

@@ -81,7 +81,6 @@ class PointState:
     __slots__ = (
         "baseline",
         "cooldown_until",
-        "first_seen",
         "fit",
         "mix",
         "model",
@@ -107,7 +106,6 @@ class PointState:
         self.window: deque[Judged] = deque(maxlen=ring_capacity(config.window, config.interval))
         self.cooldown_until = -math.inf
         self.not_before = -math.inf
-        self.first_seen: float | None = None
 
     def add(self, sample: EngineSample, config: DriftConfig) -> None:
         if not sample.t >= self.not_before:
@@ -115,8 +113,6 @@ class PointState:
         previous = self.series.last
         interval = self.series.add(sample)
         current = self.series.last
-        if self.first_seen is None and current is not None:
-            self.first_seen = current.t
         if interval is None or previous is None or current is None:
             return
         if interval.counter_reset:
@@ -173,10 +169,10 @@ class PointState:
 
     def restart(self, config: DriftConfig, at: float) -> None:
         """A new engine process (or a warm-up that learned nothing): everything starts over."""
-        first_seen, cooldown_until = self.first_seen, self.cooldown_until
+        cooldown_until = self.cooldown_until
         self.__init__(config)  # type: ignore[misc]
         self.not_before = at
-        self.first_seen, self.cooldown_until = first_seen, cooldown_until
+        self.cooldown_until = cooldown_until
 
     def seed(self, model: PointModel, baseline: PointBaseline, warmed_up_at: float) -> None:
         self.model, self.baseline, self.warmed_up_at = model, baseline, warmed_up_at
