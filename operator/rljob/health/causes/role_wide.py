@@ -19,7 +19,7 @@ def role_wide(evaluations: Sequence[Evaluation], engines: Sequence[str]) -> list
     reasons = {e.reason for e in findings}
     found = {e.target for e in findings}
     order = [engine for engine in engines if engine in found]
-    if len(engines) < 2 or len(reasons) != 1 or sorted(found) != sorted(set(engines)):
+    if len(engines) < 2 or len(reasons) != 1 or found != set(engines):
         return list(evaluations)
     first = next(e for e in findings if e.target == order[0])
     message = (
